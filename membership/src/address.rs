@@ -1,0 +1,327 @@
+//! Node identity: [`Address`] (`convoke://system@host:port`) and [`UniqueAddress`] (address + uid).
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::num::NonZeroU64;
+use std::str::FromStr;
+
+/// The URI scheme of every convoke address.
+pub const SCHEME: &str = "convoke";
+
+/// Where a node's cluster transport listens: `convoke://<system>@<host>:<port>`.
+///
+/// Addresses order by host (compared as bytes, so `"10.0.0.10" < "10.0.0.9"` exactly as the strings
+/// do on every node), then port, then system name. The order decides the leader, the up-number
+/// assignment order and split-brain tie-breaks, so it must be the same on every node: it depends on
+/// nothing but the three fields.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Address {
+    system: String,
+    host: String,
+    port: u16,
+}
+
+impl Address {
+    /// Builds an address; `host` is stored without IPv6 brackets.
+    ///
+    /// # Errors
+    /// When the system or host is empty or holds characters that cannot appear in an address.
+    pub fn new(
+        system: impl Into<String>,
+        host: impl Into<String>,
+        port: u16,
+    ) -> Result<Self, AddressError> {
+        let system = system.into();
+        let mut host = host.into();
+        if host.starts_with('[') && host.ends_with(']') && host.len() > 2 {
+            host = host[1..host.len() - 1].to_owned();
+        }
+        validate_system(&system)?;
+        validate_host(&host)?;
+        Ok(Self { system, host, port })
+    }
+
+    /// The actor-system-like cluster name; nodes of different systems never join.
+    pub fn system(&self) -> &str {
+        &self.system
+    }
+
+    /// The host, without brackets for IPv6.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The transport port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `host:port`, with brackets around an IPv6 host.
+    pub fn host_port(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+fn validate_system(system: &str) -> Result<(), AddressError> {
+    if system.is_empty() {
+        return Err(AddressError::EmptySystem);
+    }
+    if let Some(c) = system.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(AddressError::BadSystem { system: system.to_owned(), bad: c });
+    }
+    Ok(())
+}
+
+fn validate_host(host: &str) -> Result<(), AddressError> {
+    if host.is_empty() {
+        return Err(AddressError::EmptyHost);
+    }
+    if let Some(c) = host.chars().find(|c| c.is_whitespace() || matches!(c, '/' | '@' | '[' | ']'))
+    {
+        return Err(AddressError::BadHost { host: host.to_owned(), bad: c });
+    }
+    Ok(())
+}
+
+impl Ord for Address {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.host
+            .as_bytes()
+            .cmp(other.host.as_bytes())
+            .then(self.port.cmp(&other.port))
+            .then_with(|| self.system.cmp(&other.system))
+    }
+}
+
+impl PartialOrd for Address {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{SCHEME}://{}@{}", self.system, self.host_port())
+    }
+}
+
+impl FromStr for Address {
+    type Err = AddressError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let rest = s
+            .strip_prefix(SCHEME)
+            .and_then(|r| r.strip_prefix("://"))
+            .ok_or_else(|| AddressError::Malformed { input: s.to_owned(), why: "scheme" })?;
+        let (system, host_port) = rest
+            .split_once('@')
+            .ok_or_else(|| AddressError::Malformed { input: s.to_owned(), why: "'@'" })?;
+        let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or_else(|| AddressError::Malformed {
+                input: s.to_owned(),
+                why: "closing ']'",
+            })?;
+            let port = after
+                .strip_prefix(':')
+                .ok_or_else(|| AddressError::Malformed { input: s.to_owned(), why: "':port'" })?;
+            (host, port)
+        } else {
+            host_port
+                .rsplit_once(':')
+                .ok_or_else(|| AddressError::Malformed { input: s.to_owned(), why: "':port'" })?
+        };
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| AddressError::BadPort { input: s.to_owned(), port: port.to_owned() })?;
+        if host.contains(':') && !host_port.starts_with('[') {
+            return Err(AddressError::Malformed {
+                input: s.to_owned(),
+                why: "brackets around IPv6",
+            });
+        }
+        Address::new(system, host, port)
+    }
+}
+
+/// Why text is not an [`Address`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AddressError {
+    /// The text lacks a required part.
+    #[error(
+        "invalid address {input:?}: missing {why}; expected convoke://<system>@<host>:<port> \
+         (IPv6 hosts in brackets)"
+    )]
+    Malformed {
+        /// The text given.
+        input: String,
+        /// The part that is missing.
+        why: &'static str,
+    },
+    /// The port is not a number in 0..=65535.
+    #[error("invalid address {input:?}: port {port:?} is not a number from 0 to 65535")]
+    BadPort {
+        /// The text given.
+        input: String,
+        /// The port text.
+        port: String,
+    },
+    /// The system name is empty.
+    #[error("invalid address: the system name is empty")]
+    EmptySystem,
+    /// The system name holds a character outside `[A-Za-z0-9_-]`.
+    #[error(
+        "invalid system name {system:?}: {bad:?} is not allowed (use letters, digits, '-', '_')"
+    )]
+    BadSystem {
+        /// The system name.
+        system: String,
+        /// The first offending character.
+        bad: char,
+    },
+    /// The host is empty.
+    #[error("invalid address: the host is empty")]
+    EmptyHost,
+    /// The host holds a character that cannot appear in a host.
+    #[error("invalid host {host:?}: {bad:?} is not allowed")]
+    BadHost {
+        /// The host.
+        host: String,
+        /// The first offending character.
+        bad: char,
+    },
+}
+
+/// The random, non-zero identifier of one incarnation of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Uid(NonZeroU64);
+
+impl Uid {
+    /// Wraps a non-zero value; `None` for zero.
+    pub fn new(value: u64) -> Option<Self> {
+        NonZeroU64::new(value).map(Self)
+    }
+
+    /// The raw value.
+    pub fn get(self) -> u64 {
+        self.0.get()
+    }
+}
+
+impl fmt::Display for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One incarnation of a node: its [`Address`] plus a [`Uid`]. A restart on the same host:port is a
+/// new `UniqueAddress`. Ordered by address, then uid.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UniqueAddress {
+    /// Where the node listens.
+    pub address: Address,
+    /// Which incarnation.
+    pub uid: Uid,
+}
+
+impl UniqueAddress {
+    /// Pairs an address with a uid.
+    pub fn new(address: Address, uid: Uid) -> Self {
+        Self { address, uid }
+    }
+}
+
+impl fmt::Display for UniqueAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.address, self.uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> Address {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn parses_and_displays_the_canonical_form() {
+        let a = addr("convoke://orders@10.0.0.7:25520");
+        assert_eq!(a.system(), "orders");
+        assert_eq!(a.host(), "10.0.0.7");
+        assert_eq!(a.port(), 25520);
+        assert_eq!(a.to_string(), "convoke://orders@10.0.0.7:25520");
+    }
+
+    #[test]
+    fn ipv6_hosts_are_bracketed_in_text_and_bare_inside() {
+        let a = addr("convoke://convoke@[::1]:25520");
+        assert_eq!(a.host(), "::1");
+        assert_eq!(a.host_port(), "[::1]:25520");
+        assert_eq!(a.to_string(), "convoke://convoke@[::1]:25520");
+        assert_eq!(Address::new("convoke", "[fe80::1]", 1).unwrap().host(), "fe80::1");
+    }
+
+    #[test]
+    fn malformed_text_is_rejected_with_a_message_naming_input_and_format() {
+        for bad in [
+            "",
+            "convoke:/x@h:1",
+            "pekko://x@h:1",
+            "convoke://h:1",
+            "convoke://x@h",
+            "convoke://x@h:99999",
+            "convoke://x@h:port",
+            "convoke://x@::1:5",
+            "convoke://x@[::1:5",
+            "convoke://@h:1",
+            "convoke://x@:1",
+            "convoke://a b@h:1",
+        ] {
+            let err = bad.parse::<Address>().unwrap_err();
+            let msg = err.to_string();
+            assert!(!msg.is_empty(), "{bad}");
+            if let AddressError::Malformed { input, .. } | AddressError::BadPort { input, .. } =
+                &err
+            {
+                assert_eq!(input, bad);
+                assert!(msg.contains("convoke://") || msg.contains("port"), "{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn addresses_order_by_host_bytes_then_port() {
+        let mut v = vec![
+            addr("convoke://s@b:1"),
+            addr("convoke://s@a:2"),
+            addr("convoke://s@a:10"),
+            addr("convoke://s@10.0.0.9:1"),
+            addr("convoke://s@10.0.0.10:1"),
+        ];
+        v.sort();
+        let hosts: Vec<String> = v.iter().map(Address::host_port).collect();
+        assert_eq!(hosts, ["10.0.0.10:1", "10.0.0.9:1", "a:2", "a:10", "b:1"]);
+    }
+
+    #[test]
+    fn unique_addresses_order_by_address_then_uid() {
+        let a = UniqueAddress::new(addr("convoke://s@a:1"), Uid::new(9).unwrap());
+        let b = UniqueAddress::new(addr("convoke://s@a:1"), Uid::new(u64::MAX).unwrap());
+        let c = UniqueAddress::new(addr("convoke://s@a:2"), Uid::new(1).unwrap());
+        assert!(a < b && b < c);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn uid_is_never_zero() {
+        assert!(Uid::new(0).is_none());
+        assert_eq!(Uid::new(7).unwrap().get(), 7);
+    }
+}

@@ -1,0 +1,39 @@
+//! The sans-IO cluster membership core of convoke.
+//!
+//! One node's view of cluster membership as a deterministic state machine: gossip with vector
+//! clocks, reachability, convergence and leader actions, the join handshake, phi-accrual failure
+//! detection over a heartbeat ring, and the cluster events computed from consecutive states. It does
+//! no IO, reads no clock and uses no global RNG: the driver passes `now` in, pulls transmits, events
+//! and the next deadline out, and the configuration carries the RNG seed. The same inputs give the
+//! same outputs, bit for bit.
+//!
+//! Layout:
+//! - [`address`]: `Address`, `UniqueAddress`, `Uid`.
+//! - [`member`], [`version`]: members, statuses and their transitions, app versions.
+//! - [`vclock`], [`reachability`], [`gossip`]: the replicated state and its merge rules.
+//! - [`state`]: convergence, leader, role leaders and oldest, computed from a gossip.
+//! - [`phi`], [`ring`], [`heartbeat`]: failure detection.
+//! - [`message`], [`wire`]: the protocol messages and their protobuf encoding.
+//! - [`event`]: cluster events and the current-state snapshot.
+//! - [`config`]: settings with their defaults and validation.
+//! - [`cluster`]: the core state machine, [`Cluster`], that ties it all together.
+
+#![warn(missing_docs)]
+
+pub mod address;
+pub mod cluster;
+pub mod config;
+pub mod event;
+pub mod gossip;
+pub mod heartbeat;
+pub mod member;
+pub mod message;
+pub mod phi;
+pub mod reachability;
+pub mod ring;
+pub mod state;
+pub mod vclock;
+pub mod version;
+pub mod wire;
+
+pub use address::{Address, AddressError, Uid, UniqueAddress};
