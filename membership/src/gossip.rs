@@ -1,1 +1,515 @@
-//! (to be written)
+//! The replicated cluster state: members, seen set, reachability, vector clock and tombstones.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sha1::{Digest, Sha1};
+
+use crate::address::UniqueAddress;
+use crate::member::{Member, MemberStatus};
+use crate::reachability::Reachability;
+use crate::vclock::VectorClock;
+
+/// Milliseconds of wall-clock time, used only to age tombstones.
+pub type WallMillis = u64;
+
+/// One version of the cluster state, as gossiped between nodes.
+///
+/// Invariants (checked by [`Gossip::check_invariants`], and asserted in debug builds after every
+/// change the core makes): no member is Removed; every reachability observer and versioned node is
+/// a member; every seen node is a member; the vector clock has no more entries than there are
+/// members plus tombstoned nodes pruned since.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gossip {
+    members: BTreeMap<UniqueAddress, Member>,
+    seen: BTreeSet<UniqueAddress>,
+    reachability: Reachability,
+    version: VectorClock,
+    tombstones: BTreeMap<UniqueAddress, WallMillis>,
+}
+
+/// A gossip that breaks a structural invariant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid gossip: {0}")]
+pub struct InvalidGossip(pub String);
+
+impl Gossip {
+    /// An empty gossip (a node that has not joined).
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// A gossip with these members and nothing else.
+    pub fn with_members(members: impl IntoIterator<Item = Member>) -> Self {
+        Self {
+            members: members.into_iter().map(|m| (m.node().clone(), m)).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Assembles a gossip from its parts (for decoding); see [`Gossip::check_invariants`].
+    pub fn from_parts(
+        members: impl IntoIterator<Item = Member>,
+        seen: BTreeSet<UniqueAddress>,
+        reachability: Reachability,
+        version: VectorClock,
+        tombstones: BTreeMap<UniqueAddress, WallMillis>,
+    ) -> Self {
+        Self {
+            members: members.into_iter().map(|m| (m.node().clone(), m)).collect(),
+            seen,
+            reachability,
+            version,
+            tombstones,
+        }
+    }
+
+    /// Whether it has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The members in member ordering.
+    pub fn members(&self) -> impl DoubleEndedIterator<Item = &Member> + ExactSizeIterator + Clone {
+        self.members.values()
+    }
+
+    /// The member with this identity.
+    pub fn member(&self, node: &UniqueAddress) -> Option<&Member> {
+        self.members.get(node)
+    }
+
+    /// Whether `node` is a member.
+    pub fn has_member(&self, node: &UniqueAddress) -> bool {
+        self.members.contains_key(node)
+    }
+
+    /// The member nodes.
+    pub fn member_nodes(&self) -> BTreeSet<UniqueAddress> {
+        self.members.keys().cloned().collect()
+    }
+
+    /// The number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Nodes that have seen this version.
+    pub fn seen(&self) -> &BTreeSet<UniqueAddress> {
+        &self.seen
+    }
+
+    /// Whether `node` has seen this version.
+    pub fn seen_by(&self, node: &UniqueAddress) -> bool {
+        self.seen.contains(node)
+    }
+
+    /// The reachability table.
+    pub fn reachability(&self) -> &Reachability {
+        &self.reachability
+    }
+
+    /// The vector clock.
+    pub fn version(&self) -> &VectorClock {
+        &self.version
+    }
+
+    /// Removed nodes with the wall-clock time of their removal.
+    pub fn tombstones(&self) -> &BTreeMap<UniqueAddress, WallMillis> {
+        &self.tombstones
+    }
+
+    /// Marks this version as seen by `node` (a member).
+    pub fn add_seen(&mut self, node: &UniqueAddress) {
+        if self.members.contains_key(node) {
+            self.seen.insert(node.clone());
+        }
+    }
+
+    /// Only `node` has seen this version.
+    pub fn only_seen(&mut self, node: &UniqueAddress) {
+        self.seen.clear();
+        self.add_seen(node);
+    }
+
+    /// Nobody has seen this version.
+    pub fn clear_seen(&mut self) {
+        self.seen.clear();
+    }
+
+    /// Adds the nodes that have seen `other` (the same version).
+    pub fn merge_seen(&mut self, other: &Gossip) {
+        for n in &other.seen {
+            self.add_seen(n);
+        }
+    }
+
+    /// Bumps `node`'s vector-clock entry: a local change.
+    pub fn increment_version(&mut self, node: &UniqueAddress) {
+        self.version.increment(node);
+    }
+
+    /// Replaces the vector clock.
+    pub fn set_version(&mut self, version: VectorClock) {
+        self.version = version;
+    }
+
+    /// Mutable access to the reachability table.
+    pub fn reachability_mut(&mut self) -> &mut Reachability {
+        &mut self.reachability
+    }
+
+    /// Adds or replaces members (by identity).
+    pub fn update(&mut self, changed: impl IntoIterator<Item = Member>) {
+        for m in changed {
+            self.members.insert(m.node().clone(), m);
+        }
+    }
+
+    /// Marks `node` Down and drops it from the seen set. Returns false when it is not a member, is
+    /// already Down, or may not move to Down.
+    pub fn mark_as_down(&mut self, node: &UniqueAddress) -> bool {
+        let Some(m) = self.members.get(node) else { return false };
+        if m.status() == MemberStatus::Down {
+            return false;
+        }
+        let Ok(down) = m.with_status(MemberStatus::Down) else { return false };
+        self.members.insert(node.clone(), down);
+        self.seen.remove(node);
+        true
+    }
+
+    /// Removes `node` for good: from members, seen, reachability and the vector clock, leaving a
+    /// tombstone stamped `at`.
+    pub fn remove(&mut self, node: &UniqueAddress, at: WallMillis) {
+        self.members.remove(node);
+        self.seen.remove(node);
+        self.reachability.remove([node]);
+        self.version.prune(node);
+        self.tombstones.insert(node.clone(), at);
+    }
+
+    /// Drops tombstones older than `cutoff`; returns whether any was dropped.
+    pub fn prune_tombstones(&mut self, cutoff: WallMillis) -> bool {
+        let before = self.tombstones.len();
+        self.tombstones.retain(|_, ts| *ts > cutoff);
+        before != self.tombstones.len()
+    }
+
+    /// Prunes the vector-clock entry of `node` (for concurrent merges of removed members).
+    pub fn prune_version(&mut self, node: &UniqueAddress) {
+        self.version.prune(node);
+    }
+
+    /// Merges two concurrent versions (spec §2.4). Nobody has seen the result.
+    pub fn merge(&self, that: &Gossip) -> Gossip {
+        let mut tombstones = self.tombstones.clone();
+        tombstones.extend(that.tombstones.iter().map(|(k, v)| (k.clone(), *v)));
+
+        let mut version = self.version.merge(&that.version);
+        for node in tombstones.keys() {
+            version.prune(node);
+        }
+
+        let mut members = BTreeMap::new();
+        let nodes: BTreeSet<&UniqueAddress> =
+            self.members.keys().chain(that.members.keys()).collect();
+        for node in nodes {
+            match (self.members.get(node), that.members.get(node)) {
+                (Some(a), Some(b)) => {
+                    members.insert(node.clone(), Member::highest_priority_of(a, b).clone());
+                }
+                (Some(m), None) | (None, Some(m)) => {
+                    if !tombstones.contains_key(node) && !m.status().is_down_or_exiting() {
+                        members.insert(node.clone(), m.clone());
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+
+        let allowed: BTreeSet<UniqueAddress> = members.keys().cloned().collect();
+        let reachability = self.reachability.merge(&allowed, &that.reachability);
+        Gossip { members, seen: BTreeSet::new(), reachability, version, tombstones }
+    }
+
+    /// A digest of the seen set, so two nodes can tell cheaply whether they agree on who has seen.
+    pub fn seen_digest(&self) -> [u8; 20] {
+        let mut hasher = Sha1::new();
+        for (i, node) in self.seen.iter().enumerate() {
+            if i > 0 {
+                hasher.update(b",");
+            }
+            hasher.update(node.to_string().as_bytes());
+        }
+        hasher.finalize().into()
+    }
+
+    /// Checks the structural invariants.
+    ///
+    /// # Errors
+    /// Names the first one broken.
+    pub fn check_invariants(&self) -> Result<(), InvalidGossip> {
+        if let Some(m) = self.members.values().find(|m| m.status() == MemberStatus::Removed) {
+            return Err(InvalidGossip(format!("member {} is Removed", m.node())));
+        }
+        if let Some(n) = self.seen.iter().find(|n| !self.members.contains_key(*n)) {
+            return Err(InvalidGossip(format!("seen node {n} is not a member")));
+        }
+        if let Some(n) =
+            self.reachability.versions().keys().find(|n| !self.members.contains_key(*n))
+        {
+            return Err(InvalidGossip(format!("reachability observer {n} is not a member")));
+        }
+        if let Some(r) =
+            self.reachability.records().find(|r| !self.members.contains_key(&r.subject))
+        {
+            return Err(InvalidGossip(format!(
+                "reachability subject {} is not a member",
+                r.subject
+            )));
+        }
+        if let Some(n) = self.members.keys().find(|n| self.tombstones.contains_key(*n)) {
+            return Err(InvalidGossip(format!("member {n} is also tombstoned")));
+        }
+        if let Some((n, _)) = self.version.entries().find(|(n, _)| self.tombstones.contains_key(*n))
+        {
+            return Err(InvalidGossip(format!("vector clock has an entry for removed {n}")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::member::UpNumber;
+    use crate::member::tests::{member, member_up, node};
+    use MemberStatus::*;
+    use proptest::prelude::*;
+
+    fn n(i: u64) -> UniqueAddress {
+        node(&format!("h{i}:1"), 1)
+    }
+
+    #[test]
+    fn merge_keeps_the_highest_priority_status_of_each_member() {
+        let g1 = Gossip::with_members([member("h1:1", Up), member("h2:1", Leaving)]);
+        let g2 = Gossip::with_members([member("h1:1", Down), member("h2:1", Up)]);
+        let m = g1.merge(&g2);
+        assert_eq!(m.member(&n(1)).unwrap().status(), Down);
+        assert_eq!(m.member(&n(2)).unwrap().status(), Leaving);
+        assert!(m.seen().is_empty());
+    }
+
+    #[test]
+    fn merge_does_not_resurrect_removed_members() {
+        let mut g1 = Gossip::with_members([member("h1:1", Up), member("h2:1", Up)]);
+        g1.increment_version(&n(2));
+        g1.remove(&n(2), 100);
+        let g2 = Gossip::with_members([member("h1:1", Up), member("h2:1", Up)]);
+        let m = g1.merge(&g2);
+        assert!(!m.has_member(&n(2)));
+        assert!(m.tombstones().contains_key(&n(2)));
+        assert_eq!(m.version().counter(&n(2)), 0);
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn merge_drops_a_one_sided_down_or_exiting_member() {
+        let g1 = Gossip::with_members([
+            member("h1:1", Up),
+            member("h2:1", Exiting),
+            member("h3:1", Down),
+        ]);
+        let g2 = Gossip::with_members([member("h1:1", Up)]);
+        let m = g1.merge(&g2);
+        assert_eq!(m.member_nodes(), BTreeSet::from([n(1)]));
+    }
+
+    #[test]
+    fn merge_keeps_a_one_sided_joining_member() {
+        let g1 = Gossip::with_members([member("h1:1", Up), member("h2:1", Joining)]);
+        let g2 = Gossip::with_members([member("h1:1", Up)]);
+        assert!(g1.merge(&g2).has_member(&n(2)));
+    }
+
+    #[test]
+    fn merge_drops_reachability_of_non_members() {
+        let mut g1 = Gossip::with_members([member("h1:1", Up), member("h2:1", Down)]);
+        g1.reachability_mut().unreachable(&n(1), &n(2));
+        g1.remove(&n(2), 5);
+        let mut g2 = Gossip::with_members([member("h1:1", Up), member("h2:1", Down)]);
+        g2.reachability_mut().unreachable(&n(1), &n(2));
+        let m = g1.merge(&g2);
+        assert!(m.reachability().is_empty());
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn marking_down_removes_from_seen() {
+        let mut g = Gossip::with_members([member("h1:1", Up), member("h2:1", Up)]);
+        g.add_seen(&n(1));
+        g.add_seen(&n(2));
+        assert!(g.mark_as_down(&n(2)));
+        assert!(!g.seen_by(&n(2)));
+        assert!(!g.mark_as_down(&n(2)), "already down");
+        assert!(!g.mark_as_down(&n(9)), "not a member");
+    }
+
+    #[test]
+    fn tombstones_older_than_the_cutoff_are_pruned() {
+        let mut g =
+            Gossip::with_members([member("h1:1", Up), member("h2:1", Up), member("h3:1", Up)]);
+        g.remove(&n(2), 100);
+        g.remove(&n(3), 200);
+        assert!(g.prune_tombstones(150));
+        assert_eq!(g.tombstones().keys().cloned().collect::<Vec<_>>(), [n(3)]);
+        assert!(!g.prune_tombstones(150));
+    }
+
+    #[test]
+    fn the_seen_digest_changes_with_the_seen_set() {
+        let mut g = Gossip::with_members([member("h1:1", Up), member("h2:1", Up)]);
+        let empty = g.seen_digest();
+        g.add_seen(&n(1));
+        let one = g.seen_digest();
+        g.add_seen(&n(2));
+        assert_ne!(empty, one);
+        assert_ne!(one, g.seen_digest());
+    }
+
+    #[test]
+    fn invariant_checks_name_the_broken_rule() {
+        let g = Gossip::with_members([member("h1:1", Removed)]);
+        assert!(g.check_invariants().unwrap_err().to_string().contains("Removed"));
+        let mut g = Gossip::with_members([member("h1:1", Up)]);
+        g.seen.insert(n(2));
+        assert!(g.check_invariants().unwrap_err().to_string().contains("seen"));
+    }
+
+    /// `k` valid views of one cluster history over a small universe of nodes, as real nodes could
+    /// hold them: each member's status per view lies on its lifecycle; a node absent from a view
+    /// either was never heard of there (and is then nowhere Down or Exiting) or is tombstoned there;
+    /// each observer's reachability rows are one of its successive row sets, identified by version.
+    pub(crate) fn arb_views(k: usize) -> impl Strategy<Value = Vec<Gossip>> {
+        let statuses = [Joining, WeaklyUp, Up, PreparingForShutdown, Leaving, Exiting, Down];
+        let node_fate = (
+            prop::collection::vec(0usize..statuses.len(), k), // status per view
+            prop::collection::vec(0u8..4, k),                 // 0 = absent, else present
+            any::<bool>(),                                    // removed (tombstoned where absent)
+            1u32..4,                                          // up-number
+        );
+        let observer_history =
+            prop::collection::vec(prop::collection::btree_map(1u64..7, any::<bool>(), 0..3), 1..4);
+        (
+            prop::collection::vec(node_fate, 6),
+            prop::collection::vec(observer_history, 6),
+            prop::collection::vec(prop::collection::vec(0usize..4, 6), k),
+            prop::collection::vec(prop::collection::btree_map(1u64..7, 1u64..4, 0..4), k),
+            prop::collection::vec(prop::collection::btree_set(1u64..7, 0..6), k),
+        )
+            .prop_map(move |(fates, histories, picks, clocks, seens)| {
+                (0..k)
+                    .map(|view| {
+                        let mut g = Gossip::empty();
+                        for (i, (st, present, removed, up)) in fates.iter().enumerate() {
+                            let id = i as u64 + 1;
+                            let ever_gone = st.iter().any(|s| statuses[*s].is_down_or_exiting());
+                            let absent = present[view] == 0 && (*removed || !ever_gone);
+                            if absent {
+                                if *removed {
+                                    g.tombstones.insert(n(id), id * 10);
+                                }
+                                continue;
+                            }
+                            let status = statuses[st[view]];
+                            let up_number = if matches!(status, Joining | WeaklyUp) {
+                                UpNumber::UNASSIGNED
+                            } else {
+                                UpNumber(*up)
+                            };
+                            g.update([member_up(&format!("h{id}:1"), status, up_number)]);
+                        }
+                        for (i, history) in histories.iter().enumerate() {
+                            let observer = n(i as u64 + 1);
+                            let pick = picks[view][i] % (history.len() + 1);
+                            if pick == 0 || !g.has_member(&observer) {
+                                continue;
+                            }
+                            let rows = &history[pick - 1];
+                            if rows.keys().any(|s| !g.has_member(&n(*s))) {
+                                continue; // this view predates the observer's rows
+                            }
+                            let records =
+                                rows.iter().map(|(s, unreachable)| crate::reachability::Record {
+                                    observer: observer.clone(),
+                                    subject: n(*s),
+                                    status: if *unreachable {
+                                        crate::reachability::ReachabilityStatus::Unreachable
+                                    } else {
+                                        crate::reachability::ReachabilityStatus::Terminated
+                                    },
+                                    version: pick as u64,
+                                });
+                            let mut r = Reachability::from_parts(
+                                records,
+                                [(observer.clone(), pick as u64)],
+                            );
+                            r = g.reachability.merge(&g.member_nodes(), &r);
+                            g.reachability = r;
+                        }
+                        g.version = VectorClock::from_entries(
+                            clocks[view]
+                                .iter()
+                                .filter(|(i, _)| g.has_member(&n(**i)))
+                                .map(|(i, v)| (n(*i), *v)),
+                        );
+                        for s in &seens[view] {
+                            g.add_seen(&n(*s));
+                        }
+                        g
+                    })
+                    .collect()
+            })
+    }
+
+    fn without_seen(mut g: Gossip) -> Gossip {
+        g.clear_seen();
+        g
+    }
+
+    fn same_state(a: &Gossip, b: &Gossip) -> bool {
+        a.members.len() == b.members.len()
+            && a.members.values().zip(b.members.values()).all(|(x, y)| x.same_state(y))
+            && a.reachability == b.reachability
+            && a.version == b.version
+            && a.tombstones == b.tombstones
+    }
+
+    proptest! {
+        #[test]
+        fn merge_is_commutative(v in arb_views(2)) {
+            prop_assert!(same_state(&v[0].merge(&v[1]), &v[1].merge(&v[0])));
+        }
+
+        #[test]
+        fn merge_is_associative(v in arb_views(3)) {
+            let (a, b, c) = (&v[0], &v[1], &v[2]);
+            prop_assert!(same_state(&a.merge(b).merge(c), &a.merge(&b.merge(c))));
+        }
+
+        #[test]
+        fn merge_is_idempotent(v in arb_views(1)) {
+            let a = &v[0];
+            let once = a.merge(a);
+            prop_assert!(same_state(&once, &without_seen(a.clone())));
+            prop_assert!(same_state(&once.merge(&once), &once));
+        }
+
+        #[test]
+        fn merge_of_valid_gossips_is_valid(v in arb_views(2)) {
+            prop_assert!(v[0].check_invariants().is_ok());
+            prop_assert!(v[0].merge(&v[1]).check_invariants().is_ok());
+        }
+    }
+}

@@ -1,1 +1,489 @@
-//! (to be written)
+//! Members, their statuses and the allowed transitions between them.
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::address::{Address, UniqueAddress};
+use crate::version::AppVersion;
+
+/// The prefix of the role that names a member's data center.
+pub const DC_ROLE_PREFIX: &str = "dc-";
+
+/// A member's lifecycle status. Transitions are checked by [`MemberStatus::can_move_to`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MemberStatus {
+    /// Asked to join; not yet moved Up by the leader.
+    Joining,
+    /// Promoted without convergence (during a partition) after `allow_weakly_up_members`.
+    WeaklyUp,
+    /// A full member.
+    Up,
+    /// Asked to leave gracefully.
+    Leaving,
+    /// Moved by the leader after Leaving; about to be removed.
+    Exiting,
+    /// Marked as down; will be removed once unreachable.
+    Down,
+    /// Gone; never stored in a gossip, only reported in events.
+    Removed,
+    /// The cluster is preparing for a full shutdown.
+    PreparingForShutdown,
+    /// Ready for a full shutdown.
+    ReadyForShutdown,
+}
+
+impl MemberStatus {
+    /// Every status, in wire-number order.
+    pub const ALL: [MemberStatus; 9] = [
+        Self::Joining,
+        Self::Up,
+        Self::Leaving,
+        Self::Exiting,
+        Self::Down,
+        Self::Removed,
+        Self::WeaklyUp,
+        Self::PreparingForShutdown,
+        Self::ReadyForShutdown,
+    ];
+
+    /// Whether a member may move from `self` to `to` (a move to the same status is always allowed).
+    pub fn can_move_to(self, to: MemberStatus) -> bool {
+        use MemberStatus::*;
+        if self == to {
+            return true;
+        }
+        match self {
+            Joining => matches!(to, WeaklyUp | Up | Leaving | Down | Removed),
+            WeaklyUp => matches!(to, Up | Leaving | Down | Removed),
+            Up => matches!(to, Leaving | Down | Removed | PreparingForShutdown),
+            Leaving => matches!(to, Exiting | Down | Removed),
+            Exiting => matches!(to, Removed | Down),
+            Down => matches!(to, Removed),
+            PreparingForShutdown => matches!(to, ReadyForShutdown | Removed | Leaving | Down),
+            ReadyForShutdown => matches!(to, Removed | Leaving | Down),
+            Removed => false,
+        }
+    }
+
+    /// The protobuf enum number.
+    pub fn wire_number(self) -> i32 {
+        match self {
+            Self::Joining => 0,
+            Self::Up => 1,
+            Self::Leaving => 2,
+            Self::Exiting => 3,
+            Self::Down => 4,
+            Self::Removed => 5,
+            Self::WeaklyUp => 6,
+            Self::PreparingForShutdown => 7,
+            Self::ReadyForShutdown => 8,
+        }
+    }
+
+    /// The status with this protobuf enum number.
+    pub fn from_wire_number(n: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.wire_number() == n)
+    }
+
+    /// Statuses a leader may have, and that must have seen a gossip for convergence.
+    pub fn is_leader_eligible(self) -> bool {
+        matches!(
+            self,
+            Self::Up | Self::Leaving | Self::PreparingForShutdown | Self::ReadyForShutdown
+        )
+    }
+
+    /// Down or Exiting: such members may be removed when unreachable and do not block convergence.
+    pub fn is_down_or_exiting(self) -> bool {
+        matches!(self, Self::Down | Self::Exiting)
+    }
+
+    /// PreparingForShutdown or ReadyForShutdown.
+    pub fn is_shutdown_preparation(self) -> bool {
+        matches!(self, Self::PreparingForShutdown | Self::ReadyForShutdown)
+    }
+
+    /// The rank in a gossip merge: the higher one wins.
+    fn merge_rank(self) -> u8 {
+        match self {
+            Self::Joining => 0,
+            Self::WeaklyUp => 1,
+            Self::Up => 2,
+            Self::PreparingForShutdown => 3,
+            Self::Leaving => 4,
+            Self::Exiting => 5,
+            Self::Down => 6,
+            Self::ReadyForShutdown => 7,
+            Self::Removed => 8,
+        }
+    }
+
+    /// The name used in events and the management API (`Up`, `WeaklyUp`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Joining => "Joining",
+            Self::WeaklyUp => "WeaklyUp",
+            Self::Up => "Up",
+            Self::Leaving => "Leaving",
+            Self::Exiting => "Exiting",
+            Self::Down => "Down",
+            Self::Removed => "Removed",
+            Self::PreparingForShutdown => "PreparingForShutdown",
+            Self::ReadyForShutdown => "ReadyForShutdown",
+        }
+    }
+}
+
+impl fmt::Display for MemberStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The order in which the leader moves members Up; smaller is older. Joining and WeaklyUp members
+/// have [`UpNumber::UNASSIGNED`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UpNumber(pub u32);
+
+impl UpNumber {
+    /// The up-number of a member that has not been moved Up yet.
+    pub const UNASSIGNED: UpNumber = UpNumber(u32::MAX);
+}
+
+/// An attempt to move a member along a transition outside the allowed graph.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("member {node} cannot move from {from} to {to}")]
+pub struct InvalidTransition {
+    /// The member.
+    pub node: UniqueAddress,
+    /// Its current status.
+    pub from: MemberStatus,
+    /// The requested status.
+    pub to: MemberStatus,
+}
+
+/// One member of the cluster. Equality and ordering are those of its [`UniqueAddress`] alone.
+#[derive(Clone, Debug)]
+pub struct Member {
+    node: UniqueAddress,
+    up_number: UpNumber,
+    status: MemberStatus,
+    roles: BTreeSet<String>,
+    app_version: AppVersion,
+}
+
+impl Member {
+    /// A new Joining member. `roles` should contain its `dc-` role.
+    pub fn joining(node: UniqueAddress, roles: BTreeSet<String>, app_version: AppVersion) -> Self {
+        Self {
+            node,
+            up_number: UpNumber::UNASSIGNED,
+            status: MemberStatus::Joining,
+            roles,
+            app_version,
+        }
+    }
+
+    /// A member with every field given (for decoding and tests); checks nothing.
+    pub fn from_parts(
+        node: UniqueAddress,
+        up_number: UpNumber,
+        status: MemberStatus,
+        roles: BTreeSet<String>,
+        app_version: AppVersion,
+    ) -> Self {
+        Self { node, up_number, status, roles, app_version }
+    }
+
+    /// The synthetic Removed member reported for a node no longer in the gossip.
+    pub fn removed(node: UniqueAddress) -> Self {
+        Self {
+            node,
+            up_number: UpNumber::UNASSIGNED,
+            status: MemberStatus::Removed,
+            roles: BTreeSet::from([format!("{DC_ROLE_PREFIX}N/A")]),
+            app_version: AppVersion::default(),
+        }
+    }
+
+    /// Its identity.
+    pub fn node(&self) -> &UniqueAddress {
+        &self.node
+    }
+
+    /// Its address.
+    pub fn address(&self) -> &Address {
+        &self.node.address
+    }
+
+    /// Its status.
+    pub fn status(&self) -> MemberStatus {
+        self.status
+    }
+
+    /// Its up-number.
+    pub fn up_number(&self) -> UpNumber {
+        self.up_number
+    }
+
+    /// Its roles, including the `dc-` role.
+    pub fn roles(&self) -> &BTreeSet<String> {
+        &self.roles
+    }
+
+    /// Whether it has `role`.
+    pub fn has_role(&self, role: &str) -> bool {
+        self.roles.contains(role)
+    }
+
+    /// Its data center: the suffix of its `dc-` role, `"default"` if it has none.
+    pub fn data_center(&self) -> &str {
+        self.roles.iter().find_map(|r| r.strip_prefix(DC_ROLE_PREFIX)).unwrap_or("default")
+    }
+
+    /// Its application version.
+    pub fn app_version(&self) -> &AppVersion {
+        &self.app_version
+    }
+
+    /// A copy with a new status.
+    ///
+    /// # Errors
+    /// When the transition is outside the allowed graph.
+    pub fn with_status(&self, to: MemberStatus) -> Result<Member, InvalidTransition> {
+        if !self.status.can_move_to(to) {
+            return Err(InvalidTransition { node: self.node.clone(), from: self.status, to });
+        }
+        Ok(Member { status: to, ..self.clone() })
+    }
+
+    /// A copy moved Up (or WeaklyUp promoted to Up) with an up-number.
+    ///
+    /// # Errors
+    /// When the member may not move Up.
+    pub fn with_up(&self, up_number: UpNumber) -> Result<Member, InvalidTransition> {
+        let mut m = self.with_status(MemberStatus::Up)?;
+        m.up_number = up_number;
+        Ok(m)
+    }
+
+    /// Whether `self` joined before `other`: smaller up-number, ties broken by the smaller address
+    /// (uid ignored). Only meaningful within one data center.
+    pub fn is_older_than(&self, other: &Member) -> bool {
+        self.age_cmp(other) == Ordering::Less
+    }
+
+    /// Age ordering: oldest first.
+    pub fn age_cmp(&self, other: &Member) -> Ordering {
+        self.up_number.cmp(&other.up_number).then_with(|| self.address().cmp(other.address()))
+    }
+
+    /// Of two versions of the same node, the one that wins a gossip merge (spec §1.4): the higher
+    /// status rank; with equal statuses the older one; identical ones keep `b`.
+    pub fn highest_priority_of<'a>(a: &'a Member, b: &'a Member) -> &'a Member {
+        match a.status.merge_rank().cmp(&b.status.merge_rank()) {
+            Ordering::Greater => a,
+            Ordering::Less => b,
+            Ordering::Equal if a.is_older_than(b) => a,
+            Ordering::Equal => b,
+        }
+    }
+
+    /// Whether every field, not just the identity, is the same.
+    pub fn same_state(&self, other: &Member) -> bool {
+        self.node == other.node
+            && self.status == other.status
+            && self.up_number == other.up_number
+            && self.roles == other.roles
+            && self.app_version == other.app_version
+    }
+}
+
+impl PartialEq for Member {
+    fn eq(&self, other: &Self) -> bool {
+        self.node == other.node
+    }
+}
+
+impl Eq for Member {}
+
+impl PartialOrd for Member {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Member {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.node.cmp(&other.node)
+    }
+}
+
+impl std::hash::Hash for Member {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.node.hash(state);
+    }
+}
+
+impl fmt::Display for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Member({}, {})", self.node, self.status)
+    }
+}
+
+/// Orders candidates for leadership when none has a leader-eligible status (spec §1.5): any other
+/// status first, then WeaklyUp, Joining, Exiting, Down; within one status by member ordering.
+pub fn leader_status_cmp(a: &Member, b: &Member) -> Ordering {
+    fn rank(s: MemberStatus) -> u8 {
+        match s {
+            MemberStatus::WeaklyUp => 1,
+            MemberStatus::Joining => 2,
+            MemberStatus::Exiting => 3,
+            MemberStatus::Down => 4,
+            _ => 0,
+        }
+    }
+    rank(a.status).cmp(&rank(b.status)).then_with(|| a.cmp(b))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::address::Uid;
+    use MemberStatus::*;
+
+    pub(crate) fn node(host_port: &str, uid: u64) -> UniqueAddress {
+        let address: Address = format!("convoke://sys@{host_port}").parse().unwrap();
+        UniqueAddress::new(address, Uid::new(uid).unwrap())
+    }
+
+    pub(crate) fn member(host_port: &str, status: MemberStatus) -> Member {
+        member_up(host_port, status, UpNumber::UNASSIGNED)
+    }
+
+    pub(crate) fn member_up(host_port: &str, status: MemberStatus, up: UpNumber) -> Member {
+        Member::from_parts(
+            node(host_port, 1),
+            up,
+            status,
+            BTreeSet::from(["dc-default".to_owned()]),
+            AppVersion::default(),
+        )
+    }
+
+    #[test]
+    fn allowed_transitions_follow_the_spec_table() {
+        let allowed: &[(MemberStatus, &[MemberStatus])] = &[
+            (Joining, &[WeaklyUp, Up, Leaving, Down, Removed]),
+            (WeaklyUp, &[Up, Leaving, Down, Removed]),
+            (Up, &[Leaving, Down, Removed, PreparingForShutdown]),
+            (Leaving, &[Exiting, Down, Removed]),
+            (Exiting, &[Removed, Down]),
+            (Down, &[Removed]),
+            (PreparingForShutdown, &[ReadyForShutdown, Removed, Leaving, Down]),
+            (ReadyForShutdown, &[Removed, Leaving, Down]),
+            (Removed, &[]),
+        ];
+        for (from, tos) in allowed {
+            for to in MemberStatus::ALL {
+                let expected = *from == to || tos.contains(&to);
+                assert_eq!(from.can_move_to(to), expected, "{from} -> {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_invalid_transition_is_an_error_naming_both_statuses() {
+        let m = member("a:1", Down);
+        let err = m.with_status(Up).unwrap_err();
+        assert_eq!((err.from, err.to), (Down, Up));
+        assert!(err.to_string().contains("Down") && err.to_string().contains("Up"));
+    }
+
+    #[test]
+    fn wire_numbers_round_trip() {
+        for s in MemberStatus::ALL {
+            assert_eq!(MemberStatus::from_wire_number(s.wire_number()), Some(s));
+        }
+        assert_eq!(MemberStatus::from_wire_number(9), None);
+        assert_eq!(Up.wire_number(), 1);
+        assert_eq!(ReadyForShutdown.wire_number(), 8);
+    }
+
+    #[test]
+    fn merge_precedence_prefers_the_later_lifecycle_status() {
+        let order = [
+            Joining,
+            WeaklyUp,
+            Up,
+            PreparingForShutdown,
+            Leaving,
+            Exiting,
+            Down,
+            ReadyForShutdown,
+            Removed,
+        ];
+        for (i, lo) in order.iter().enumerate() {
+            for hi in &order[i + 1..] {
+                let a = member("a:1", *lo);
+                let b = member("a:1", *hi);
+                assert_eq!(Member::highest_priority_of(&a, &b).status(), *hi);
+                assert_eq!(Member::highest_priority_of(&b, &a).status(), *hi);
+            }
+        }
+    }
+
+    #[test]
+    fn merge_precedence_with_equal_status_keeps_the_older() {
+        let a = member_up("a:1", Up, UpNumber(3));
+        let b = member_up("a:1", Up, UpNumber(1));
+        assert_eq!(Member::highest_priority_of(&a, &b).up_number(), UpNumber(1));
+        assert_eq!(Member::highest_priority_of(&b, &a).up_number(), UpNumber(1));
+    }
+
+    #[test]
+    fn members_compare_by_unique_address_only() {
+        let a = member("a:1", Up);
+        let b = member("a:1", Down);
+        assert_eq!(a, b);
+        assert!(member("a:1", Up) < member("a:2", Joining));
+    }
+
+    #[test]
+    fn age_ordering_is_up_number_then_address() {
+        let a = member_up("b:1", Up, UpNumber(1));
+        let b = member_up("a:1", Up, UpNumber(2));
+        let c = member_up("a:2", Up, UpNumber(2));
+        assert!(a.is_older_than(&b));
+        assert!(b.is_older_than(&c));
+        assert!(!c.is_older_than(&c));
+        let joining = member("0:1", Joining);
+        assert!(c.is_older_than(&joining));
+    }
+
+    #[test]
+    fn leader_status_ordering_puts_weakly_up_before_joining_before_exiting_before_down() {
+        let mut v = vec![
+            member("a:1", Down),
+            member("b:1", Exiting),
+            member("c:1", Joining),
+            member("d:1", WeaklyUp),
+            member("e:1", Leaving),
+        ];
+        v.sort_by(leader_status_cmp);
+        let statuses: Vec<_> = v.iter().map(Member::status).collect();
+        assert_eq!(statuses, [Leaving, WeaklyUp, Joining, Exiting, Down]);
+    }
+
+    #[test]
+    fn data_center_comes_from_the_dc_role() {
+        let mut roles = BTreeSet::from(["backend".to_owned(), "dc-east".to_owned()]);
+        let m = Member::joining(node("a:1", 1), roles.clone(), AppVersion::default());
+        assert_eq!(m.data_center(), "east");
+        roles.remove("dc-east");
+        let m = Member::joining(node("a:1", 1), roles, AppVersion::default());
+        assert_eq!(m.data_center(), "default");
+        assert_eq!(Member::removed(node("a:1", 1)).status(), Removed);
+    }
+}
