@@ -3,6 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::address::{Address, UniqueAddress};
+use std::sync::Arc;
+
 use crate::gossip::Gossip;
 use crate::vclock::VectorClock;
 use crate::version::AppVersion;
@@ -54,7 +56,7 @@ pub enum Message {
         /// The member.
         from: UniqueAddress,
         /// Its current gossip.
-        gossip: Gossip,
+        gossip: Arc<Gossip>,
     },
     /// The full state.
     Gossip {
@@ -62,8 +64,8 @@ pub enum Message {
         from: UniqueAddress,
         /// The intended receiver (a different uid is a previous incarnation: dropped).
         to: UniqueAddress,
-        /// The gossip.
-        gossip: Gossip,
+        /// The gossip (shared: the same version goes to many peers).
+        gossip: Arc<Gossip>,
     },
     /// A cheap "this is what I have" probe.
     GossipStatus {
