@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn addresses_order_by_host_bytes_then_port() {
-        let mut v = vec![
+        let mut v = [
             addr("convoke://s@b:1"),
             addr("convoke://s@a:2"),
             addr("convoke://s@a:10"),

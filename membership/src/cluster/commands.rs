@@ -1,0 +1,94 @@
+//! Commands from the application or an operator: leave, down, prepare for full shutdown (§9).
+
+use std::time::Instant;
+
+use super::{Cluster, GOSSIP_TO_RANDOM_NODES};
+use crate::address::Address;
+use crate::gossip::Gossip;
+use crate::member::MemberStatus;
+
+impl Cluster {
+    /// Asks the member at `address` (any member, this node included) to leave gracefully: it goes
+    /// Leaving, the leader moves it to Exiting, and it is removed. Ignored for an unknown address or
+    /// a member already leaving, exiting or down.
+    pub fn leave(&mut self, now: Instant, address: &Address) {
+        let _ = now;
+        if self.shutdown.is_some() {
+            return;
+        }
+        let Some(m) = self.latest.members().find(|m| m.address() == address).cloned() else {
+            return;
+        };
+        let may_leave = matches!(
+            m.status(),
+            MemberStatus::Joining
+                | MemberStatus::WeaklyUp
+                | MemberStatus::Up
+                | MemberStatus::PreparingForShutdown
+                | MemberStatus::ReadyForShutdown
+        );
+        let Some(leaving) = m.with_status(MemberStatus::Leaving).ok().filter(|_| may_leave) else {
+            return;
+        };
+        let mut g = Gossip::clone(&self.latest);
+        g.update([leaving]);
+        self.update_latest_gossip(g);
+        self.publish();
+        self.gossip();
+    }
+
+    /// Marks the member at `address` Down. The leader removes it once it is unreachable; a node
+    /// that sees itself Down shuts down. Ignored for an unknown address or a member already Down.
+    pub fn down(&mut self, now: Instant, address: &Address) {
+        let _ = now;
+        if self.shutdown.is_some() {
+            return;
+        }
+        let Some(m) = self.latest.members().find(|m| m.address() == address).cloned() else {
+            return;
+        };
+        let mut g = Gossip::clone(&self.latest);
+        if !g.mark_as_down(m.node()) {
+            return;
+        }
+        self.update_latest_gossip(g);
+        self.publish();
+        if *m.node() == self.self_node {
+            self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
+        } else {
+            // Tell the downed node directly, so it shuts itself down if it is alive.
+            self.gossip_to(m.node());
+        }
+    }
+
+    /// Starts a full-cluster shutdown: every Up member moves to PreparingForShutdown, no new
+    /// member is admitted or moved Up, and the leader moves them on to ReadyForShutdown.
+    pub fn prepare_for_full_shutdown(&mut self, now: Instant) {
+        let _ = now;
+        if self.shutdown.is_some() || !self.is_initialized() {
+            return;
+        }
+        self.start_prepare_for_shutdown();
+    }
+
+    pub(super) fn start_prepare_for_shutdown(&mut self) {
+        if self.preparing_for_shutdown {
+            return;
+        }
+        self.preparing_for_shutdown = true;
+        let changed: Vec<_> = self
+            .latest
+            .members()
+            .filter(|m| m.status() == MemberStatus::Up)
+            .filter_map(|m| m.with_status(MemberStatus::PreparingForShutdown).ok())
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        let mut g = Gossip::clone(&self.latest);
+        g.update(changed);
+        self.update_latest_gossip(g);
+        self.publish();
+        self.gossip();
+    }
+}

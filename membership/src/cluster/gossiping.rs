@@ -1,0 +1,198 @@
+//! Gossip: the periodic tick, target selection, and receiving gossip and status (spec §2.5–2.8).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::Rng;
+use rand::seq::IndexedRandom;
+
+use super::{Cluster, Timer};
+use crate::address::UniqueAddress;
+use crate::config::TargetPreference;
+use crate::gossip::Gossip;
+use crate::member::MemberStatus;
+use crate::message::Message;
+use crate::vclock::{Ordering, VectorClock};
+
+impl Cluster {
+    pub(super) fn gossip_tick(&mut self, now: Instant) {
+        if !self.is_initialized() {
+            return;
+        }
+        self.gossip();
+        if self.needs_speedup() {
+            let third = self.config.gossip_interval / 3;
+            self.timers.set(Timer::GossipSpeedup1, now + third);
+            self.timers.set(Timer::GossipSpeedup2, now + third * 2);
+        }
+    }
+
+    /// Gossip is spread three times as fast while a member is Down or fewer than half the
+    /// members have seen the current version.
+    pub(super) fn needs_speedup(&self) -> bool {
+        let g = &self.latest;
+        g.members().any(|m| m.status() == MemberStatus::Down) || g.seen().len() < g.len() / 2
+    }
+
+    /// Gossips to one target: the full state when it has not seen it, else only the status.
+    pub(super) fn gossip(&mut self) {
+        if self.latest.len() <= 1 {
+            return;
+        }
+        let Some(target) = self.select_gossip_target() else { return };
+        if self.latest.seen_by(&target) {
+            self.gossip_status_to(&target);
+        } else {
+            self.gossip_to(&target);
+        }
+    }
+
+    fn valid_targets(&self) -> Vec<UniqueAddress> {
+        let state = self.membership();
+        state
+            .dc_members()
+            .map(|m| m.node())
+            .filter(|n| state.is_valid_gossip_target(n))
+            .cloned()
+            .collect()
+    }
+
+    /// Picks the gossip target (spec §2.8): with the configured probability a member that has not
+    /// seen the current version, otherwise (or when all have) any valid member.
+    fn select_gossip_target(&mut self) -> Option<UniqueAddress> {
+        let candidates = self.valid_targets();
+        let p = match self.config.gossip_target_preference {
+            TargetPreference::AlwaysPreferUnseen => 1.0,
+            TargetPreference::ReducedProbability => {
+                self.config.different_view_probability(self.latest.len())
+            }
+        };
+        if p >= 1.0 || self.rng.random::<f64>() < p {
+            let unseen: Vec<&UniqueAddress> =
+                candidates.iter().filter(|n| !self.latest.seen_by(n)).collect();
+            if let Some(n) = unseen.choose(&mut self.rng) {
+                return Some((*n).clone());
+            }
+        }
+        candidates.choose(&mut self.rng).cloned()
+    }
+
+    /// Sends the full gossip to `node` if it is a valid target.
+    pub(super) fn gossip_to(&mut self, node: &UniqueAddress) {
+        if !self.membership().is_valid_gossip_target(node) {
+            return;
+        }
+        let msg = Message::Gossip {
+            from: self.self_node.clone(),
+            to: node.clone(),
+            gossip: self.latest.clone(),
+        };
+        self.send(node.address.clone(), msg);
+    }
+
+    fn gossip_status_to(&mut self, node: &UniqueAddress) {
+        if !self.membership().is_valid_gossip_target(node) {
+            return;
+        }
+        let msg = Message::GossipStatus {
+            from: self.self_node.clone(),
+            version: self.latest.version().clone(),
+            seen_digest: self.latest.seen_digest().to_vec(),
+        };
+        self.send(node.address.clone(), msg);
+    }
+
+    /// Sends the full gossip to up to `n` random valid members.
+    pub(super) fn gossip_random_n(&mut self, n: usize) {
+        let targets: Vec<UniqueAddress> =
+            self.valid_targets().choose_multiple(&mut self.rng, n).cloned().collect();
+        for t in targets {
+            self.gossip_to(&t);
+        }
+    }
+
+    pub(super) fn on_gossip_status(
+        &mut self,
+        from: &UniqueAddress,
+        version: &VectorClock,
+        seen_digest: &[u8],
+    ) {
+        if !self.is_initialized()
+            || !self.latest.has_member(from)
+            || !self.latest.reachability().is_reachable_by(&self.self_node, from)
+        {
+            return;
+        }
+        let seen_same = seen_digest.is_empty() || seen_digest == self.latest.seen_digest();
+        if !seen_same {
+            self.gossip_to(from);
+            return;
+        }
+        match version.compare(self.latest.version()) {
+            Ordering::Same => {}
+            Ordering::After => self.gossip_status_to(from),
+            Ordering::Before | Ordering::Concurrent => self.gossip_to(from),
+        }
+    }
+
+    /// Receives a full gossip (spec §2.7).
+    pub(super) fn on_gossip(
+        &mut self,
+        now: Instant,
+        from: UniqueAddress,
+        to: &UniqueAddress,
+        remote: Arc<Gossip>,
+    ) {
+        let me = self.self_node.clone();
+        if !self.is_initialized()
+            || *to != me
+            || !self.latest.has_member(&from)
+            || !self.latest.reachability().is_reachable_by(&me, &from)
+            || !remote.has_member(&me)
+            || remote.check_invariants().is_err()
+        {
+            return;
+        }
+        let local = self.latest.clone();
+        let (mut winner, talk_back) = match remote.version().compare(local.version()) {
+            Ordering::Same => {
+                let mut g = Gossip::clone(&remote);
+                g.merge_seen(&local);
+                (g, !remote.seen_by(&me))
+            }
+            Ordering::Before => (Gossip::clone(&local), true),
+            Ordering::After => (Gossip::clone(&remote), !remote.seen_by(&me)),
+            Ordering::Concurrent => {
+                let mut pruned_local = Gossip::clone(&local);
+                let mut pruned_remote = Gossip::clone(&remote);
+                for m in local.members() {
+                    if m.status().is_down_or_exiting() && !remote.has_member(m.node()) {
+                        pruned_local.prune_version(m.node());
+                    }
+                }
+                for m in remote.members() {
+                    if m.status().is_down_or_exiting() && !local.has_member(m.node()) {
+                        pruned_remote.prune_version(m.node());
+                    }
+                }
+                (pruned_remote.merge(&pruned_local), true)
+            }
+        };
+        winner.add_seen(&me);
+        let was_down = self.self_status() == MemberStatus::Down;
+        for m in winner.members().filter(|m| !local.has_member(m.node())) {
+            self.heartbeat.forget(m.address());
+        }
+        self.set_latest(winner);
+        self.publish();
+        match self.self_status() {
+            MemberStatus::Exiting => self.self_exiting(),
+            MemberStatus::Down if !was_down => self.shutdown_self_when_down(),
+            _ => {}
+        }
+        let _ = now;
+        if talk_back && self.shutdown.is_none() {
+            self.gossip_to(&from);
+        }
+    }
+}

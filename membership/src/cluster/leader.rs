@@ -1,0 +1,217 @@
+//! Leader actions, the unreachable-nodes reaper, and the checks that end a node (spec §4, §6.5,
+//! §9).
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use super::{Cluster, GOSSIP_TO_RANDOM_NODES, MAX_TICKS_BEFORE_SHUTDOWN_WHEN_DOWN, ShutdownReason};
+use crate::address::UniqueAddress;
+use crate::gossip::Gossip;
+use crate::member::{DC_ROLE_PREFIX, Member, MemberStatus, UpNumber};
+use crate::message::Message;
+use crate::reachability::ReachabilityStatus;
+
+impl Cluster {
+    /// The leader-actions tick (spec §4). The leader part runs only on the leader.
+    pub(super) fn leader_actions(&mut self, now: Instant) {
+        if self.membership().is_leader(&self.self_node) {
+            if self.membership().convergence(&self.exiting_confirmed) {
+                self.leader_action_counter = 0;
+                self.leader_actions_on_convergence(now);
+            } else {
+                self.leader_action_counter = self.leader_action_counter.saturating_add(1);
+                let waited =
+                    self.config.leader_actions_interval.saturating_mul(self.leader_action_counter);
+                if let Some(after) = self.config.allow_weakly_up_members
+                    && waited >= after
+                    && !self.preparing_for_shutdown
+                {
+                    self.move_joining_to_weakly_up();
+                }
+            }
+        }
+        let members = self.latest.member_nodes();
+        self.exiting_confirmed.retain(|n| members.contains(n));
+        self.check_for_prepare_for_shutdown();
+        self.shutdown_self_when_down();
+    }
+
+    fn move_joining_to_weakly_up(&mut self) {
+        if !self.min_nr_of_members_fulfilled() {
+            return;
+        }
+        let state = self.membership();
+        let r = state.convergence_reachability();
+        let changed: Vec<Member> = state
+            .dc_members()
+            .filter(|m| m.status() == MemberStatus::Joining && r.is_reachable(m.node()))
+            .filter_map(|m| m.with_status(MemberStatus::WeaklyUp).ok())
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        let mut g = Gossip::clone(&self.latest);
+        g.update(changed);
+        self.update_latest_gossip(g);
+        self.publish();
+    }
+
+    fn leader_actions_on_convergence(&mut self, now: Instant) {
+        let state = self.membership();
+        let unreachable = state.dc_reachability().all_unreachable_or_terminated();
+        let mut removed: BTreeSet<UniqueAddress> = state
+            .dc_members()
+            .filter(|m| m.status().is_down_or_exiting() && unreachable.contains(m.node()))
+            .map(|m| m.node().clone())
+            .collect();
+        removed.extend(
+            state
+                .dc_members()
+                .filter(|m| {
+                    m.status() == MemberStatus::Exiting && self.exiting_confirmed.contains(m.node())
+                })
+                .map(|m| m.node().clone()),
+        );
+
+        let may_move_up = self.min_nr_of_members_fulfilled() && !self.preparing_for_shutdown;
+        let mut next_up = state.next_up_number();
+        let mut changed = Vec::new();
+        for m in state.dc_members() {
+            let moved = match m.status() {
+                MemberStatus::Joining | MemberStatus::WeaklyUp if may_move_up => {
+                    let up = m.with_up(next_up);
+                    next_up = UpNumber(next_up.0.saturating_add(1));
+                    up
+                }
+                MemberStatus::Leaving => m.with_status(MemberStatus::Exiting),
+                MemberStatus::PreparingForShutdown => m.with_status(MemberStatus::ReadyForShutdown),
+                _ => continue,
+            };
+            changed.extend(moved.ok());
+        }
+
+        let wall = self.wall_clock(now);
+        let mut g = Gossip::clone(&self.latest);
+        let exiting: Vec<Member> =
+            changed.iter().filter(|m| m.status() == MemberStatus::Exiting).cloned().collect();
+        let any_change = !changed.is_empty() || !removed.is_empty();
+        g.update(changed);
+        for n in &removed {
+            g.remove(n, wall);
+            self.exiting_confirmed.remove(n);
+        }
+        let cutoff = self.config.prune_gossip_tombstones_after.as_millis();
+        let pruned = g.prune_tombstones(wall.saturating_sub(u64::try_from(cutoff).unwrap_or(u64::MAX)));
+        if !any_change && !pruned {
+            return;
+        }
+        self.update_latest_gossip(g);
+        self.publish();
+        if !exiting.is_empty() {
+            for target in self.exiting_gossip_targets(&exiting) {
+                self.gossip_to(&target);
+            }
+        }
+        if self.self_status() == MemberStatus::Exiting {
+            self.self_exiting();
+        }
+    }
+
+    /// Who hears first that members are exiting: the two oldest of this data center, and the two
+    /// oldest having each role of the exiting members.
+    fn exiting_gossip_targets(&self, exiting: &[Member]) -> BTreeSet<UniqueAddress> {
+        let state = self.membership();
+        let mut by_age: Vec<&Member> = state.dc_members().collect();
+        by_age.sort_by(|a, b| a.age_cmp(b));
+        let mut targets: BTreeSet<UniqueAddress> =
+            by_age.iter().take(2).map(|m| m.node().clone()).collect();
+        let roles: BTreeSet<&String> = exiting
+            .iter()
+            .flat_map(|m| m.roles())
+            .filter(|r| !r.starts_with(DC_ROLE_PREFIX))
+            .collect();
+        for role in roles {
+            targets.extend(
+                by_age.iter().filter(|m| m.has_role(role)).take(2).map(|m| m.node().clone()),
+            );
+        }
+        targets.remove(&self.self_node);
+        targets
+    }
+
+    /// Turns failure-detector verdicts into this node's reachability rows (spec §6.5).
+    pub(super) fn reap_unreachable(&mut self, now: Instant) {
+        if self.latest.len() <= 1 {
+            return;
+        }
+        let me = self.self_node.clone();
+        let mut g = Gossip::clone(&self.latest);
+        let mut changed = false;
+        let dc_members: Vec<UniqueAddress> =
+            self.membership().dc_members().map(|m| m.node().clone()).collect();
+        for n in dc_members.iter().filter(|n| **n != me) {
+            let status = g.reachability().status_by(&me, n);
+            let available = self.heartbeat.is_available(&n.address, now);
+            if status == ReachabilityStatus::Reachable && !available {
+                g.reachability_mut().unreachable(&me, n);
+                changed = true;
+            } else if status == ReachabilityStatus::Unreachable && available {
+                g.reachability_mut().reachable(&me, n);
+                changed = true;
+            }
+        }
+        if changed {
+            self.update_latest_gossip(g);
+            self.publish();
+        }
+    }
+
+    /// A Down node shuts down once the Down has spread, or after a few ticks (spec §9.3).
+    pub(super) fn shutdown_self_when_down(&mut self) {
+        if self.self_status() != MemberStatus::Down || self.shutdown.is_some() {
+            return;
+        }
+        let state = self.membership();
+        let r = state.dc_reachability();
+        let spread = state
+            .dc_members()
+            .filter(|m| m.status() == MemberStatus::Down)
+            .all(|m| !r.is_reachable(m.node()) || self.latest.seen_by(m.node()));
+        if self.self_down_counter >= MAX_TICKS_BEFORE_SHUTDOWN_WHEN_DOWN || spread {
+            self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
+            self.request_shutdown(ShutdownReason::Downed);
+        } else {
+            self.self_down_counter += 1;
+        }
+    }
+
+    /// Once one member prepares for a full shutdown, every Up member does (spec §9.4).
+    fn check_for_prepare_for_shutdown(&mut self) {
+        if self.self_status() != MemberStatus::Up {
+            return;
+        }
+        if self.latest.members().any(|m| m.status().is_shutdown_preparation()) {
+            self.start_prepare_for_shutdown();
+        }
+    }
+
+    /// This node saw itself Exiting: tell the next leaders it is done, and shut down.
+    pub(super) fn self_exiting(&mut self) {
+        if self.exiting_done {
+            return;
+        }
+        self.exiting_done = true;
+        self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
+        let state = self.membership();
+        let others: Vec<&Member> = self.latest.members().filter(|m| *m.node() != self.self_node).collect();
+        let first = state.leader_of(others.iter().copied()).map(|m| m.node().clone());
+        let second = state
+            .leader_of(others.iter().copied().filter(|m| Some(m.node()) != first.as_ref()))
+            .map(|m| m.node().clone());
+        for leader in [first, second].into_iter().flatten() {
+            let msg = Message::ExitingConfirmed { node: self.self_node.clone() };
+            self.send(leader.address, msg);
+        }
+        self.request_shutdown(ShutdownReason::Left);
+    }
+}
