@@ -297,6 +297,12 @@ impl HeartbeatSender {
         self.registry.is_available(address, now)
     }
 
+    /// Forgets the failure-detector state of `address`, so a node that (re)joins there starts
+    /// with fresh statistics.
+    pub fn forget(&mut self, address: &Address) {
+        self.registry.remove(address);
+    }
+
     /// Whether heartbeat responses from `address` are being monitored.
     pub fn is_monitoring(&self, address: &Address) -> bool {
         self.registry.is_monitoring(address)

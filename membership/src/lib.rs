@@ -37,3 +37,8 @@ pub mod version;
 pub mod wire;
 
 pub use address::{Address, AddressError, Uid, UniqueAddress};
+pub use cluster::{Cluster, JoinError, ShutdownReason};
+pub use config::Config;
+pub use event::{ClusterEvent, CurrentClusterState};
+pub use member::{Member, MemberStatus};
+pub use message::{Message, Transmit};

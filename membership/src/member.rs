@@ -464,7 +464,7 @@ pub(crate) mod tests {
 
     #[test]
     fn leader_status_ordering_puts_weakly_up_before_joining_before_exiting_before_down() {
-        let mut v = vec![
+        let mut v = [
             member("a:1", Down),
             member("b:1", Exiting),
             member("c:1", Joining),

@@ -12,7 +12,6 @@ impl Cluster {
     /// Leaving, the leader moves it to Exiting, and it is removed. Ignored for an unknown address or
     /// a member already leaving, exiting or down.
     pub fn leave(&mut self, now: Instant, address: &Address) {
-        let _ = now;
         if self.shutdown.is_some() {
             return;
         }
@@ -33,14 +32,13 @@ impl Cluster {
         let mut g = Gossip::clone(&self.latest);
         g.update([leaving]);
         self.update_latest_gossip(g);
-        self.publish();
-        self.gossip();
+        self.publish(now);
+        self.gossip_once();
     }
 
     /// Marks the member at `address` Down. The leader removes it once it is unreachable; a node
     /// that sees itself Down shuts down. Ignored for an unknown address or a member already Down.
     pub fn down(&mut self, now: Instant, address: &Address) {
-        let _ = now;
         if self.shutdown.is_some() {
             return;
         }
@@ -52,7 +50,7 @@ impl Cluster {
             return;
         }
         self.update_latest_gossip(g);
-        self.publish();
+        self.publish(now);
         if *m.node() == self.self_node {
             self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         } else {
@@ -64,14 +62,13 @@ impl Cluster {
     /// Starts a full-cluster shutdown: every Up member moves to PreparingForShutdown, no new
     /// member is admitted or moved Up, and the leader moves them on to ReadyForShutdown.
     pub fn prepare_for_full_shutdown(&mut self, now: Instant) {
-        let _ = now;
         if self.shutdown.is_some() || !self.is_initialized() {
             return;
         }
-        self.start_prepare_for_shutdown();
+        self.start_prepare_for_shutdown(now);
     }
 
-    pub(super) fn start_prepare_for_shutdown(&mut self) {
+    pub(super) fn start_prepare_for_shutdown(&mut self, now: Instant) {
         if self.preparing_for_shutdown {
             return;
         }
@@ -88,7 +85,7 @@ impl Cluster {
         let mut g = Gossip::clone(&self.latest);
         g.update(changed);
         self.update_latest_gossip(g);
-        self.publish();
-        self.gossip();
+        self.publish(now);
+        self.gossip_once();
     }
 }

@@ -19,7 +19,7 @@ impl Cluster {
         if !self.is_initialized() {
             return;
         }
-        self.gossip();
+        self.gossip_once();
         if self.needs_speedup() {
             let third = self.config.gossip_interval / 3;
             self.timers.set(Timer::GossipSpeedup1, now + third);
@@ -35,7 +35,7 @@ impl Cluster {
     }
 
     /// Gossips to one target: the full state when it has not seen it, else only the status.
-    pub(super) fn gossip(&mut self) {
+    pub(super) fn gossip_once(&mut self) {
         if self.latest.len() <= 1 {
             return;
         }
@@ -184,13 +184,12 @@ impl Cluster {
             self.heartbeat.forget(m.address());
         }
         self.set_latest(winner);
-        self.publish();
+        self.publish(now);
         match self.self_status() {
             MemberStatus::Exiting => self.self_exiting(),
             MemberStatus::Down if !was_down => self.shutdown_self_when_down(),
             _ => {}
         }
-        let _ = now;
         if talk_back && self.shutdown.is_none() {
             self.gossip_to(&from);
         }

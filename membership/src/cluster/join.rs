@@ -50,7 +50,7 @@ impl Cluster {
         }
         self.seed_nodes = seeds;
         self.start_seed_process(now);
-        self.publish();
+        self.publish(now);
         Ok(())
     }
 
@@ -61,7 +61,7 @@ impl Cluster {
     pub fn join(&mut self, now: Instant, address: Address) -> Result<(), JoinError> {
         self.seed_nodes.clear();
         self.join_to(now, address)?;
-        self.publish();
+        self.publish(now);
         Ok(())
     }
 
@@ -120,7 +120,9 @@ impl Cluster {
         let config_check = if theirs.is_empty() {
             ConfigCheck::UnsupportedByJoiningNode
         } else if check_compat(&ours, theirs).is_ok() {
-            ConfigCheck::Compatible(ours.into_iter().filter(|(k, _)| theirs.contains_key(k)).collect())
+            ConfigCheck::Compatible(
+                ours.into_iter().filter(|(k, _)| theirs.contains_key(k)).collect(),
+            )
         } else {
             ConfigCheck::Incompatible
         };
@@ -134,7 +136,9 @@ impl Cluster {
         let enforce = self.config.config_compat_enforce_on_join;
         let verdict = match check {
             ConfigCheck::Compatible(theirs) => check_compat(&self.config.compat_keys(), &theirs),
-            ConfigCheck::Incompatible => Err(format!("the seed {address} rejected this node's configuration")),
+            ConfigCheck::Incompatible => {
+                Err(format!("the seed {address} rejected this node's configuration"))
+            }
             ConfigCheck::Unchecked | ConfigCheck::UnsupportedByJoiningNode => Ok(()),
         };
         if let Err(why) = verdict
@@ -160,7 +164,10 @@ impl Cluster {
     /// Sends Join to `address`, or forms a new cluster when it is this node (spec §5.4).
     fn join_to(&mut self, now: Instant, address: Address) -> Result<(), JoinError> {
         if address.system() != self.config.system_name {
-            return Err(JoinError::SystemMismatch { address, ours: self.config.system_name.clone() });
+            return Err(JoinError::SystemMismatch {
+                address,
+                ours: self.config.system_name.clone(),
+            });
         }
         if self.is_initialized() {
             return Err(JoinError::AlreadyMember { address });
@@ -257,7 +264,7 @@ impl Cluster {
                 self.update_latest_gossip(g);
                 if node == self.self_node {
                     if was_empty {
-                        self.publish();
+                        self.publish(now);
                         self.leader_actions(now);
                     }
                 } else {
@@ -268,7 +275,8 @@ impl Cluster {
     }
 
     fn send_welcome(&mut self, to: &UniqueAddress) {
-        let welcome = Message::Welcome { from: self.self_node.clone(), gossip: self.latest.clone() };
+        let welcome =
+            Message::Welcome { from: self.self_node.clone(), gossip: self.latest.clone() };
         self.send(to.address.clone(), welcome);
     }
 
@@ -285,7 +293,7 @@ impl Cluster {
         g.add_seen(&self.self_node);
         self.set_latest(g);
         self.become_initialized(now);
-        self.publish();
+        self.publish(now);
         if from != self.self_node {
             self.gossip_to(&from);
         }

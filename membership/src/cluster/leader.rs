@@ -26,17 +26,17 @@ impl Cluster {
                     && waited >= after
                     && !self.preparing_for_shutdown
                 {
-                    self.move_joining_to_weakly_up();
+                    self.move_joining_to_weakly_up(now);
                 }
             }
         }
         let members = self.latest.member_nodes();
         self.exiting_confirmed.retain(|n| members.contains(n));
-        self.check_for_prepare_for_shutdown();
+        self.check_for_prepare_for_shutdown(now);
         self.shutdown_self_when_down();
     }
 
-    fn move_joining_to_weakly_up(&mut self) {
+    fn move_joining_to_weakly_up(&mut self, now: Instant) {
         if !self.min_nr_of_members_fulfilled() {
             return;
         }
@@ -53,7 +53,7 @@ impl Cluster {
         let mut g = Gossip::clone(&self.latest);
         g.update(changed);
         self.update_latest_gossip(g);
-        self.publish();
+        self.publish(now);
     }
 
     fn leader_actions_on_convergence(&mut self, now: Instant) {
@@ -101,12 +101,13 @@ impl Cluster {
             self.exiting_confirmed.remove(n);
         }
         let cutoff = self.config.prune_gossip_tombstones_after.as_millis();
-        let pruned = g.prune_tombstones(wall.saturating_sub(u64::try_from(cutoff).unwrap_or(u64::MAX)));
+        let pruned =
+            g.prune_tombstones(wall.saturating_sub(u64::try_from(cutoff).unwrap_or(u64::MAX)));
         if !any_change && !pruned {
             return;
         }
         self.update_latest_gossip(g);
-        self.publish();
+        self.publish(now);
         if !exiting.is_empty() {
             for target in self.exiting_gossip_targets(&exiting) {
                 self.gossip_to(&target);
@@ -162,7 +163,7 @@ impl Cluster {
         }
         if changed {
             self.update_latest_gossip(g);
-            self.publish();
+            self.publish(now);
         }
     }
 
@@ -186,12 +187,12 @@ impl Cluster {
     }
 
     /// Once one member prepares for a full shutdown, every Up member does (spec §9.4).
-    fn check_for_prepare_for_shutdown(&mut self) {
+    fn check_for_prepare_for_shutdown(&mut self, now: Instant) {
         if self.self_status() != MemberStatus::Up {
             return;
         }
         if self.latest.members().any(|m| m.status().is_shutdown_preparation()) {
-            self.start_prepare_for_shutdown();
+            self.start_prepare_for_shutdown(now);
         }
     }
 
@@ -203,7 +204,8 @@ impl Cluster {
         self.exiting_done = true;
         self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         let state = self.membership();
-        let others: Vec<&Member> = self.latest.members().filter(|m| *m.node() != self.self_node).collect();
+        let others: Vec<&Member> =
+            self.latest.members().filter(|m| *m.node() != self.self_node).collect();
         let first = state.leader_of(others.iter().copied()).map(|m| m.node().clone());
         let second = state
             .leader_of(others.iter().copied().filter(|m| Some(m.node()) != first.as_ref()))

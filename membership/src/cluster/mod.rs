@@ -10,9 +10,9 @@ mod gossiping;
 mod join;
 mod leader;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -330,7 +330,7 @@ impl Cluster {
                 }
             }
         }
-        self.publish();
+        self.publish(now);
     }
 
     /// Runs every timer that is due at `now`.
@@ -349,7 +349,7 @@ impl Cluster {
                 }
                 Timer::GossipSpeedup1 | Timer::GossipSpeedup2 => {
                     if self.is_initialized() && self.needs_speedup() {
-                        self.gossip();
+                        self.gossip_once();
                     }
                 }
                 Timer::LeaderActions => {
@@ -376,7 +376,7 @@ impl Cluster {
                     }
                 }
             }
-            self.publish();
+            self.publish(now);
         }
         if self.heartbeat_active && self.shutdown.is_none() {
             self.heartbeat.handle_timeout(now);
@@ -505,7 +505,7 @@ impl Cluster {
 
     /// Emits the events between the last published state and now, and keeps the heartbeat ring
     /// in step with the membership.
-    fn publish(&mut self) {
+    fn publish(&mut self, now: Instant) {
         if Arc::ptr_eq(&self.latest, &self.published) {
             return;
         }
@@ -514,15 +514,16 @@ impl Cluster {
         let after = MembershipState::new(&self.latest, &self.self_node, &dc);
         self.events.extend(diff(&before, &after));
         self.published = self.latest.clone();
-        self.sync_heartbeat_ring();
+        self.sync_heartbeat_ring(now);
     }
 
-    fn sync_heartbeat_ring(&mut self) {
+    fn sync_heartbeat_ring(&mut self, now: Instant) {
         if !self.heartbeat_active {
             return;
         }
         let state = self.membership();
-        let members: BTreeSet<UniqueAddress> = state.dc_members().map(|m| m.node().clone()).collect();
+        let members: BTreeSet<UniqueAddress> =
+            state.dc_members().map(|m| m.node().clone()).collect();
         let unreachable = state.unreachable_members();
         let added: Vec<_> = members.difference(&self.heartbeat_members).cloned().collect();
         let removed: Vec<_> = self.heartbeat_members.difference(&members).cloned().collect();
@@ -531,16 +532,16 @@ impl Cluster {
         let now_reachable: Vec<_> =
             self.heartbeat_unreachable.difference(&unreachable).cloned().collect();
         for n in &added {
-            self.heartbeat.add_member(n);
+            self.heartbeat.add_member(n.clone(), now);
         }
         for n in &removed {
-            self.heartbeat.remove_member(n);
+            self.heartbeat.remove_member(n, now);
         }
         for n in &now_unreachable {
-            self.heartbeat.unreachable_member(n);
+            self.heartbeat.unreachable_member(n, now);
         }
         for n in &now_reachable {
-            self.heartbeat.reachable_member(n);
+            self.heartbeat.reachable_member(n, now);
         }
         self.heartbeat_members = members;
         self.heartbeat_unreachable = unreachable;
@@ -553,7 +554,11 @@ impl Cluster {
         let (sequence_nr, receivers) = self.heartbeat.tick(now);
         let creation_time_nanos = self.nanos_since_start(now);
         for to in receivers {
-            let hb = Message::Heartbeat { from: self.self_node.clone(), sequence_nr, creation_time_nanos };
+            let hb = Message::Heartbeat {
+                from: self.self_node.clone(),
+                sequence_nr,
+                creation_time_nanos,
+            };
             self.send(to.address, hb);
         }
     }
@@ -564,28 +569,18 @@ impl Cluster {
         }
         self.heartbeat_active = true;
         let interval = self.config.failure_detector.heartbeat_interval;
-        self.timers.set(Timer::Heartbeat, now + interval.max(self.config.periodic_tasks_initial_delay));
-        self.sync_heartbeat_ring();
+        self.timers
+            .set(Timer::Heartbeat, now + interval.max(self.config.periodic_tasks_initial_delay));
+        self.sync_heartbeat_ring(now);
     }
 
     fn min_nr_of_members_fulfilled(&self) -> bool {
         let g = &self.latest;
         g.len() >= self.config.min_nr_of_members
-            && self.config.role_min_nr_of_members.iter().all(|(role, min)| {
-                g.members().filter(|m| m.has_role(role)).count() >= *min
-            })
+            && self
+                .config
+                .role_min_nr_of_members
+                .iter()
+                .all(|(role, min)| g.members().filter(|m| m.has_role(role)).count() >= *min)
     }
-
-    fn exiting_confirmed(&self) -> &BTreeSet<UniqueAddress> {
-        &self.exiting_confirmed
-    }
-
-    fn interval_ratio(interval: Duration, count: u32) -> Duration {
-        interval.saturating_mul(count)
-    }
-}
-
-/// The config keys a joiner sends, for `InitJoin`.
-fn compat_keys(config: &Config) -> BTreeMap<String, String> {
-    config.compat_keys()
 }
