@@ -104,17 +104,40 @@ impl MemberStatus {
         matches!(self, Self::PreparingForShutdown | Self::ReadyForShutdown)
     }
 
+    /// Whether a member may get from `self` to `to` in any number of allowed transitions.
+    pub fn can_reach(self, to: MemberStatus) -> bool {
+        let mut seen = vec![self];
+        let mut i = 0;
+        while i < seen.len() {
+            let from = seen[i];
+            for next in Self::ALL {
+                if from.can_move_to(next) && !seen.contains(&next) {
+                    seen.push(next);
+                }
+            }
+            i += 1;
+        }
+        seen.contains(&to)
+    }
+
     /// The rank in a gossip merge: the higher one wins.
+    ///
+    /// This order is a linear extension of the transition graph, so the winner of a merge is
+    /// always reachable from both versions. Akka ranks ReadyForShutdown above Down and both shutdown
+    /// statuses below Leaving differently (`Removed > ReadyForShutdown > Down > Exiting > Leaving >
+    /// PreparingForShutdown`), which lets a merge move a Down member back to ReadyForShutdown and
+    /// loses a Leaving that raced with ReadyForShutdown, so members that all leave at once after a
+    /// full-shutdown preparation never get out. We rank the shutdown statuses below Leaving instead.
     fn merge_rank(self) -> u8 {
         match self {
             Self::Joining => 0,
             Self::WeaklyUp => 1,
             Self::Up => 2,
             Self::PreparingForShutdown => 3,
-            Self::Leaving => 4,
-            Self::Exiting => 5,
-            Self::Down => 6,
-            Self::ReadyForShutdown => 7,
+            Self::ReadyForShutdown => 4,
+            Self::Leaving => 5,
+            Self::Exiting => 6,
+            Self::Down => 7,
             Self::Removed => 8,
         }
     }
@@ -279,8 +302,9 @@ impl Member {
         self.up_number.cmp(&other.up_number).then_with(|| self.address().cmp(other.address()))
     }
 
-    /// Of two versions of the same node, the one that wins a gossip merge (spec §1.4): the higher
-    /// status rank; with equal statuses the older one; identical ones keep `b`.
+    /// Of two versions of the same node, the one that wins a gossip merge (spec §1.4, with the
+    /// shutdown statuses ranked below Leaving; see `merge_rank`): the higher status rank; with equal
+    /// statuses the older one; identical ones keep `b`.
     pub fn highest_priority_of<'a>(a: &'a Member, b: &'a Member) -> &'a Member {
         match a.status.merge_rank().cmp(&b.status.merge_rank()) {
             Ordering::Greater => a,
@@ -418,10 +442,10 @@ pub(crate) mod tests {
             WeaklyUp,
             Up,
             PreparingForShutdown,
+            ReadyForShutdown,
             Leaving,
             Exiting,
             Down,
-            ReadyForShutdown,
             Removed,
         ];
         for (i, lo) in order.iter().enumerate() {
@@ -432,6 +456,26 @@ pub(crate) mod tests {
                 assert_eq!(Member::highest_priority_of(&b, &a).status(), *hi);
             }
         }
+    }
+
+    #[test]
+    fn the_merge_winner_is_reachable_from_both_versions() {
+        for a in MemberStatus::ALL {
+            for b in MemberStatus::ALL {
+                let w = Member::highest_priority_of(&member("a:1", a), &member("a:1", b)).status();
+                assert!(a.can_reach(w) && b.can_reach(w), "{a} + {b} -> {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn reachability_in_the_transition_graph_is_transitive() {
+        assert!(Joining.can_reach(ReadyForShutdown));
+        assert!(WeaklyUp.can_reach(Exiting));
+        assert!(!Down.can_reach(Up));
+        assert!(!Exiting.can_reach(Leaving));
+        assert!(!ReadyForShutdown.can_reach(Up));
+        assert!(Removed.can_reach(Removed) && !Removed.can_reach(Down));
     }
 
     #[test]

@@ -69,9 +69,6 @@ impl Cluster {
     }
 
     pub(super) fn start_prepare_for_shutdown(&mut self, now: Instant) {
-        if self.preparing_for_shutdown {
-            return;
-        }
         self.preparing_for_shutdown = true;
         let changed: Vec<_> = self
             .latest

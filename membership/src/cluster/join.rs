@@ -222,7 +222,7 @@ impl Cluster {
         roles: BTreeSet<String>,
         app_version: AppVersion,
     ) {
-        if !self.is_initialized() || self.preparing_for_shutdown {
+        if !self.is_initialized() || self.preparing_for_shutdown() {
             return;
         }
         if node.address.system() != self.config.system_name {

@@ -24,7 +24,7 @@ impl Cluster {
                     self.config.leader_actions_interval.saturating_mul(self.leader_action_counter);
                 if let Some(after) = self.config.allow_weakly_up_members
                     && waited >= after
-                    && !self.preparing_for_shutdown
+                    && !self.preparing_for_shutdown()
                 {
                     self.move_joining_to_weakly_up(now);
                 }
@@ -73,7 +73,7 @@ impl Cluster {
                 .map(|m| m.node().clone()),
         );
 
-        let may_move_up = self.min_nr_of_members_fulfilled() && !self.preparing_for_shutdown;
+        let may_move_up = self.min_nr_of_members_fulfilled() && !self.preparing_for_shutdown();
         let mut next_up = state.next_up_number();
         let mut changed = Vec::new();
         for m in state.dc_members() {
@@ -188,10 +188,7 @@ impl Cluster {
 
     /// Once one member prepares for a full shutdown, every Up member does (spec §9.4).
     fn check_for_prepare_for_shutdown(&mut self, now: Instant) {
-        if self.self_status() != MemberStatus::Up {
-            return;
-        }
-        if self.latest.members().any(|m| m.status().is_shutdown_preparation()) {
+        if self.self_status() == MemberStatus::Up && self.preparing_for_shutdown() {
             self.start_prepare_for_shutdown(now);
         }
     }

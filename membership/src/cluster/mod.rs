@@ -574,6 +574,13 @@ impl Cluster {
         self.sync_heartbeat_ring(now);
     }
 
+    /// Whether a full-cluster shutdown is under way: this node started one, or some member is
+    /// preparing for or ready for it. While it is, no member is admitted or moved Up.
+    fn preparing_for_shutdown(&self) -> bool {
+        self.preparing_for_shutdown
+            || self.latest.members().any(|m| m.status().is_shutdown_preparation())
+    }
+
     fn min_nr_of_members_fulfilled(&self) -> bool {
         let g = &self.latest;
         g.len() >= self.config.min_nr_of_members
