@@ -394,3 +394,76 @@ fn a_run_is_a_pure_function_of_its_seed() {
     assert_eq!(run(99), run(99));
     assert_ne!(run(99), run(100));
 }
+
+mod random_faults {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Fault {
+        Crash(u16),
+        Partition(Vec<u16>),
+        Heal,
+        Leave(u16, u16),
+        Down(u16, u16),
+        Join(u16),
+        PrepareShutdown(u16),
+        Wait(u64),
+    }
+
+    fn fault() -> impl Strategy<Value = Fault> {
+        prop_oneof![
+            (1u16..=6).prop_map(Fault::Crash),
+            prop::collection::vec(1u16..=6, 1..4).prop_map(Fault::Partition),
+            Just(Fault::Heal),
+            (1u16..=6, 1u16..=6).prop_map(|(a, b)| Fault::Leave(a, b)),
+            (1u16..=6, 1u16..=6).prop_map(|(a, b)| Fault::Down(a, b)),
+            (7u16..=9).prop_map(Fault::Join),
+            (1u16..=6).prop_map(Fault::PrepareShutdown),
+            (1u64..20).prop_map(Fault::Wait),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Every status change any node reports follows the transition graph (the network checks
+        /// each event), whatever crashes, partitions, leaves, downs and joins happen.
+        #[test]
+        fn no_member_status_moves_outside_the_allowed_graph(
+            seed in any::<u64>(),
+            faults in prop::collection::vec(fault(), 1..12),
+        ) {
+            let mut net = Net::new(seed);
+            net.max_delay = Duration::from_millis(30);
+            net.drop_rate = 0.02;
+            let cfg = test_config();
+            net.form_cluster(&[1, 2, 3, 4, 5, 6], &cfg);
+            let all: Vec<u16> = (1..=6).collect();
+            for f in faults {
+                match f {
+                    Fault::Crash(p) => net.crash(p),
+                    Fault::Partition(side) => {
+                        let other: Vec<u16> = all.iter().copied().filter(|p| !side.contains(p)).collect();
+                        net.partition(&side, &other);
+                    }
+                    Fault::Heal => net.heal(),
+                    Fault::Leave(by, p) if net.is_running(by) => net.with(by, |c, now| c.leave(now, &net::addr(p))),
+                    Fault::Down(by, p) if net.is_running(by) => net.with(by, |c, now| c.down(now, &net::addr(p))),
+                    Fault::Join(p) if !net.is_running(p) => {
+                        net.start_node(p, cfg.clone());
+                        net.join_seeds(p, &[1, 2, 3]);
+                    }
+                    Fault::PrepareShutdown(p) if net.is_running(p) => {
+                        net.with(p, |c, now| c.prepare_for_full_shutdown(now));
+                    }
+                    Fault::Wait(s) => net.run_for(SECS(s)),
+                    _ => {}
+                }
+                net.run_for(Duration::from_millis(500));
+            }
+            net.heal();
+            net.run_for(SECS(30));
+        }
+    }
+}

@@ -68,6 +68,9 @@ pub struct Net {
     trace: DefaultHasher,
     pub delivered: u64,
     pub largest_gossip_members: usize,
+    /// The last status each observer reported for each member, to check every change against the
+    /// transition graph.
+    last_status: BTreeMap<(Address, UniqueAddress), MemberStatus>,
 }
 
 /// Fast settings in the style of the multi-node test harness (spec §10.5).
@@ -105,6 +108,7 @@ impl Net {
             trace: DefaultHasher::new(),
             delivered: 0,
             largest_gossip_members: 0,
+            last_status: BTreeMap::new(),
         }
     }
 
@@ -188,6 +192,19 @@ impl Net {
             out.push(t);
         }
         while let Some(e) = core.poll_event() {
+            if let Some(m) = e.member().filter(|_| {
+                !matches!(e, ClusterEvent::UnreachableMember(_) | ClusterEvent::ReachableMember(_))
+            }) {
+                let key = (at.clone(), m.node().clone());
+                if let Some(prev) = self.last_status.insert(key, m.status()) {
+                    assert!(
+                        prev.can_reach(m.status()),
+                        "{at} saw {} move {prev} -> {} at {elapsed:?}",
+                        m.node(),
+                        m.status()
+                    );
+                }
+            }
             e.type_name().hash(&mut self.trace);
             elapsed.hash(&mut self.trace);
             node.events.push((elapsed, e));
