@@ -1,9 +1,11 @@
 //! convoke: cluster membership, management and bootstrap for Rust services.
 //!
-//! This crate will host the node runtime (tokio driver, TCP transport, management server and the
-//! `convoke` binary). For now it re-exports the sans-IO membership core, which everything else is
-//! built on.
+//! This crate is the node runtime around the sans-IO membership core ([`membership`]): the
+//! settings a node is configured with ([`settings`]), and, as they land, the tokio driver, the TCP
+//! transport, the management server and the `convoke` binary.
 
 #![warn(missing_docs)]
 
 pub use convoke_membership as membership;
+
+pub mod settings;
