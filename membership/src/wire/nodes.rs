@@ -1,0 +1,173 @@
+//! Addresses on the wire, tables of values referenced by index, and vector clocks over a node table.
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+
+use super::{DecodeError, pb};
+use crate::address::{Address, Uid, UniqueAddress};
+use crate::vclock::VectorClock;
+
+/// Assigns each distinct value an index, in order of first use.
+#[derive(Debug)]
+pub(super) struct Interner<K> {
+    index: BTreeMap<K, u32>,
+}
+
+impl<K: Ord> Interner<K> {
+    pub(super) fn new() -> Self {
+        Self { index: BTreeMap::new() }
+    }
+
+    /// The index of `key`, adding it if new.
+    pub(super) fn intern<Q>(&mut self, key: &Q) -> u32
+    where
+        K: Borrow<Q>,
+        Q: Ord + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(&i) = self.index.get(key) {
+            return i;
+        }
+        // A table of 2^32 entries would need far more memory than any gossip can hold.
+        let i = u32::try_from(self.index.len()).expect("a table holds fewer than 2^32 entries");
+        self.index.insert(key.to_owned(), i);
+        i
+    }
+
+    /// The values, in index order.
+    pub(super) fn into_items(self) -> Vec<K> {
+        let mut items: Vec<(K, u32)> = self.index.into_iter().collect();
+        items.sort_unstable_by_key(|(_, i)| *i);
+        items.into_iter().map(|(k, _)| k).collect()
+    }
+}
+
+/// The nodes one message mentions, each stored once; system names are a table of their own since a
+/// cluster usually has just one.
+#[derive(Debug)]
+pub(super) struct NodeTable {
+    nodes: Interner<UniqueAddress>,
+}
+
+impl NodeTable {
+    pub(super) fn new() -> Self {
+        Self { nodes: Interner::new() }
+    }
+
+    /// The index of `node`, adding it if new.
+    pub(super) fn index(&mut self, node: &UniqueAddress) -> u32 {
+        self.nodes.intern(node)
+    }
+
+    /// The system-name table and the node table.
+    pub(super) fn finish(self) -> (Vec<String>, Vec<pb::Node>) {
+        let mut systems: Interner<String> = Interner::new();
+        let nodes = self
+            .nodes
+            .into_items()
+            .into_iter()
+            .map(|n| pb::Node {
+                system: systems.intern(n.address.system()),
+                host: n.address.host().to_owned(),
+                port: u32::from(n.address.port()),
+                uid: n.uid.get(),
+            })
+            .collect();
+        (systems.into_items(), nodes)
+    }
+}
+
+/// The entry `index` of `table`, named `what` in the error.
+pub(super) fn lookup<'t, T>(
+    table: &'t [T],
+    index: u32,
+    what: &'static str,
+) -> Result<&'t T, DecodeError> {
+    usize::try_from(index).ok().and_then(|i| table.get(i)).ok_or(DecodeError::IndexOutOfRange {
+        table: what,
+        index,
+        len: table.len(),
+    })
+}
+
+/// Decodes a node table; its entries must be distinct, so that distinct indices are distinct nodes.
+pub(super) fn decode_node_table(
+    systems: &[String],
+    nodes: Vec<pb::Node>,
+) -> Result<Vec<UniqueAddress>, DecodeError> {
+    let table = nodes
+        .into_iter()
+        .map(|n| {
+            let system = lookup(systems, n.system, "all_systems")?;
+            unique_address(system.as_str(), n.host, n.port, n.uid)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut sorted: Vec<&UniqueAddress> = table.iter().collect();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err(DecodeError::Duplicate("node in all_addresses"));
+    }
+    Ok(table)
+}
+
+fn port(port: u32) -> Result<u16, DecodeError> {
+    u16::try_from(port).map_err(|_| DecodeError::PortOutOfRange(port))
+}
+
+fn unique_address(
+    system: &str,
+    host: String,
+    port_number: u32,
+    uid: u64,
+) -> Result<UniqueAddress, DecodeError> {
+    let uid = Uid::new(uid).ok_or(DecodeError::ZeroUid)?;
+    let address = Address::new(system, host, port(port_number)?)?;
+    Ok(UniqueAddress::new(address, uid))
+}
+
+pub(super) fn address_to_pb(a: &Address) -> pb::Address {
+    pb::Address {
+        system: a.system().to_owned(),
+        host: a.host().to_owned(),
+        port: u32::from(a.port()),
+    }
+}
+
+pub(super) fn address_from_pb(
+    a: Option<pb::Address>,
+    field: &'static str,
+) -> Result<Address, DecodeError> {
+    let a = a.ok_or(DecodeError::MissingField(field))?;
+    Ok(Address::new(a.system, a.host, port(a.port)?)?)
+}
+
+pub(super) fn unique_to_pb(n: &UniqueAddress) -> pb::UniqueAddress {
+    pb::UniqueAddress { address: Some(address_to_pb(&n.address)), uid: n.uid.get() }
+}
+
+pub(super) fn unique_from_pb(
+    n: Option<pb::UniqueAddress>,
+    field: &'static str,
+) -> Result<UniqueAddress, DecodeError> {
+    let n = n.ok_or(DecodeError::MissingField(field))?;
+    let uid = Uid::new(n.uid).ok_or(DecodeError::ZeroUid)?;
+    Ok(UniqueAddress::new(address_from_pb(n.address, field)?, uid))
+}
+
+pub(super) fn vclock_to_pb(clock: &VectorClock, table: &mut NodeTable) -> Vec<pb::VersionEntry> {
+    clock.entries().map(|(n, counter)| pb::VersionEntry { node: table.index(n), counter }).collect()
+}
+
+/// Decodes vector-clock entries against a node table. A zero counter is the same as no entry.
+pub(super) fn vclock_from_pb(
+    entries: Vec<pb::VersionEntry>,
+    table: &[UniqueAddress],
+) -> Result<VectorClock, DecodeError> {
+    let mut clock = BTreeMap::new();
+    for e in entries {
+        let node = lookup(table, e.node, "all_addresses")?;
+        if clock.insert(node.clone(), e.counter).is_some() {
+            return Err(DecodeError::Duplicate("vector clock entry"));
+        }
+    }
+    Ok(VectorClock::from_entries(clock))
+}
