@@ -591,3 +591,6 @@ impl Cluster {
                 .all(|(role, min)| g.members().filter(|m| m.has_role(role)).count() >= *min)
     }
 }
+
+#[cfg(test)]
+mod tests;
