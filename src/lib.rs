@@ -9,3 +9,4 @@
 pub use convoke_membership as membership;
 
 pub mod settings;
+pub mod transport;

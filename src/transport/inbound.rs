@@ -1,0 +1,227 @@
+//! Inbound connections: accepting within `max_connections`, checking handshakes, reading frames,
+//! and delivering messages to the driver with heartbeats first.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use convoke_membership::wire;
+use futures::StreamExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::codec::FramedRead;
+
+use super::frame::{FrameCodec, FrameError, LENGTH_PREFIX_BYTES};
+use super::handshake::{Handshake, MAX_HANDSHAKE_BYTES, StreamKind};
+use super::stats::{self, inc};
+use super::{Inbound, Shared};
+
+/// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// At most one "connection refused" line per this interval; a flood is summarised by the counter.
+const REJECT_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Where readers put decoded messages, by stream kind.
+#[derive(Clone, Debug)]
+pub(super) struct Queues {
+    pub(super) control: mpsc::Sender<Inbound>,
+    pub(super) ordinary: mpsc::Sender<Inbound>,
+}
+
+/// Accepts connections until the transport stops; each gets a reader task and a connection slot.
+pub(super) async fn accept(shared: Arc<Shared>, listener: TcpListener, queues: Queues) {
+    let slots =
+        Arc::new(Semaphore::new(shared.settings.max_connections.min(Semaphore::MAX_PERMITS)));
+    let mut last_reject_log: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = shared.stopping.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        let (socket, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::select! {
+                    () = shared.stopping.cancelled() => return,
+                    () = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => continue,
+                }
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            inc(&shared.counters.rejected_connections);
+            if last_reject_log.is_none_or(|t| t.elapsed() >= REJECT_LOG_INTERVAL) {
+                last_reject_log = Some(Instant::now());
+                tracing::warn!(
+                    %peer,
+                    max_connections = shared.settings.max_connections,
+                    rejected_so_far = shared.counters.snapshot().rejected_connections,
+                    "closing connection: max_connections inbound connections are open"
+                );
+            }
+            drop(socket);
+            continue;
+        };
+        shared.spawn(serve(shared.clone(), socket, peer, slot, queues.clone()));
+    }
+}
+
+/// Reads one connection: the handshake, then frames until it ends or misbehaves.
+async fn serve(
+    shared: Arc<Shared>,
+    socket: TcpStream,
+    peer: SocketAddr,
+    _slot: OwnedSemaphorePermit,
+    queues: Queues,
+) {
+    let _open = stats::open(&shared.counters.open_inbound);
+    let mut frames = FramedRead::new(socket, FrameCodec::new(MAX_HANDSHAKE_BYTES));
+    let handshake = tokio::select! {
+        biased;
+        () = shared.stopping.cancelled() => return,
+        h = handshake(&shared, &mut frames, peer) => h,
+    };
+    let Some(Handshake { from, stream, .. }) = handshake else {
+        inc(&shared.counters.handshake_failures);
+        return;
+    };
+    tracing::debug!(%peer, node = %from, stream = stream.as_str(), "inbound connection");
+    frames.decoder_mut().set_max_frame_size(shared.settings.max_frame_size);
+    let queue = match stream {
+        StreamKind::Control => queues.control,
+        StreamKind::Ordinary => queues.ordinary,
+    };
+    let idle_timeout = shared.settings.idle_timeout.0;
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = shared.stopping.cancelled() => return,
+            r = tokio::time::timeout(idle_timeout, frames.next()) => r,
+        };
+        let frame = match next {
+            Err(_) => {
+                inc(&shared.counters.closed_idle);
+                tracing::debug!(%peer, node = %from, ?idle_timeout, "closing idle connection");
+                return;
+            }
+            Ok(None) => {
+                tracing::debug!(%peer, node = %from, "connection closed by the peer");
+                return;
+            }
+            Ok(Some(Err(FrameError::Io(e)))) => {
+                tracing::debug!(%peer, node = %from, error = %e, "connection failed");
+                return;
+            }
+            Ok(Some(Err(e))) => {
+                inc(&shared.counters.closed_bad_frame);
+                tracing::warn!(%peer, node = %from, reason = %e, "closing connection: bad frame");
+                return;
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let received_at = Instant::now();
+        let message = match wire::decode_with_limits(&frame, &shared.limits) {
+            Ok(m) => m,
+            Err(e) => {
+                inc(&shared.counters.closed_bad_frame);
+                tracing::warn!(%peer, node = %from, reason = %e, "closing connection: undecodable message");
+                return;
+            }
+        };
+        if stream == StreamKind::Control && !message.is_heartbeat() {
+            inc(&shared.counters.closed_bad_frame);
+            tracing::warn!(
+                %peer,
+                node = %from,
+                kind = message.kind(),
+                "closing connection: only heartbeats may use a control stream"
+            );
+            return;
+        }
+        shared.counters.received(message.kind(), LENGTH_PREFIX_BYTES + frame.len());
+        drop(frame);
+        let inbound = Inbound { from: from.clone(), message, received_at };
+        // Waiting here is the backpressure: this connection stops being read, others go on.
+        let delivered = tokio::select! {
+            biased;
+            () = shared.stopping.cancelled() => return,
+            r = queue.send(inbound) => r.is_ok(),
+        };
+        if !delivered {
+            inc(&shared.counters.dropped_inbound);
+        }
+    }
+}
+
+/// Reads and checks the handshake within `handshake_timeout`; `None` (logged) when it fails.
+async fn handshake(
+    shared: &Shared,
+    frames: &mut FramedRead<TcpStream, FrameCodec>,
+    peer: SocketAddr,
+) -> Option<Handshake> {
+    let timeout = shared.settings.handshake_timeout.0;
+    let payload = match tokio::time::timeout(timeout, frames.next()).await {
+        Err(_) => {
+            tracing::warn!(%peer, ?timeout, "closing connection: no handshake within handshake_timeout");
+            return None;
+        }
+        Ok(None) => {
+            tracing::debug!(%peer, "connection closed before its handshake");
+            return None;
+        }
+        Ok(Some(Err(e))) => {
+            tracing::warn!(%peer, reason = %e, "closing connection: bad handshake frame");
+            return None;
+        }
+        Ok(Some(Ok(payload))) => payload,
+    };
+    let handshake = match Handshake::decode(&payload) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(%peer, reason = %e, "closing connection: bad handshake");
+            return None;
+        }
+    };
+    let theirs = handshake.from.address.system();
+    if theirs != shared.system_name {
+        tracing::warn!(
+            %peer,
+            node = %handshake.from,
+            their_system = theirs,
+            our_system = %shared.system_name,
+            "closing connection: handshake from another system"
+        );
+        return None;
+    }
+    Some(handshake)
+}
+
+/// Moves messages from the two queues into the driver's channel, a heartbeat first whenever one
+/// is waiting. A slot in the driver's channel is reserved before a message is chosen, so the
+/// choice is made as late as possible.
+pub(super) async fn deliver(
+    shared: Arc<Shared>,
+    mut control: mpsc::Receiver<Inbound>,
+    mut ordinary: mpsc::Receiver<Inbound>,
+    out: mpsc::Sender<Inbound>,
+) {
+    loop {
+        let slot = tokio::select! {
+            biased;
+            () = shared.stopping.cancelled() => return,
+            slot = out.reserve() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return, // The driver is gone; readers count what they cannot deliver.
+            },
+        };
+        let next = tokio::select! {
+            biased;
+            () = shared.stopping.cancelled() => return,
+            Some(m) = control.recv() => m,
+            Some(m) = ordinary.recv() => m,
+        };
+        slot.send(next);
+    }
+}

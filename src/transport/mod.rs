@@ -1,0 +1,302 @@
+//! The TCP transport: carries the membership core's [`Message`]s between nodes.
+//!
+//! # Frames
+//!
+//! A connection is a sequence of frames: a `u32` big-endian payload length, then the payload
+//! ([`frame`]). The first frame is a [handshake]; every later frame is one message
+//! encoded by [`convoke_membership::wire::encode`].
+//!
+//! # Handshake
+//!
+//! The dialling node opens each connection with a handshake naming its unique address (system,
+//! host, port, uid), the wire [protocol version](convoke_membership::wire::PROTOCOL_VERSION) and
+//! the stream kind; the layout is in [`handshake`]. The accepting node checks the magic, the
+//! version and the system name; a mismatch closes the connection with a WARN line naming the
+//! peer's socket address and the mismatch. Nothing is sent back. Every message on the connection
+//! is then delivered as coming from the handshake's unique address ([`Inbound::from`]).
+//!
+//! # Connection model
+//!
+//! Connections are one-way, as in Akka Artery: a node sends only on connections it dialled and
+//! only reads connections it accepted. Two nodes talking both ways therefore use two connections
+//! per stream kind, one dialled by each.
+//!
+//! For each peer address a node dials up to two connections, each fed by its own bounded queue
+//! and written by its own task:
+//! - the **control** stream carries heartbeats and heartbeat responses only;
+//! - the **ordinary** stream carries everything else (join handshake, gossip, status, ...).
+//!
+//! Why two connections rather than one with a priority queue: a priority queue only reorders
+//! frames that have not been written yet. A multi-megabyte gossip frame already handed to the
+//! socket still sits in the kernel send buffer, on the wire and in the peer's receive buffer
+//! ahead of any heartbeat written after it, and a peer that reads its ordinary connection
+//! slowly stalls it entirely. A separate TCP connection has its own buffers and flow control, so
+//! a heartbeat is never behind gossip bytes anywhere between the two cores. On the receiving side
+//! each connection has its own reader task, and delivery to the driver gives the control stream
+//! priority: readers hand messages to a small control queue or an ordinary queue, and one task
+//! moves them into the driver's channel, always taking a waiting heartbeat first. So a heartbeat
+//! waits behind at most the few messages already in the driver's channel, never behind a backlog
+//! of gossip.
+//!
+//! An outbound stream connects when its first message is queued, and after a failure or a close
+//! reconnects with capped exponential backoff with jitter: the `n`-th wait is drawn from
+//! `[d, 2d)` with `d = min(100 ms · 2ⁿ, max_reconnect_backoff / 2)`, so it never exceeds
+//! `max_reconnect_backoff`; the backoff starts over once a connection has stayed up for
+//! `max_reconnect_backoff`. Host names are resolved on every attempt with
+//! [`tokio::net::lookup_host`] and each resolved address is tried in turn. A stream with nothing
+//! to send closes its connection after half of `idle_timeout`, before the peer's idle timeout
+//! could cut it in the middle of a write, and its task ends after `idle_timeout` without traffic.
+//! When a peer stays unreachable and nothing new has been queued for it for `idle_timeout`, the
+//! queue is dropped and counted.
+//!
+//! # Limits
+//!
+//! Every limit comes from [`TransportSettings`]:
+//! - `max_frame_size`: checked on the length prefix before any payload byte is kept; a larger
+//!   prefix closes that connection. A message whose frame would be larger is not sent (logged at
+//!   WARN, counted in [`TransportStats::oversized_outbound`]). The handshake frame has its own
+//!   limit of [`handshake::MAX_HANDSHAKE_BYTES`], so an unidentified peer cannot make the node
+//!   buffer more than that.
+//! - `max_decompressed_size`: passed with `max_frame_size` to the decoder as
+//!   [`DecodeLimits`], so a compressed gossip cannot inflate beyond it.
+//! - `max_connections`: inbound connections open at once (handshake pending or done); an excess
+//!   connection is accepted and closed at once, counted, and logged at most once a second.
+//! - `handshake_timeout`: an inbound connection must deliver its handshake within this time.
+//! - `idle_timeout`: an inbound connection without a complete frame for this long is closed, which
+//!   also bounds how slowly a frame may trickle in.
+//! - `outbound_queue_size`: messages queued per peer on the ordinary stream. When it is full, the
+//!   oldest non-heartbeat message is dropped and counted. The control stream holds at most
+//!   `min(outbound_queue_size, 64)` heartbeats, and drops its oldest (a stale heartbeat is
+//!   worthless) when full.
+//! - `connect_timeout`: one connection attempt, resolution included.
+//! - `max_reconnect_backoff`: the longest wait between connection attempts.
+//!
+//! A malformed, oversized or truncated frame, an undecodable message, or an ordinary message on a
+//! control stream closes only that connection, with a WARN line naming the peer and the reason.
+//! Inbound delivery is bounded: when the driver falls behind, readers wait (TCP pushes back on
+//! the sender), each on its own connection, so one slow or hostile peer never blocks the others.
+//!
+//! Layout: [`frame`] (length prefix codec), [`handshake`] (the first frame), `outbound` (queues,
+//! dialling, writing), `inbound` (accepting, reading, delivery), `stats` ([`TransportStats`]).
+
+pub mod frame;
+pub mod handshake;
+mod inbound;
+mod outbound;
+mod stats;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use convoke_membership::wire::DecodeLimits;
+use convoke_membership::{Address, Message, UniqueAddress};
+use tokio::net::TcpListener;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::settings::TransportSettings;
+use handshake::{Handshake, HandshakeError, StreamKind};
+use outbound::{Lane, PeerLanes};
+pub use stats::TransportStats;
+use stats::{Counters, inc};
+
+/// Messages waiting for the driver: the control queue, the ordinary queue, and the driver's
+/// channel they are merged into (small, so that a heartbeat is never far from its head).
+const CONTROL_INBOUND_QUEUE: usize = 64;
+const ORDINARY_INBOUND_QUEUE: usize = 64;
+const DELIVERY_QUEUE: usize = 16;
+
+/// What a transport needs besides its listener and identity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransportConfig {
+    /// The cluster name; handshakes naming another system are refused.
+    pub system_name: String,
+    /// Limits and timeouts.
+    pub settings: TransportSettings,
+}
+
+/// A message received from a peer.
+#[derive(Clone, Debug)]
+pub struct Inbound {
+    /// The sender, as named in its connection's handshake.
+    pub from: UniqueAddress,
+    /// The message.
+    pub message: Message,
+    /// When its frame was read off the socket (before any wait for the driver).
+    pub received_at: tokio::time::Instant,
+}
+
+/// A running transport. Cheap to clone; all clones drive the same connections.
+///
+/// It runs until [`shutdown`](Self::shutdown) is called.
+#[derive(Clone)]
+pub struct Transport {
+    shared: Arc<Shared>,
+}
+
+/// State shared by the handle and the connection tasks.
+struct Shared {
+    self_node: UniqueAddress,
+    system_name: String,
+    settings: TransportSettings,
+    limits: DecodeLimits,
+    local_addr: SocketAddr,
+    /// The handshake payloads this node sends, by stream kind (ordinary, control).
+    handshakes: [Result<Bytes, HandshakeError>; 2],
+    counters: Counters,
+    /// Outbound queues by peer address. Lock order: this map, then a lane's queue.
+    lanes: Mutex<HashMap<Address, PeerLanes>>,
+    /// Cancelled when shutdown begins: stop accepting and reading, flush and close outbound.
+    stopping: CancellationToken,
+    /// Cancelled when the shutdown grace ends: every task returns at once.
+    closed: CancellationToken,
+    tasks: TaskTracker,
+    runtime: Handle,
+}
+
+impl Transport {
+    /// Starts accepting on `listener` (already bound; port 0 allowed) as `self_node`. Inbound
+    /// messages go to the returned receiver.
+    ///
+    /// # Panics
+    /// When called outside a tokio runtime.
+    pub fn start(
+        listener: TcpListener,
+        self_node: UniqueAddress,
+        config: TransportConfig,
+    ) -> (Transport, mpsc::Receiver<Inbound>) {
+        let TransportConfig { system_name, settings } = config;
+        let local_addr = listener.local_addr().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "the transport listener has no local address");
+            SocketAddr::from(([0, 0, 0, 0], 0))
+        });
+        if self_node.address.system() != system_name {
+            tracing::warn!(
+                node = %self_node,
+                system = %system_name,
+                "the node's address names another system than the transport's system name"
+            );
+        }
+        let mut limits = DecodeLimits::DEFAULT;
+        limits.max_frame_bytes = settings.max_frame_size;
+        limits.max_decompressed_bytes = settings.max_decompressed_size;
+        let handshake =
+            |stream| Handshake::new(self_node.clone(), stream).encode().map(Bytes::from);
+        let shared = Arc::new(Shared {
+            handshakes: [handshake(StreamKind::Ordinary), handshake(StreamKind::Control)],
+            self_node,
+            system_name,
+            settings,
+            limits,
+            local_addr,
+            counters: Counters::default(),
+            lanes: Mutex::new(HashMap::new()),
+            stopping: CancellationToken::new(),
+            closed: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            runtime: Handle::current(),
+        });
+        if let Err(e) = &shared.handshakes[0] {
+            tracing::error!(node = %shared.self_node, error = %e, "cannot encode this node's handshake; nothing will be sent");
+        }
+        let (control_tx, control_rx) = mpsc::channel(CONTROL_INBOUND_QUEUE);
+        let (ordinary_tx, ordinary_rx) = mpsc::channel(ORDINARY_INBOUND_QUEUE);
+        let (delivery_tx, delivery_rx) = mpsc::channel(DELIVERY_QUEUE);
+        shared.spawn(inbound::deliver(shared.clone(), control_rx, ordinary_rx, delivery_tx));
+        let queues = inbound::Queues { control: control_tx, ordinary: ordinary_tx };
+        shared.spawn(inbound::accept(shared.clone(), listener, queues));
+        tracing::debug!(node = %shared.self_node, %local_addr, "transport listening");
+        (Transport { shared }, delivery_rx)
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// Queues `message` for `to`; never blocks, never fails (problems are logged and counted).
+    ///
+    /// Heartbeats go on the peer's control stream, everything else on its ordinary stream. When
+    /// the ordinary queue is full its oldest message is dropped; see the [module docs](self).
+    pub fn send(&self, to: &Address, message: Message) {
+        let shared = &self.shared;
+        if shared.stopping.is_cancelled() {
+            inc(&shared.counters.dropped_outbound);
+            tracing::debug!(peer = %to, kind = message.kind(), "transport shut down; message dropped");
+            return;
+        }
+        let stream = StreamKind::of(&message);
+        if shared.handshake(stream).is_err() {
+            // Logged once at start: this node cannot identify itself to peers.
+            inc(&shared.counters.dropped_outbound);
+            return;
+        }
+        let mut lanes = shared.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        let lane = match lanes.get_mut(to).and_then(|peer| peer.get_mut(stream).clone()) {
+            Some(lane) => lane,
+            None => {
+                let capacity = match stream {
+                    StreamKind::Ordinary => shared.settings.outbound_queue_size,
+                    StreamKind::Control => {
+                        shared.settings.outbound_queue_size.min(outbound::CONTROL_QUEUE_LIMIT)
+                    }
+                };
+                let lane = Arc::new(Lane::new(to.clone(), stream, capacity));
+                *lanes.entry(to.clone()).or_default().get_mut(stream) = Some(lane.clone());
+                shared.spawn(outbound::run(self.shared.clone(), lane.clone()));
+                lane
+            }
+        };
+        lane.push(&shared.counters, message);
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> TransportStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Stops accepting, flushes queued frames best-effort for up to `grace`, closes every
+    /// connection. Returns once every connection task has ended; later sends are dropped.
+    pub async fn shutdown(&self, grace: Duration) {
+        let shared = &self.shared;
+        shared.stopping.cancel();
+        shared.tasks.close();
+        if tokio::time::timeout(grace, shared.tasks.wait()).await.is_err() {
+            tracing::debug!(?grace, "transport shutdown grace expired; closing what is left");
+        }
+        shared.closed.cancel();
+        shared.tasks.wait().await;
+        tracing::debug!(node = %shared.self_node, "transport shut down");
+    }
+}
+
+impl Shared {
+    fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.spawn_on(task, &self.runtime);
+    }
+
+    fn handshake(&self, stream: StreamKind) -> &Result<Bytes, HandshakeError> {
+        match stream {
+            StreamKind::Ordinary => &self.handshakes[0],
+            StreamKind::Control => &self.handshakes[1],
+        }
+    }
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("self_node", &self.shared.self_node)
+            .field("local_addr", &self.shared.local_addr)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,438 @@
+//! Outbound streams: one bounded queue and one writer task per (peer address, stream kind).
+//!
+//! The task connects when there is something to send, writes the handshake, then writes queued
+//! messages as frames, batching whatever is queued into one flush. It watches the read half of
+//! its socket: the peer never writes on a connection it accepted, so any read result means the
+//! connection is gone (closed, reset, or a peer breaking the protocol).
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use bytes::Bytes;
+use convoke_membership::wire;
+use convoke_membership::{Address, Message};
+use futures::SinkExt;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::codec::FramedWrite;
+
+use super::Shared;
+use super::frame::{FrameCodec, LENGTH_PREFIX_BYTES};
+use super::handshake::{MAX_HANDSHAKE_BYTES, StreamKind};
+use super::stats::{self, Counters, inc};
+
+/// The most heartbeats queued for one peer.
+pub(super) const CONTROL_QUEUE_LIMIT: usize = 64;
+/// The first reconnection delay (before jitter).
+const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// The smallest reconnection delay, whatever the settings say: no busy reconnect loop.
+const MIN_BACKOFF: Duration = Duration::from_millis(5);
+
+/// The outbound queues to one peer address.
+#[derive(Debug, Default)]
+pub(super) struct PeerLanes {
+    ordinary: Option<Arc<Lane>>,
+    control: Option<Arc<Lane>>,
+}
+
+impl PeerLanes {
+    pub(super) fn get_mut(&mut self, stream: StreamKind) -> &mut Option<Arc<Lane>> {
+        match stream {
+            StreamKind::Ordinary => &mut self.ordinary,
+            StreamKind::Control => &mut self.control,
+        }
+    }
+}
+
+/// One stream's queue to one peer.
+#[derive(Debug)]
+pub(super) struct Lane {
+    peer: Address,
+    stream: StreamKind,
+    capacity: usize,
+    queue: Mutex<Queue>,
+    /// Wakes the lane's task; it is the only waiter.
+    notify: Notify,
+}
+
+#[derive(Debug)]
+struct Queue {
+    messages: VecDeque<Message>,
+    /// When a message was last queued: a peer nobody talks to any more is given up.
+    last_push: Instant,
+    /// Whether drops have been logged at WARN since the queue was last empty.
+    dropping: bool,
+}
+
+impl Lane {
+    pub(super) fn new(peer: Address, stream: StreamKind, capacity: usize) -> Self {
+        let queue = Queue { messages: VecDeque::new(), last_push: Instant::now(), dropping: false };
+        Self {
+            peer,
+            stream,
+            capacity: capacity.max(1),
+            queue: Mutex::new(queue),
+            notify: Notify::new(),
+        }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `message`; when full, first drops the oldest non-heartbeat message (the oldest
+    /// message when all are heartbeats).
+    pub(super) fn push(&self, counters: &Counters, message: Message) {
+        let mut q = self.queue();
+        if q.messages.len() >= self.capacity {
+            let victim = q.messages.iter().position(|m| !m.is_heartbeat()).unwrap_or(0);
+            if let Some(dropped) = q.messages.remove(victim) {
+                inc(&counters.dropped_outbound);
+                if q.dropping {
+                    tracing::debug!(peer = %self.peer, kind = dropped.kind(), "outbound queue full; dropped the oldest message");
+                } else {
+                    q.dropping = true;
+                    tracing::warn!(
+                        peer = %self.peer,
+                        stream = self.stream.as_str(),
+                        capacity = self.capacity,
+                        kind = dropped.kind(),
+                        "outbound queue full; dropping the oldest messages"
+                    );
+                }
+            }
+        }
+        q.messages.push_back(message);
+        q.last_push = Instant::now();
+        drop(q);
+        self.notify.notify_one();
+    }
+
+    fn pop(&self) -> Option<Message> {
+        let mut q = self.queue();
+        let message = q.messages.pop_front();
+        if q.messages.is_empty() {
+            q.dropping = false;
+        }
+        message
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue().messages.is_empty()
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.queue().last_push.elapsed()
+    }
+
+    /// Empties the queue, counting what it held as dropped.
+    fn clear(&self, counters: &Counters) -> usize {
+        let n = std::mem::take(&mut self.queue().messages).len();
+        counters.dropped_outbound.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        n
+    }
+}
+
+/// Removes `lane` from the map if `force` or its queue is empty; a send then starts a new lane.
+/// Both happen under the map lock, so no message is queued on a lane whose task has ended.
+fn retire(shared: &Shared, lane: &Arc<Lane>, force: bool) -> bool {
+    let mut lanes = shared.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+    if !force && !lane.is_empty() {
+        return false;
+    }
+    let dropped = lane.clear(&shared.counters);
+    if let Some(peer) = lanes.get_mut(&lane.peer) {
+        let slot = peer.get_mut(lane.stream);
+        if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, lane)) {
+            *slot = None;
+        }
+        if peer.ordinary.is_none() && peer.control.is_none() {
+            lanes.remove(&lane.peer);
+        }
+    }
+    if dropped > 0 {
+        tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), dropped, "gave up on an unreachable peer");
+    }
+    true
+}
+
+/// How a connection ended.
+enum End {
+    /// The transport is shutting down and the queue was flushed.
+    Stopped,
+    /// Nothing to send for a while; closed cleanly.
+    Idle,
+    /// Closed by the peer or by an error.
+    Failed(String),
+}
+
+/// The lane's task: wait for messages, connect, write, reconnect with backoff.
+pub(super) async fn run(shared: Arc<Shared>, lane: Arc<Lane>) {
+    let max_backoff = shared.settings.max_reconnect_backoff.0;
+    let mut backoff = Backoff::new(max_backoff);
+    let mut failures = 0u32;
+    loop {
+        if !wait_for_work(&shared, &lane).await {
+            return;
+        }
+        let connected = tokio::select! {
+            biased;
+            () = shared.closed.cancelled() => return,
+            r = connect(&shared, &lane.peer) => r,
+        };
+        let delay = match connected {
+            Ok(socket) => {
+                failures = 0;
+                let opened = Instant::now();
+                let end = tokio::select! {
+                    biased;
+                    () = shared.closed.cancelled() => return,
+                    end = write(&shared, &lane, socket) => end,
+                };
+                match end {
+                    End::Stopped => return,
+                    End::Idle => {
+                        tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), "closed an idle connection");
+                        continue;
+                    }
+                    End::Failed(reason) => {
+                        tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), %reason, "outbound connection closed");
+                    }
+                }
+                if opened.elapsed() >= max_backoff {
+                    backoff.reset();
+                    continue;
+                }
+                backoff.next()
+            }
+            Err(e) => {
+                inc(&shared.counters.connect_failures);
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(peer = %lane.peer, stream = lane.stream.as_str(), error = %e, "cannot connect; retrying with backoff");
+                } else {
+                    tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), error = %e, failures, "cannot connect");
+                }
+                if shared.stopping.is_cancelled()
+                    || lane.idle_for() >= shared.settings.idle_timeout.0
+                {
+                    // Shutting down, or nobody has had anything new for this peer for a while.
+                    retire(&shared, &lane, true);
+                    return;
+                }
+                backoff.next()
+            }
+        };
+        tokio::select! {
+            biased;
+            () = shared.closed.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Waits until the lane has messages: `false` when the transport is stopping or the lane was
+/// retired after `idle_timeout` without any.
+async fn wait_for_work(shared: &Shared, lane: &Arc<Lane>) -> bool {
+    loop {
+        if !lane.is_empty() {
+            return true;
+        }
+        if shared.stopping.is_cancelled() {
+            return false;
+        }
+        tokio::select! {
+            biased;
+            () = shared.stopping.cancelled() => {}
+            () = lane.notify.notified() => {}
+            () = tokio::time::sleep(shared.settings.idle_timeout.0) => {
+                if retire(shared, lane, false) {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Resolves `peer` and tries each address in turn, all within `connect_timeout`.
+async fn connect(shared: &Shared, peer: &Address) -> io::Result<TcpStream> {
+    let attempt = async {
+        let mut last = None;
+        for addr in tokio::net::lookup_host(peer.host_port()).await? {
+            match TcpStream::connect(addr).await {
+                Ok(socket) => return Ok(socket),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "the host resolved to no address")
+        }))
+    };
+    let timeout = shared.settings.connect_timeout.0;
+    tokio::time::timeout(timeout, attempt).await.unwrap_or_else(|_| {
+        Err(io::Error::new(io::ErrorKind::TimedOut, format!("no connection within {timeout:?}")))
+    })
+}
+
+/// Sends the handshake, then queued messages until the connection ends.
+async fn write(shared: &Shared, lane: &Lane, socket: TcpStream) -> End {
+    // Heartbeats and small gossip must not wait for Nagle's algorithm.
+    let _ = socket.set_nodelay(true);
+    let (mut read_half, write_half) = socket.into_split();
+    let max_frame_size = shared.settings.max_frame_size;
+    let mut sink =
+        FramedWrite::new(write_half, FrameCodec::new(max_frame_size.max(MAX_HANDSHAKE_BYTES)));
+    let handshake = match shared.handshake(lane.stream) {
+        Ok(h) => h.clone(),
+        Err(e) => {
+            lane.clear(&shared.counters);
+            return End::Failed(format!("cannot encode the handshake: {e}"));
+        }
+    };
+    if let Err(e) = sink.send(handshake).await {
+        return End::Failed(e.to_string());
+    }
+    let _open = stats::open(&shared.counters.open_outbound);
+    tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), "connected");
+    // Close before the peer's idle timeout can cut the connection during a write.
+    let idle = shared.settings.idle_timeout.0 / 2;
+    let mut probe = [0u8; 1];
+    loop {
+        while let Some(message) = lane.pop() {
+            let kind = message.kind();
+            let payload = wire::encode(&message);
+            if payload.len() > max_frame_size {
+                inc(&shared.counters.oversized_outbound);
+                tracing::warn!(
+                    peer = %lane.peer,
+                    kind,
+                    bytes = payload.len(),
+                    max_frame_size,
+                    "not sending a message larger than max_frame_size"
+                );
+                continue;
+            }
+            shared.counters.sent(kind, LENGTH_PREFIX_BYTES + payload.len());
+            if let Err(e) = sink.feed(Bytes::from(payload)).await {
+                return End::Failed(e.to_string());
+            }
+        }
+        if let Err(e) = sink.flush().await {
+            return End::Failed(e.to_string());
+        }
+        if shared.stopping.is_cancelled() {
+            let _ = sink.close().await;
+            return End::Stopped;
+        }
+        tokio::select! {
+            biased;
+            () = shared.stopping.cancelled() => {}
+            () = lane.notify.notified() => {}
+            r = read_half.read(&mut probe) => {
+                return End::Failed(match r {
+                    Ok(0) => "closed by the peer".to_owned(),
+                    Ok(_) => "the peer wrote on a send-only connection".to_owned(),
+                    Err(e) => e.to_string(),
+                });
+            }
+            () = tokio::time::sleep(idle) => {
+                if lane.is_empty() {
+                    let _ = sink.close().await;
+                    return End::Idle;
+                }
+            }
+        }
+    }
+}
+
+/// Capped exponential backoff with jitter, from backon: each delay is drawn from `[d, 2d)` with
+/// `d` doubling from 100 ms up to half the cap, so no delay exceeds the cap.
+struct Backoff {
+    builder: ExponentialBuilder,
+    delays: ExponentialBackoff,
+    max: Duration,
+}
+
+impl Backoff {
+    fn new(max: Duration) -> Self {
+        let half = (max / 2).max(MIN_BACKOFF);
+        let builder = ExponentialBuilder::new()
+            .with_min_delay(INITIAL_BACKOFF.min(half))
+            .with_max_delay(half)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times();
+        Self { delays: builder.build(), builder, max }
+    }
+
+    fn next(&mut self) -> Duration {
+        self.delays.next().unwrap_or(self.max)
+    }
+
+    fn reset(&mut self) {
+        self.delays = self.builder.build();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use convoke_membership::{Uid, UniqueAddress};
+
+    fn address() -> Address {
+        "convoke://s@127.0.0.1:1".parse().unwrap()
+    }
+
+    fn join(n: u64) -> Message {
+        Message::ExitingConfirmed { node: UniqueAddress::new(address(), Uid::new(n).unwrap()) }
+    }
+
+    fn heartbeat(n: u64) -> Message {
+        Message::Heartbeat {
+            from: UniqueAddress::new(address(), Uid::new(1).unwrap()),
+            sequence_nr: n,
+            creation_time_nanos: 0,
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_its_oldest_non_heartbeat_message() {
+        let counters = Counters::default();
+        let lane = Lane::new(address(), StreamKind::Ordinary, 3);
+        for m in [heartbeat(1), join(1), join(2), join(3), join(4)] {
+            lane.push(&counters, m);
+        }
+        let left: Vec<Message> = std::iter::from_fn(|| lane.pop()).collect();
+        assert_eq!(left, [heartbeat(1), join(3), join(4)]);
+        assert_eq!(counters.snapshot().dropped_outbound, 2);
+    }
+
+    #[test]
+    fn a_queue_of_heartbeats_drops_the_oldest_heartbeat() {
+        let counters = Counters::default();
+        let lane = Lane::new(address(), StreamKind::Control, 2);
+        for n in 1..=4 {
+            lane.push(&counters, heartbeat(n));
+        }
+        let left: Vec<Message> = std::iter::from_fn(|| lane.pop()).collect();
+        assert_eq!(left, [heartbeat(3), heartbeat(4)]);
+        assert_eq!(counters.snapshot().dropped_outbound, 2);
+    }
+
+    #[test]
+    fn backoff_grows_and_never_exceeds_the_cap() {
+        let max = Duration::from_secs(5);
+        let mut b = Backoff::new(max);
+        let delays: Vec<Duration> = (0..20).map(|_| b.next()).collect();
+        assert!(delays[0] >= INITIAL_BACKOFF && delays[0] < 2 * INITIAL_BACKOFF, "{delays:?}");
+        assert!(delays.iter().all(|d| *d <= max), "{delays:?}");
+        assert!(delays[19] >= max / 2, "{delays:?}");
+        b.reset();
+        assert!(b.next() < 2 * INITIAL_BACKOFF);
+    }
+}

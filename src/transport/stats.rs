@@ -1,0 +1,141 @@
+//! Counters, updated lock-free by the connection tasks, read as a [`TransportStats`] snapshot.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of the transport's counters, for tests, logs and metrics.
+///
+/// Frames and bytes count message frames only (not handshakes); bytes include the 4-byte length
+/// prefix. Every counter but `open_*` only grows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransportStats {
+    /// Message frames read and decoded.
+    pub frames_in: u64,
+    /// Bytes of those frames.
+    pub bytes_in: u64,
+    /// Message frames handed to a socket.
+    pub frames_out: u64,
+    /// Bytes of those frames.
+    pub bytes_out: u64,
+    /// Messages dropped before sending: the oldest when a queue was full, and what was still
+    /// queued when a peer stayed unreachable or the transport shut down.
+    pub dropped_outbound: u64,
+    /// Messages received but not delivered because the receiver was gone.
+    pub dropped_inbound: u64,
+    /// Messages not sent because their frame exceeded `max_frame_size`.
+    pub oversized_outbound: u64,
+    /// Inbound connections closed at once because `max_connections` were open.
+    pub rejected_connections: u64,
+    /// Inbound connections closed for an oversized, truncated or undecodable frame.
+    pub closed_bad_frame: u64,
+    /// Inbound connections closed after `idle_timeout` without a frame.
+    pub closed_idle: u64,
+    /// Inbound connections closed for a missing, late, malformed or mismatched handshake.
+    pub handshake_failures: u64,
+    /// Outbound connection attempts that failed (resolution, refusal or timeout).
+    pub connect_failures: u64,
+    /// Inbound connections open now (handshake pending or done).
+    pub open_inbound: u64,
+    /// Outbound connections open now (handshake sent).
+    pub open_outbound: u64,
+    /// Per message kind ([`Message::kind`](convoke_membership::Message::kind)): frames and bytes
+    /// received.
+    pub messages_in: BTreeMap<&'static str, (u64, u64)>,
+    /// Per message kind: frames and bytes sent.
+    pub messages_out: BTreeMap<&'static str, (u64, u64)>,
+}
+
+/// The live counters behind [`TransportStats`].
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) dropped_outbound: AtomicU64,
+    pub(super) dropped_inbound: AtomicU64,
+    pub(super) oversized_outbound: AtomicU64,
+    pub(super) rejected_connections: AtomicU64,
+    pub(super) closed_bad_frame: AtomicU64,
+    pub(super) closed_idle: AtomicU64,
+    pub(super) handshake_failures: AtomicU64,
+    pub(super) connect_failures: AtomicU64,
+    pub(super) open_inbound: AtomicU64,
+    pub(super) open_outbound: AtomicU64,
+    frames_in: AtomicU64,
+    bytes_in: AtomicU64,
+    frames_out: AtomicU64,
+    bytes_out: AtomicU64,
+    // A short critical section per frame; the maps have one entry per message kind.
+    messages_in: Mutex<BTreeMap<&'static str, (u64, u64)>>,
+    messages_out: Mutex<BTreeMap<&'static str, (u64, u64)>>,
+}
+
+pub(super) fn inc(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Counters {
+    pub(super) fn received(&self, kind: &'static str, bytes: usize) {
+        Self::frame(&self.frames_in, &self.bytes_in, &self.messages_in, kind, bytes);
+    }
+
+    pub(super) fn sent(&self, kind: &'static str, bytes: usize) {
+        Self::frame(&self.frames_out, &self.bytes_out, &self.messages_out, kind, bytes);
+    }
+
+    fn frame(
+        frames: &AtomicU64,
+        total: &AtomicU64,
+        by_kind: &Mutex<BTreeMap<&'static str, (u64, u64)>>,
+        kind: &'static str,
+        bytes: usize,
+    ) {
+        let bytes = bytes as u64;
+        frames.fetch_add(1, Ordering::Relaxed);
+        total.fetch_add(bytes, Ordering::Relaxed);
+        let mut map = by_kind.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = map.entry(kind).or_default();
+        entry.0 += 1;
+        entry.1 += bytes;
+    }
+
+    pub(super) fn snapshot(&self) -> TransportStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let map = |m: &Mutex<BTreeMap<&'static str, (u64, u64)>>| {
+            m.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        };
+        TransportStats {
+            frames_in: load(&self.frames_in),
+            bytes_in: load(&self.bytes_in),
+            frames_out: load(&self.frames_out),
+            bytes_out: load(&self.bytes_out),
+            dropped_outbound: load(&self.dropped_outbound),
+            dropped_inbound: load(&self.dropped_inbound),
+            oversized_outbound: load(&self.oversized_outbound),
+            rejected_connections: load(&self.rejected_connections),
+            closed_bad_frame: load(&self.closed_bad_frame),
+            closed_idle: load(&self.closed_idle),
+            handshake_failures: load(&self.handshake_failures),
+            connect_failures: load(&self.connect_failures),
+            open_inbound: load(&self.open_inbound),
+            open_outbound: load(&self.open_outbound),
+            messages_in: map(&self.messages_in),
+            messages_out: map(&self.messages_out),
+        }
+    }
+}
+
+/// Counts one open connection in `gauge` until the guard drops.
+pub(super) fn open(gauge: &AtomicU64) -> OpenGuard<'_> {
+    gauge.fetch_add(1, Ordering::Relaxed);
+    OpenGuard(gauge)
+}
+
+/// Decrements its gauge when dropped, so every exit path of a connection task is counted.
+#[derive(Debug)]
+pub(super) struct OpenGuard<'a>(&'a AtomicU64);
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
