@@ -118,6 +118,28 @@ impl Message {
         }
     }
 
+    /// The node the message says it comes from, when it names one: a core only accepts a
+    /// message whose named sender is the node the transport authenticated it as.
+    pub fn claimed_sender(&self) -> Option<&UniqueAddress> {
+        match self {
+            Self::Join { node, .. } | Self::ExitingConfirmed { node } => Some(node),
+            Self::Welcome { from, .. }
+            | Self::Gossip { from, .. }
+            | Self::GossipStatus { from, .. }
+            | Self::Heartbeat { from, .. }
+            | Self::HeartbeatRsp { from, .. } => Some(from),
+            Self::InitJoin { .. } | Self::InitJoinAck { .. } | Self::InitJoinNack { .. } => None,
+        }
+    }
+
+    /// The address the message says it comes from, when it names one.
+    pub fn claimed_address(&self) -> Option<&Address> {
+        match self {
+            Self::InitJoinAck { address, .. } | Self::InitJoinNack { address } => Some(address),
+            _ => self.claimed_sender().map(|n| &n.address),
+        }
+    }
+
     /// Whether it is a heartbeat or heartbeat response, which a transport must never queue behind
     /// large frames or drop first.
     pub fn is_heartbeat(&self) -> bool {

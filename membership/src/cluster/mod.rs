@@ -279,7 +279,9 @@ impl Cluster {
     }
 
     /// A message from `from` that arrived at `received_at` is processed now. Gossip that waited
-    /// longer than `cluster.gossip_time_to_live` is dropped (overload protection).
+    /// longer than `cluster.gossip_time_to_live` is dropped (overload protection). A message that
+    /// names a sender other than `from` (the node the transport authenticated) is dropped, so a
+    /// peer cannot speak for another node.
     pub fn handle_queued_message(
         &mut self,
         now: Instant,
@@ -288,6 +290,11 @@ impl Cluster {
         message: Message,
     ) {
         if self.shutdown.is_some() {
+            return;
+        }
+        let spoofed = message.claimed_sender().is_some_and(|s| *s != from)
+            || message.claimed_address().is_some_and(|a| *a != from.address);
+        if spoofed {
             return;
         }
         let stale = now.saturating_duration_since(received_at) > self.config.gossip_time_to_live;

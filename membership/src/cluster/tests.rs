@@ -743,6 +743,25 @@ fn gossip_addressed_to_another_incarnation_is_ignored() {
 }
 
 #[test]
+fn a_message_naming_another_sender_than_its_connection_is_dropped() {
+    let t = t0();
+    let (mut c, local) = three_up(cfg(), t);
+    let newer = bumped(&local, 2, &[2]);
+    // Node 3's connection carries gossip that claims to come from node 2.
+    c.handle_message(t, n(3), gossip_msg(2, n(1), &newer));
+    assert_ignored(&mut c, &local);
+    // The same gossip over node 2's own connection is taken.
+    c.handle_message(t, n(2), gossip_msg(2, n(1), &newer));
+    assert_eq!(c.gossip().version(), newer.version());
+    // A heartbeat response that speaks for another node is ignored too.
+    let rsp = Message::HeartbeatRsp { from: n(2), sequence_nr: 1, creation_time_nanos: 0 };
+    c.handle_message(t, n(3), rsp.clone());
+    let nack = Message::InitJoinNack { address: a(2) };
+    assert_eq!(nack.claimed_address(), Some(&a(2)));
+    assert_eq!(rsp.claimed_sender(), Some(&n(2)));
+}
+
+#[test]
 fn gossip_from_an_unknown_sender_is_ignored() {
     let t = t0();
     let (mut c, local) = three_up(cfg(), t);
