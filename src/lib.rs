@@ -1,12 +1,18 @@
 //! convoke: cluster membership, management and bootstrap for Rust services.
 //!
-//! This crate is the node runtime around the sans-IO membership core ([`membership`]): the
-//! settings a node is configured with ([`settings`]), and, as they land, the tokio driver, the TCP
-//! transport, the management server and the `convoke` binary.
+//! A node embeds the sans-IO membership core ([`membership`]) and runs it here: [`node::Node`]
+//! starts the driver task that owns the core ([`driver`]) and the TCP transport ([`transport`]),
+//! configured by [`settings`]. The `convoke` binary (`src/main.rs`) runs one node (`convoke run`)
+//! or a demo cluster in one process ([`demo`]).
 
 #![warn(missing_docs)]
 
 pub use convoke_membership as membership;
 
+pub mod demo;
+pub mod driver;
+pub mod node;
 pub mod settings;
 pub mod transport;
+
+pub use node::{Node, Subscription};

@@ -632,7 +632,20 @@ fn from_figment(e: figment::Error) -> SettingsError {
         },
         other => (key, String::new(), other.to_string()),
     };
-    SettingsError { key, value, expected, origin }
+    SettingsError { key, value, expected: plain_expected(&expected), origin }
+}
+
+/// serde names Rust types ("u16"); say what a user may write instead.
+fn plain_expected(expected: &str) -> String {
+    match expected {
+        "u16" => "a whole number from 0 to 65535".to_owned(),
+        "usize" | "u64" | "u32" => "a whole number of 0 or more".to_owned(),
+        "f64" | "f32" => "a number".to_owned(),
+        "a boolean" | "bool" => "true or false".to_owned(),
+        "a sequence" => "a list, like [\"a\", \"b\"]".to_owned(),
+        "a string" => "a quoted string".to_owned(),
+        other => other.to_owned(),
+    }
 }
 
 fn join_key(prefix: &str, field: &str) -> String {

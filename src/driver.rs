@@ -1,0 +1,172 @@
+//! The driver task: the one owner of the membership core. Inbound messages, commands and timers
+//! go in; transmits go to the transport, events to a broadcast channel, snapshots to a `watch`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use convoke_membership::gossip::Gossip;
+use convoke_membership::{Address, Cluster, ClusterEvent, CurrentClusterState, ShutdownReason};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::transport::{Inbound, Transport};
+
+/// Commands other tasks send to the driver.
+#[derive(Debug)]
+pub(crate) enum Command {
+    JoinSeedNodes(Vec<Address>, oneshot::Sender<Result<(), convoke_membership::JoinError>>),
+    Join(Address, oneshot::Sender<Result<(), convoke_membership::JoinError>>),
+    Leave(Address),
+    Down(Address),
+    PrepareForFullShutdown,
+    Subscribe(oneshot::Sender<(Vec<ClusterEvent>, broadcast::Receiver<ClusterEvent>)>),
+    Ping(oneshot::Sender<()>),
+    Stop,
+}
+
+/// What the driver publishes after every input.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The current view.
+    pub state: CurrentClusterState,
+    /// The gossip it was computed from.
+    pub gossip: Arc<Gossip>,
+}
+
+/// Why the driver stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Termination {
+    /// The core asked for shutdown.
+    Core(ShutdownReason),
+    /// The node was stopped by its owner.
+    Stopped,
+}
+
+impl std::fmt::Display for Termination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Core(reason) => reason.fmt(f),
+            Self::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
+pub(crate) struct Driver {
+    pub(crate) core: Cluster,
+    pub(crate) commands: mpsc::Receiver<Command>,
+    pub(crate) inbound: mpsc::Receiver<Inbound>,
+    pub(crate) transport: Transport,
+    pub(crate) events: broadcast::Sender<ClusterEvent>,
+    pub(crate) snapshots: watch::Sender<Arc<Snapshot>>,
+    pub(crate) terminated: watch::Sender<Option<Termination>>,
+}
+
+/// Milliseconds since the Unix epoch, for tombstone ages.
+pub(crate) fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+pub(crate) fn snapshot(core: &Cluster) -> Arc<Snapshot> {
+    Arc::new(Snapshot { state: core.state(), gossip: core.gossip().clone() })
+}
+
+impl Driver {
+    pub(crate) async fn run(mut self) {
+        let termination = loop {
+            let deadline = self.core.poll_timeout().map(Instant::from_std);
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                cmd = self.commands.recv() => match cmd {
+                    None | Some(Command::Stop) => break Termination::Stopped,
+                    Some(cmd) => self.command(cmd),
+                },
+                Some(inb) = self.inbound.recv() => {
+                    let now = Instant::now().into_std();
+                    self.core.handle_queued_message(now, inb.received_at.into_std(), inb.from, inb.message);
+                }
+                () = sleep => self.core.handle_timeout(Instant::now().into_std()),
+            }
+            self.drain();
+            if let Some(reason) = self.core.shutdown_reason() {
+                break Termination::Core(reason.clone());
+            }
+        };
+        match &termination {
+            Termination::Core(ShutdownReason::Left) => tracing::info!("left the cluster"),
+            Termination::Core(reason) => tracing::warn!(%reason, "cluster node shutting down"),
+            Termination::Stopped => tracing::info!("cluster node stopped"),
+        }
+        self.transport.shutdown(Duration::from_secs(2)).await;
+        self.terminated.send_replace(Some(termination));
+    }
+
+    fn command(&mut self, cmd: Command) {
+        let now = Instant::now().into_std();
+        match cmd {
+            Command::JoinSeedNodes(seeds, reply) => {
+                let _ = reply.send(self.core.join_seed_nodes(now, seeds));
+            }
+            Command::Join(address, reply) => {
+                let _ = reply.send(self.core.join(now, address));
+            }
+            Command::Leave(address) => self.core.leave(now, &address),
+            Command::Down(address) => self.core.down(now, &address),
+            Command::PrepareForFullShutdown => self.core.prepare_for_full_shutdown(now),
+            Command::Subscribe(reply) => {
+                let _ = reply.send((self.core.initial_events(), self.events.subscribe()));
+            }
+            Command::Ping(reply) => {
+                let _ = reply.send(());
+            }
+            Command::Stop => {}
+        }
+    }
+
+    fn drain(&mut self) {
+        while let Some(t) = self.core.poll_transmit() {
+            self.transport.send(&t.to, t.message);
+        }
+        let mut changed = false;
+        let mut events = VecDeque::new();
+        while let Some(e) = self.core.poll_event() {
+            events.push_back(e);
+        }
+        for e in events {
+            log_event(&e);
+            changed = true;
+            let _ = self.events.send(e);
+        }
+        let current = self.snapshots.borrow().gossip.clone();
+        if changed || !Arc::ptr_eq(&current, self.core.gossip()) {
+            self.snapshots.send_replace(snapshot(&self.core));
+        }
+    }
+}
+
+fn log_event(e: &ClusterEvent) {
+    match e.member() {
+        Some(m) => tracing::info!(
+            event = e.type_name(),
+            member = %m.address(),
+            status = %m.status(),
+            "membership change: {} {}",
+            e.type_name(),
+            m.address()
+        ),
+        None => match e {
+            ClusterEvent::LeaderChanged(l) => {
+                tracing::info!(event = e.type_name(), leader = ?l.as_ref().map(ToString::to_string), "leader changed");
+            }
+            _ => tracing::debug!(event = e.type_name(), "{e:?}"),
+        },
+    }
+}

@@ -1,0 +1,155 @@
+//! The `convoke` binary: `convoke run` runs one node, `convoke demo` a small cluster in one process.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use convoke::node::{Node, ShutdownOutcome};
+use convoke::settings::{Settings, Sources};
+use convoke::{demo, driver::Termination, membership::ShutdownReason};
+use tracing_subscriber::EnvFilter;
+
+/// Exit code for bad configuration or usage.
+const EXIT_CONFIG: u8 = 2;
+/// Exit code for anything else that ends a node abnormally (downed, join gave up, fatal error).
+const EXIT_FAILURE: u8 = 1;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "convoke",
+    version,
+    about = "Cluster membership, management and bootstrap for Rust services"
+)]
+struct Cli {
+    /// Log format on stderr; the level comes from RUST_LOG (default info).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one node until SIGTERM or SIGINT, which leave the cluster gracefully.
+    Run {
+        /// A TOML settings file.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Override one key: `--set cluster.port=25521`, `--set 'cluster.seed_nodes=["convoke://convoke@10.0.0.1:25520"]'`.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Print the effective settings (file, then CONVOKE_* environment, then --set) and exit.
+        #[arg(long)]
+        print_config: bool,
+    },
+    /// Start a cluster of N nodes on 127.0.0.1 in this process and show it forming.
+    Demo {
+        /// How many nodes.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
+        nodes: u16,
+    },
+}
+
+fn init_logging(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { config, sets, print_config } => {
+            let sources = Sources { file: config.as_deref(), env: true, sets };
+            let settings = match Settings::load(&sources) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("convoke: {e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            if print_config {
+                print!("{}", settings.to_toml());
+                return ExitCode::SUCCESS;
+            }
+            init_logging(cli.log_format, "info");
+            runtime().block_on(run(settings))
+        }
+        Command::Demo { nodes } => {
+            // The demo prints the membership itself; logs only report errors unless RUST_LOG says.
+            init_logging(cli.log_format, "error");
+            runtime().block_on(demo::run(usize::from(nodes)))
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime")
+}
+
+async fn run(settings: Settings) -> ExitCode {
+    let node = match Node::start(&settings).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::error!("cannot start: {e}");
+            eprintln!("convoke: {e}");
+            return ExitCode::from(match e {
+                convoke::node::StartError::Settings(_) | convoke::node::StartError::Join(_) => {
+                    EXIT_CONFIG
+                }
+                _ => EXIT_FAILURE,
+            });
+        }
+    };
+    tokio::select! {
+        signal = shutdown_signal() => {
+            tracing::info!(%signal, "leaving the cluster");
+            match node.shutdown().await {
+                ShutdownOutcome::Left => ExitCode::SUCCESS,
+                ShutdownOutcome::TimedOut => {
+                    tracing::warn!("the graceful leave did not complete within cluster.leave_timeout");
+                    ExitCode::SUCCESS
+                }
+                ShutdownOutcome::AlreadyTerminated(t) => exit_code(&t),
+            }
+        }
+        t = node.terminated() => exit_code(&t),
+    }
+}
+
+fn exit_code(t: &Termination) -> ExitCode {
+    match t {
+        Termination::Core(ShutdownReason::Left) | Termination::Stopped => ExitCode::SUCCESS,
+        Termination::Core(reason) => {
+            eprintln!("convoke: {reason}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+async fn shutdown_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
+}

@@ -1,0 +1,85 @@
+//! Helpers shared by the node integration tests.
+
+#![allow(dead_code, unreachable_pub)]
+
+pub mod process;
+
+use std::time::Duration;
+
+use convoke::Node;
+use convoke::driver::Snapshot;
+use convoke::settings::{Dur, Settings};
+
+/// Settings with short intervals, so failures are detected in about a second of real time.
+pub fn fast_settings() -> Settings {
+    let mut s = Settings::default();
+    let c = &mut s.cluster;
+    c.port = 0;
+    c.gossip_interval = Dur(Duration::from_millis(200));
+    c.leader_actions_interval = Dur(Duration::from_millis(200));
+    c.unreachable_nodes_reaper_interval = Dur(Duration::from_millis(200));
+    c.periodic_tasks_initial_delay = Dur(Duration::from_millis(100));
+    c.seed_node_timeout = Dur(Duration::from_secs(2));
+    c.retry_unsuccessful_join_after = convoke::settings::Switch::after(Duration::from_secs(2));
+    c.failure_detector.heartbeat_interval = Dur(Duration::from_millis(200));
+    c.failure_detector.acceptable_heartbeat_pause = Dur(Duration::from_millis(800));
+    c.failure_detector.expected_response_after = Dur(Duration::from_millis(500));
+    c.leave_timeout = Dur(Duration::from_secs(10));
+    s.management.enabled = false;
+    s
+}
+
+/// The `fast_settings` as `--set` arguments for the binary.
+pub fn fast_sets() -> Vec<String> {
+    [
+        "cluster.gossip_interval=\"200ms\"",
+        "cluster.leader_actions_interval=\"200ms\"",
+        "cluster.unreachable_nodes_reaper_interval=\"200ms\"",
+        "cluster.periodic_tasks_initial_delay=\"100ms\"",
+        "cluster.seed_node_timeout=\"2s\"",
+        "cluster.retry_unsuccessful_join_after=\"2s\"",
+        "cluster.failure_detector.heartbeat_interval=\"200ms\"",
+        "cluster.failure_detector.acceptable_heartbeat_pause=\"800ms\"",
+        "cluster.failure_detector.expected_response_after=\"500ms\"",
+        "management.enabled=false",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+/// Waits until `pred` holds for `node`'s snapshot, or panics after `timeout` naming `what`.
+pub async fn wait_for(
+    node: &Node,
+    timeout: Duration,
+    what: &str,
+    pred: impl Fn(&Snapshot) -> bool,
+) {
+    let mut rx = node.watch();
+    let r = tokio::time::timeout(timeout, async {
+        loop {
+            if pred(&rx.borrow_and_update()) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                panic!("node {} stopped while waiting for {what}", node.self_address());
+            }
+        }
+    })
+    .await;
+    if r.is_err() {
+        panic!("timed out after {timeout:?} waiting for {what}; state: {:#?}", node.state());
+    }
+}
+
+/// Whether the snapshot shows exactly `n` members, all Up, converged.
+pub fn all_up(s: &Snapshot, n: usize) -> bool {
+    s.state.members.len() == n
+        && s.state.members.iter().all(|m| m.status() == convoke::membership::MemberStatus::Up)
+        && s.state.convergence
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; fine for tests that start at once).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
