@@ -70,3 +70,51 @@ async fn a_process_restarted_on_the_same_port_joins_as_a_new_incarnation() {
         p.wait_count(&["membership change: MemberUp", &address(port)], 2, T).await;
     }
 }
+
+/// Figures for the record, with the default failure-detector settings; run with
+/// `cargo test --release --test multi_process -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: about a minute"]
+async fn measure_kill_9_to_unreachable_with_default_settings() {
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let ports = [free_port(), free_port(), free_port()];
+        let seeds = vec![format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])), "management.enabled=false".into()];
+        let mut procs: Vec<Proc> = ports.iter().map(|p| Proc::run(*p, &seeds)).collect();
+        for p in &procs {
+            for q in &ports {
+                p.wait_log(&["membership change: MemberUp", &address(*q)], Duration::from_secs(60)).await;
+            }
+        }
+        // Let the detectors collect a few intervals beyond their bootstrap samples.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let victim = address(ports[2]);
+        let killed = Instant::now();
+        procs[2].kill9().await;
+        for p in &procs[..2] {
+            p.wait_log(&["membership change: UnreachableMember", &victim], Duration::from_secs(60)).await;
+        }
+        times.push(killed.elapsed());
+    }
+    times.sort();
+    eprintln!("kill -9 to unreachable on all survivors, 5 runs: {times:?}; median {:?}", times[2]);
+}
+
+/// Resident memory of one idle node process in a 10-node cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn measure_idle_rss_in_a_ten_node_cluster() {
+    let ports: Vec<u16> = (0..10).map(|_| free_port()).collect();
+    let seeds = vec![format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])), "management.enabled=false".into()];
+    let procs: Vec<Proc> = ports.iter().map(|p| Proc::run(*p, &seeds)).collect();
+    for q in &ports {
+        procs[9].wait_log(&["membership change: MemberUp", &address(*q)], Duration::from_secs(120)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for p in [&procs[0], &procs[9]] {
+        let pid = p.child.id().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let rss = status.lines().find(|l| l.starts_with("VmRSS")).unwrap().to_owned();
+        eprintln!("node on port {} (pid {pid}): {rss}", p.port);
+    }
+}
