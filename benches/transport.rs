@@ -37,7 +37,11 @@ async fn heartbeat_round_trip(samples: u64) -> (Duration, Duration) {
     let responder = tokio::spawn(async move {
         while let Some(inb) = b_rx.recv().await {
             if let Message::Heartbeat { sequence_nr, creation_time_nanos, .. } = inb.message {
-                let rsp = Message::HeartbeatRsp { from: b_node.clone(), sequence_nr, creation_time_nanos };
+                let rsp = Message::HeartbeatRsp {
+                    from: b_node.clone(),
+                    sequence_nr,
+                    creation_time_nanos,
+                };
                 b.send(&inb.from.address, rsp);
             }
         }
@@ -46,11 +50,13 @@ async fn heartbeat_round_trip(samples: u64) -> (Duration, Duration) {
     let mut rtts = Vec::new();
     for seq in 0..samples + warmup {
         let sent = Instant::now();
-        let hb = Message::Heartbeat { from: a_node.clone(), sequence_nr: seq, creation_time_nanos: 0 };
+        let hb =
+            Message::Heartbeat { from: a_node.clone(), sequence_nr: seq, creation_time_nanos: 0 };
         a.send(&peer, hb);
         loop {
             let inb = a_rx.recv().await.unwrap();
-            if matches!(inb.message, Message::HeartbeatRsp { sequence_nr, .. } if sequence_nr == seq) {
+            if matches!(inb.message, Message::HeartbeatRsp { sequence_nr, .. } if sequence_nr == seq)
+            {
                 break;
             }
         }
@@ -113,6 +119,13 @@ fn main() {
         p99s.push(p99);
         rates.push(rt.block_on(receive_rate(4, 50_000)));
     }
-    println!("heartbeat round trip on loopback (2000 sequential, median of {RUNS} runs): p50 {:?}, p99 {:?}", median(p50s), median(p99s));
-    println!("frames received per second by one node (4 senders x 50000 GossipStatus, median of {RUNS} runs): {:.0}", median(rates));
+    println!(
+        "heartbeat round trip on loopback (2000 sequential, median of {RUNS} runs): p50 {:?}, p99 {:?}",
+        median(p50s),
+        median(p99s)
+    );
+    println!(
+        "frames received per second by one node (4 senders x 50000 GossipStatus, median of {RUNS} runs): {:.0}",
+        median(rates)
+    );
 }

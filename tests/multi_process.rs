@@ -79,11 +79,15 @@ async fn measure_kill_9_to_unreachable_with_default_settings() {
     let mut times = Vec::new();
     for _ in 0..5 {
         let ports = [free_port(), free_port(), free_port()];
-        let seeds = vec![format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])), "management.enabled=false".into()];
+        let seeds = vec![
+            format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])),
+            "management.enabled=false".into(),
+        ];
         let mut procs: Vec<Proc> = ports.iter().map(|p| Proc::run(*p, &seeds)).collect();
         for p in &procs {
             for q in &ports {
-                p.wait_log(&["membership change: MemberUp", &address(*q)], Duration::from_secs(60)).await;
+                p.wait_log(&["membership change: MemberUp", &address(*q)], Duration::from_secs(60))
+                    .await;
             }
         }
         // Let the detectors collect a few intervals beyond their bootstrap samples.
@@ -92,7 +96,8 @@ async fn measure_kill_9_to_unreachable_with_default_settings() {
         let killed = Instant::now();
         procs[2].kill9().await;
         for p in &procs[..2] {
-            p.wait_log(&["membership change: UnreachableMember", &victim], Duration::from_secs(60)).await;
+            p.wait_log(&["membership change: UnreachableMember", &victim], Duration::from_secs(60))
+                .await;
         }
         times.push(killed.elapsed());
     }
@@ -105,10 +110,15 @@ async fn measure_kill_9_to_unreachable_with_default_settings() {
 #[ignore = "a measurement, not a check"]
 async fn measure_idle_rss_in_a_ten_node_cluster() {
     let ports: Vec<u16> = (0..10).map(|_| free_port()).collect();
-    let seeds = vec![format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])), "management.enabled=false".into()];
+    let seeds = vec![
+        format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])),
+        "management.enabled=false".into(),
+    ];
     let procs: Vec<Proc> = ports.iter().map(|p| Proc::run(*p, &seeds)).collect();
     for q in &ports {
-        procs[9].wait_log(&["membership change: MemberUp", &address(*q)], Duration::from_secs(120)).await;
+        procs[9]
+            .wait_log(&["membership change: MemberUp", &address(*q)], Duration::from_secs(120))
+            .await;
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
     for p in [&procs[0], &procs[9]] {
