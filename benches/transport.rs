@@ -17,8 +17,7 @@ async fn start(uid: u64, queue: usize) -> (Transport, mpsc::Receiver<Inbound>, U
     let port = listener.local_addr().unwrap().port();
     let address = Address::new("bench", "127.0.0.1", port).unwrap();
     let node = UniqueAddress::new(address, Uid::new(uid).unwrap());
-    let mut settings = TransportSettings::default();
-    settings.outbound_queue_size = queue;
+    let settings = TransportSettings { outbound_queue_size: queue, ..TransportSettings::default() };
     let config = TransportConfig { system_name: "bench".into(), settings };
     let (t, rx) = Transport::start(listener, node.clone(), config);
     (t, rx, node)
