@@ -54,6 +54,9 @@ impl std::fmt::Display for Termination {
 
 pub(crate) struct Driver {
     pub(crate) core: Cluster,
+    /// The `now` the core was created at: heartbeat creation times count from it.
+    pub(crate) core_started: std::time::Instant,
+    pub(crate) metrics: crate::management::SharedMetrics,
     pub(crate) commands: mpsc::Receiver<Command>,
     pub(crate) inbound: mpsc::Receiver<Inbound>,
     pub(crate) transport: Transport,
@@ -91,6 +94,9 @@ impl Driver {
                 },
                 Some(inb) = self.inbound.recv() => {
                     let now = Instant::now().into_std();
+                    if let convoke_membership::Message::HeartbeatRsp { creation_time_nanos, .. } = &inb.message {
+                        self.record_round_trip(now, *creation_time_nanos);
+                    }
                     self.core.handle_queued_message(now, inb.received_at.into_std(), inb.from, inb.message);
                 }
                 () = sleep => self.core.handle_timeout(Instant::now().into_std()),
@@ -107,6 +113,14 @@ impl Driver {
         }
         self.transport.shutdown(Duration::from_secs(2)).await;
         self.terminated.send_replace(Some(termination));
+    }
+
+    fn record_round_trip(&self, now: std::time::Instant, creation_time_nanos: i64) {
+        let Ok(nanos) = u64::try_from(creation_time_nanos) else { return };
+        let sent = self.core_started + Duration::from_nanos(nanos);
+        if let Some(rtt) = now.checked_duration_since(sent) {
+            self.metrics.heartbeat_rtt.observe(rtt.as_secs_f64());
+        }
     }
 
     fn command(&mut self, cmd: Command) {

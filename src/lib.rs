@@ -11,6 +11,7 @@ pub use convoke_membership as membership;
 
 pub mod demo;
 pub mod driver;
+pub mod management;
 pub mod node;
 pub mod settings;
 pub mod transport;

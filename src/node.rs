@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::driver::{Command, Driver, Snapshot, Termination, snapshot, wall_clock_ms};
+use crate::management::{HealthChecks, SharedMetrics};
 use crate::settings::{Settings, SettingsError};
 use crate::transport::{Transport, TransportConfig};
 
@@ -39,6 +40,14 @@ pub enum StartError {
     /// The configured seed nodes were refused.
     #[error(transparent)]
     Join(#[from] JoinError),
+    /// The management server could not start.
+    #[error("cannot start the management server on {addr}: {why}")]
+    Management {
+        /// What it tried to bind.
+        addr: String,
+        /// Why it failed.
+        why: String,
+    },
 }
 
 /// Why a command could not be delivered: the node has stopped.
@@ -88,6 +97,10 @@ struct Inner {
     terminated: watch::Receiver<Option<Termination>>,
     transport: Transport,
     leave_timeout: Duration,
+    health: HealthChecks,
+    metrics: SharedMetrics,
+    management_addr: std::sync::OnceLock<SocketAddr>,
+    management_stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Node {
@@ -128,7 +141,10 @@ impl Node {
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let (snapshots_tx, snapshots) = watch::channel(snapshot(&core));
         let (terminated_tx, terminated) = watch::channel(None);
+        let metrics = SharedMetrics::default();
         let driver = Driver {
+            core_started: now,
+            metrics: metrics.clone(),
             core,
             commands,
             inbound,
@@ -147,8 +163,15 @@ impl Node {
                 terminated,
                 transport,
                 leave_timeout: c.leave_timeout.0,
+                health: HealthChecks::default(),
+                metrics,
+                management_addr: std::sync::OnceLock::new(),
+                management_stop: tokio::sync::watch::channel(false).0,
             }),
         };
+        if settings.management.enabled {
+            node.start_management(settings).await?;
+        }
         if !c.seed_nodes.is_empty() {
             let seeds = c.seed_nodes.iter().filter_map(|s| s.parse().ok()).collect();
             node.join_seed_nodes(seeds).await.map_err(|e| match e {
@@ -157,6 +180,67 @@ impl Node {
             })?;
         }
         Ok(node)
+    }
+
+    async fn start_management(&self, settings: &Settings) -> Result<(), StartError> {
+        let m = &settings.management;
+        let host = if m.bind_hostname.is_empty() { &m.hostname } else { &m.bind_hostname };
+        let bind = host_port(host, m.bind_port.0.unwrap_or(m.port));
+        let fail = |why: String| StartError::Management { addr: bind.clone(), why };
+        let tls = match &m.tls {
+            Some(t) => Some(
+                crate::management::tls_acceptor(&t.cert_path, &t.key_path)
+                    .map_err(|e| fail(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let listener = TcpListener::bind(&bind).await.map_err(|e| fail(e.to_string()))?;
+        let local = listener.local_addr().map_err(|e| fail(e.to_string()))?;
+        let _ = self.inner.management_addr.set(local);
+        let loopback = local.ip().is_loopback();
+        if !m.read_only && m.auth.is_none() && !loopback {
+            tracing::warn!(
+                %local,
+                "the management API accepts write operations without authentication on a non-loopback address; \
+                 set [management.auth] or management.read_only = true"
+            );
+        }
+        let router = crate::management::router(self.clone(), m);
+        let mut stop = self.inner.management_stop.subscribe();
+        let mut terminated = self.inner.terminated.clone();
+        let shutdown = async move {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => {}
+                _ = terminated.wait_for(Option::is_some) => {}
+            }
+        };
+        let limits = m.limits.clone();
+        tokio::spawn(crate::management::serve(
+            listener,
+            router,
+            limits.max_connections,
+            limits.header_read_timeout.0,
+            tls,
+            shutdown,
+        ));
+        let scheme = if m.tls.is_some() { "https" } else { "http" };
+        tracing::info!(url = %format!("{scheme}://{local}{}", m.base_path), "management server listening");
+        Ok(())
+    }
+
+    /// The address the management server listens on, when it runs.
+    pub fn management_addr(&self) -> Option<SocketAddr> {
+        self.inner.management_addr.get().copied()
+    }
+
+    /// The user health checks served with `/ready` and `/alive`; add to them at any time.
+    pub fn health_checks(&self) -> &HealthChecks {
+        &self.inner.health
+    }
+
+    /// Metrics recorded by the runtime (served at `/metrics`).
+    pub fn metrics(&self) -> &SharedMetrics {
+        &self.inner.metrics
     }
 
     /// This node's identity (address and incarnation uid).

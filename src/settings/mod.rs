@@ -255,6 +255,15 @@ pub struct ManagementSettings {
     pub read_only: bool,
     /// `[management.health_checks]`.
     pub health_checks: HealthCheckSettings,
+    /// `[management.auth]`: no table, no authentication.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSettings>,
+    /// `[management.tls]`: no table, plain HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSettings>,
+    /// `[management.limits]`: timeouts and caps that keep slow or greedy clients from holding the
+    /// server.
+    pub limits: ManagementLimits,
 }
 
 impl Default for ManagementSettings {
@@ -268,6 +277,9 @@ impl Default for ManagementSettings {
             base_path: String::new(),
             read_only: true,
             health_checks: HealthCheckSettings::default(),
+            auth: None,
+            tls: None,
+            limits: ManagementLimits::default(),
         }
     }
 }
@@ -278,11 +290,88 @@ impl Default for ManagementSettings {
 pub struct HealthCheckSettings {
     /// Member statuses in which `/ready` answers 200.
     pub ready_states: Vec<String>,
+    /// The readiness path (under `base_path`).
+    pub readiness_path: String,
+    /// The liveness path (under `base_path`).
+    pub liveness_path: String,
+    /// How long each check may take; a slower one fails the probe.
+    pub check_timeout: Dur,
 }
 
 impl Default for HealthCheckSettings {
     fn default() -> Self {
-        Self { ready_states: vec!["Up".into(), "WeaklyUp".into()] }
+        Self {
+            ready_states: vec!["Up".into(), "WeaklyUp".into()],
+            readiness_path: "/ready".into(),
+            liveness_path: "/alive".into(),
+            check_timeout: Dur(Duration::from_secs(1)),
+        }
+    }
+}
+
+/// `[management.auth]`: bearer tokens and/or basic credentials for the management routes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSettings {
+    /// Accepted bearer tokens.
+    pub bearer_tokens: Vec<String>,
+    /// Files each holding one accepted token (re-read on every request, so rotation works).
+    pub bearer_token_files: Vec<String>,
+    /// Accepted basic credentials, as `"user:password"`.
+    pub basic: Vec<String>,
+    /// Paths (under `base_path`) served without credentials: probes and bootstrap must keep working.
+    pub exempt_paths: Vec<String>,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            bearer_tokens: Vec::new(),
+            bearer_token_files: Vec::new(),
+            basic: Vec::new(),
+            exempt_paths: vec!["/ready".into(), "/alive".into(), "/bootstrap/seed-nodes".into()],
+        }
+    }
+}
+
+/// `[management.tls]`: serve HTTPS with this PEM certificate chain and key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSettings {
+    /// PEM certificate chain.
+    pub cert_path: String,
+    /// PEM private key.
+    pub key_path: String,
+}
+
+/// `[management.limits]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ManagementLimits {
+    /// A client must send its request headers within this time.
+    pub header_read_timeout: Dur,
+    /// A request must be answered within this time (event streams excepted).
+    pub request_timeout: Dur,
+    /// Most open connections at once; more are closed on accept.
+    pub max_connections: usize,
+    /// Largest request body accepted, in bytes.
+    pub body_limit: usize,
+    /// Events buffered per event-stream client; a client further behind is disconnected.
+    pub event_buffer: usize,
+    /// Most event-stream clients at once.
+    pub max_event_clients: usize,
+}
+
+impl Default for ManagementLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Dur(Duration::from_secs(5)),
+            request_timeout: Dur(Duration::from_secs(10)),
+            max_connections: 256,
+            body_limit: 16 * 1024,
+            event_buffer: 128,
+            max_event_clients: 64,
+        }
     }
 }
 
@@ -475,6 +564,75 @@ impl Settings {
                 "one of config, dns, kubernetes-api, aggregate",
             ));
         }
+        for (key, path) in [
+            (
+                "management.health_checks.readiness_path",
+                &self.management.health_checks.readiness_path,
+            ),
+            (
+                "management.health_checks.liveness_path",
+                &self.management.health_checks.liveness_path,
+            ),
+        ] {
+            if !path.starts_with('/') || path.len() < 2 {
+                return Err(SettingsError::new(
+                    key,
+                    format!("{path:?}"),
+                    "a path starting with '/', like \"/ready\"",
+                ));
+            }
+        }
+        if let Some(auth) = &self.management.auth {
+            if auth.bearer_tokens.is_empty()
+                && auth.bearer_token_files.is_empty()
+                && auth.basic.is_empty()
+            {
+                return Err(SettingsError::new(
+                    "management.auth",
+                    "a table with no credentials",
+                    "at least one of bearer_tokens, bearer_token_files or basic (or no [management.auth] table)",
+                ));
+            }
+            if let Some(bad) = auth.basic.iter().find(|b| !b.contains(':')) {
+                return Err(SettingsError::new(
+                    "management.auth.basic",
+                    format!("{:?}", redact(bad)),
+                    "\"user:password\" entries",
+                ));
+            }
+            if let Some(bad) = auth.bearer_tokens.iter().find(|t| t.trim().is_empty()) {
+                return Err(SettingsError::new(
+                    "management.auth.bearer_tokens",
+                    format!("{bad:?}"),
+                    "non-empty tokens",
+                ));
+            }
+        }
+        if let Some(tls) = &self.management.tls {
+            for (key, path) in [
+                ("management.tls.cert_path", &tls.cert_path),
+                ("management.tls.key_path", &tls.key_path),
+            ] {
+                if !Path::new(path).is_file() {
+                    return Err(SettingsError::new(
+                        key,
+                        format!("{path:?}"),
+                        "an existing PEM file",
+                    ));
+                }
+            }
+        }
+        let l = &self.management.limits;
+        for (key, v) in [
+            ("management.limits.max_connections", l.max_connections),
+            ("management.limits.body_limit", l.body_limit),
+            ("management.limits.event_buffer", l.event_buffer),
+            ("management.limits.max_event_clients", l.max_event_clients),
+        ] {
+            if v == 0 {
+                return Err(SettingsError::new(key, "0", "a number greater than 0"));
+            }
+        }
         if self.bootstrap.required_contact_point_nr == 0 {
             return Err(SettingsError::new(
                 "bootstrap.required_contact_point_nr",
@@ -555,6 +713,10 @@ impl Settings {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print settings: {e}\n"))
     }
+}
+
+fn redact(credential: &str) -> String {
+    credential.split(':').next().unwrap_or_default().to_owned() + ":***"
 }
 
 fn switch_without_on(key: &str, s: Switch) -> Result<Option<Duration>, SettingsError> {

@@ -1,0 +1,218 @@
+//! `/cluster/members` and `/cluster`: the cluster routes and their JSON (spec §3.1–3.4).
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use convoke_membership::{Address, CurrentClusterState, Member, MemberStatus};
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::{ApiError, Message};
+
+/// `GET /cluster/members`.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterMembers {
+    /// This node's address.
+    pub self_node: String,
+    /// Every member, sorted by address text.
+    pub members: Vec<ClusterMember>,
+    /// Unreachable members with their observers, sorted by address text.
+    pub unreachable: Vec<ClusterUnreachableMember>,
+    /// The leader, if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub leader: Option<String>,
+    /// The oldest Up member, if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub oldest: Option<String>,
+    /// The oldest Up member per role.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub oldest_per_role: BTreeMap<String, String>,
+}
+
+/// One member.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterMember {
+    /// Its address.
+    pub node: String,
+    /// Its incarnation uid, as a string.
+    pub node_uid: String,
+    /// Its status (`Up`, `WeaklyUp`, ...).
+    pub status: String,
+    /// Its roles, including `dc-<data center>`.
+    pub roles: Vec<String>,
+}
+
+/// One unreachable member.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterUnreachableMember {
+    /// Its address.
+    pub node: String,
+    /// The members that see it unreachable.
+    pub observed_by: Vec<String>,
+}
+
+impl ClusterMember {
+    fn of(m: &Member) -> Self {
+        Self {
+            node: m.address().to_string(),
+            node_uid: m.node().uid.to_string(),
+            status: m.status().name().to_owned(),
+            roles: m.roles().iter().cloned().collect(),
+        }
+    }
+}
+
+impl ClusterMembers {
+    /// The JSON view of a snapshot.
+    pub fn of(state: &CurrentClusterState) -> Self {
+        let mut members: Vec<ClusterMember> = state.members.iter().map(ClusterMember::of).collect();
+        members.sort_by(|a, b| a.node.cmp(&b.node));
+        let mut unreachable: Vec<ClusterUnreachableMember> = state
+            .unreachable
+            .iter()
+            .map(|(m, observers)| {
+                let mut observed_by: Vec<String> =
+                    observers.iter().map(|o| o.address.to_string()).collect();
+                observed_by.sort();
+                ClusterUnreachableMember { node: m.address().to_string(), observed_by }
+            })
+            .collect();
+        unreachable.sort_by(|a, b| a.node.cmp(&b.node));
+        // The oldest is taken among Up members only, as Akka Management reports it.
+        let up: Vec<&Member> =
+            state.members.iter().filter(|m| m.status() == MemberStatus::Up).collect();
+        let oldest_of = |ms: &mut dyn Iterator<Item = &&Member>| {
+            ms.min_by(|a, b| a.age_cmp(b)).map(|m| m.address().to_string())
+        };
+        let oldest = oldest_of(&mut up.iter());
+        let roles: std::collections::BTreeSet<&String> =
+            up.iter().flat_map(|m| m.roles()).collect();
+        let oldest_per_role = roles
+            .into_iter()
+            .filter_map(|r| Some((r.clone(), oldest_of(&mut up.iter().filter(|m| m.has_role(r)))?)))
+            .collect();
+        Self {
+            self_node: state.self_node.as_ref().map(|n| n.address.to_string()).unwrap_or_default(),
+            members,
+            unreachable,
+            leader: state.leader.as_ref().map(ToString::to_string),
+            oldest,
+            oldest_per_role,
+        }
+    }
+}
+
+/// Finds a member by its full address (`convoke://sys@host:port`) or `sys@host:port`.
+fn find<'a>(state: &'a CurrentClusterState, given: &str) -> Option<&'a Member> {
+    let given = given.trim_start_matches('/');
+    state.members.iter().find(|m| {
+        let full = m.address().to_string();
+        full == given || full.strip_prefix("convoke://") == Some(given)
+    })
+}
+
+fn form(body: &[u8]) -> Result<BTreeMap<String, String>, ApiError> {
+    serde_urlencoded::from_bytes::<Vec<(String, String)>>(body)
+        .map(|pairs| pairs.into_iter().collect())
+        .map_err(|e| {
+            ApiError::bad_request(format!(
+                "The request body is not a form (application/x-www-form-urlencoded): {e}"
+            ))
+        })
+}
+
+fn field<'a>(form: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, ApiError> {
+    form.get(name)
+        .map(String::as_str)
+        .ok_or_else(|| ApiError::bad_request(format!("Missing form field '{name}'")))
+}
+
+pub(super) async fn get_members(State(app): State<AppState>) -> Json<ClusterMembers> {
+    Json(ClusterMembers::of(&app.node.state()))
+}
+
+pub(super) async fn get_member(
+    State(app): State<AppState>,
+    Path(address): Path<String>,
+) -> Result<Json<ClusterMember>, ApiError> {
+    let state = app.node.state();
+    find(&state, &address)
+        .map(|m| Json(ClusterMember::of(m)))
+        .ok_or_else(|| ApiError::member_not_found(&address))
+}
+
+pub(super) async fn post_members(
+    State(app): State<AppState>,
+    body: Bytes,
+) -> Result<Json<Message>, ApiError> {
+    app.writable()?;
+    let form = form(&body)?;
+    let text = field(&form, "address")?;
+    let address: Address = text
+        .parse()
+        .map_err(|e: convoke_membership::AddressError| ApiError::bad_request(e.to_string()))?;
+    app.node.join(address.clone()).await.map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Message::new(format!("Joining {address}")))
+}
+
+pub(super) async fn delete_member(
+    State(app): State<AppState>,
+    Path(address): Path<String>,
+) -> Result<Json<Message>, ApiError> {
+    app.writable()?;
+    let target = app.member_address(&address)?;
+    app.node.leave(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
+    Ok(Message::new(format!("Leaving {target}")))
+}
+
+pub(super) async fn put_member(
+    State(app): State<AppState>,
+    Path(address): Path<String>,
+    body: Bytes,
+) -> Result<Json<Message>, ApiError> {
+    app.writable()?;
+    let target = app.member_address(&address)?;
+    let form = form(&body)?;
+    match field(&form, "operation")?.to_ascii_lowercase().as_str() {
+        "down" => {
+            app.node.down(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
+            Ok(Message::new(format!("Downing {target}")))
+        }
+        "leave" => {
+            app.node.leave(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
+            Ok(Message::new(format!("Leaving {target}")))
+        }
+        _ => Err(ApiError::bad_request("Operation not supported")),
+    }
+}
+
+pub(super) async fn put_cluster(
+    State(app): State<AppState>,
+    body: Bytes,
+) -> Result<Json<Message>, ApiError> {
+    app.writable()?;
+    let form = form(&body)?;
+    if !field(&form, "operation")?.eq_ignore_ascii_case("prepare-for-full-shutdown") {
+        return Err(ApiError::bad_request("Operation not supported"));
+    }
+    app.node.prepare_for_full_shutdown().await.map_err(|_| ApiError::node_stopped())?;
+    Ok(Message::new("Preparing for full cluster shutdown"))
+}
+
+impl AppState {
+    fn writable(&self) -> Result<(), ApiError> {
+        if self.settings.read_only { Err(ApiError::read_only()) } else { Ok(()) }
+    }
+
+    fn member_address(&self, given: &str) -> Result<Address, ApiError> {
+        let state = self.node.state();
+        find(&state, given)
+            .map(|m| m.address().clone())
+            .ok_or_else(|| ApiError::member_not_found(given))
+    }
+}

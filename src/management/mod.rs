@@ -1,0 +1,127 @@
+//! The management HTTP server: cluster routes compatible with Akka Management, health checks,
+//! server-sent cluster events, Prometheus metrics, authentication and TLS.
+//!
+//! [`router`] builds the routes for a [`Node`], so a service can mount them on its own axum
+//! server; [`serve`] runs convoke's own server with the limits of `[management.limits]`.
+//!
+//! Layout: `cluster.rs` (members routes and JSON), `health.rs` (`/ready`, `/alive`),
+//! `events.rs` (SSE), `metrics.rs`, `auth.rs`, `server.rs` (accept loop, TLS), `error.rs`.
+
+mod auth;
+mod cluster;
+mod error;
+mod events;
+mod health;
+mod metrics;
+mod server;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{Method, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{MethodRouter, get};
+use tokio::sync::Semaphore;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+
+pub use cluster::{ClusterMember, ClusterMembers, ClusterUnreachableMember};
+pub use error::{ApiError, Message};
+pub use events::event_json;
+pub use health::{Check, HealthChecks};
+pub use metrics::{RuntimeMetrics, SharedMetrics};
+pub use server::{TlsError, serve, tls_acceptor};
+
+use crate::node::Node;
+use crate::settings::ManagementSettings;
+
+/// The operations the management API serves, as (method, path template). The OpenAPI document
+/// (`openapi/openapi.yaml`) is checked against this list and this list against the router.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/cluster/members"),
+    ("POST", "/cluster/members"),
+    ("GET", "/cluster/members/{address}"),
+    ("PUT", "/cluster/members/{address}"),
+    ("DELETE", "/cluster/members/{address}"),
+    ("PUT", "/cluster"),
+    ("GET", "/cluster/domain-events"),
+    ("GET", "/ready"),
+    ("GET", "/alive"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.yaml"),
+];
+
+/// The OpenAPI document, served at `/openapi.yaml`.
+pub const OPENAPI: &str = include_str!("../../openapi/openapi.yaml");
+
+/// What every handler sees.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    node: Node,
+    settings: Arc<ManagementSettings>,
+    checks: HealthChecks,
+    metrics: SharedMetrics,
+    event_clients: Arc<Semaphore>,
+}
+
+fn with_405(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    route.fallback(|| async { ApiError::method_not_allowed() })
+}
+
+/// The management routes for `node`, under `settings.base_path`, with authentication, the body
+/// limit and the request timeout (event streams excepted).
+pub fn router(node: Node, settings: &ManagementSettings) -> Router {
+    let state = AppState {
+        checks: node.health_checks().clone(),
+        metrics: node.metrics().clone(),
+        node,
+        event_clients: Arc::new(Semaphore::new(settings.limits.max_event_clients)),
+        settings: Arc::new(settings.clone()),
+    };
+    let hc = &settings.health_checks;
+    let timed = Router::new()
+        .route("/cluster/members", with_405(get(cluster::get_members).post(cluster::post_members)))
+        .route("/cluster/members/", with_405(get(cluster::get_members).post(cluster::post_members)))
+        .route(
+            "/cluster/members/{*address}",
+            with_405(
+                get(cluster::get_member).put(cluster::put_member).delete(cluster::delete_member),
+            ),
+        )
+        .route("/cluster", with_405(axum::routing::put(cluster::put_cluster)))
+        .route("/cluster/", with_405(axum::routing::put(cluster::put_cluster)))
+        .route(&hc.readiness_path, with_405(get(health::ready)))
+        .route(&hc.liveness_path, with_405(get(health::alive)))
+        .route("/metrics", with_405(get(metrics::metrics)))
+        .route("/openapi.yaml", with_405(get(openapi)))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.limits.request_timeout.0,
+        ));
+    let streaming =
+        Router::new().route("/cluster/domain-events", with_405(get(events::domain_events)));
+    let routes = timed
+        .merge(streaming)
+        .fallback(|| async { ApiError::no_route() })
+        .layer(RequestBodyLimitLayer::new(settings.limits.body_limit))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require))
+        .with_state(state);
+    let base = settings.base_path.trim_end_matches('/');
+    if base.is_empty() {
+        routes
+    } else {
+        Router::new().nest(base, routes).fallback(|| async { ApiError::no_route() })
+    }
+}
+
+async fn openapi() -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "application/yaml")], OPENAPI)
+}
+
+/// Whether `method` names one of the HTTP methods [`ROUTES`] uses.
+pub fn parse_method(method: &str) -> Option<Method> {
+    method.parse().ok()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,344 @@
+//! Router tests with `oneshot`, against a running node (no management socket).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+use super::*;
+use crate::settings::{AuthSettings, Dur, Settings};
+
+async fn node() -> Node {
+    let mut s = Settings::default();
+    s.cluster.port = 0;
+    s.management.enabled = false;
+    s.cluster.periodic_tasks_initial_delay = Dur(Duration::from_millis(50));
+    s.cluster.leader_actions_interval = Dur(Duration::from_millis(50));
+    let node = Node::start(&s).await.unwrap();
+    node.join(node.self_address().clone()).await.unwrap();
+    let mut rx = node.watch();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| {
+            s.state
+                .self_member()
+                .is_some_and(|m| m.status() == convoke_membership::MemberStatus::Up)
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    node
+}
+
+fn settings(read_only: bool) -> ManagementSettings {
+    ManagementSettings { read_only, ..ManagementSettings::default() }
+}
+
+async fn call(
+    router: &Router,
+    method: &str,
+    uri: &str,
+    body: &str,
+    auth: Option<&str>,
+) -> (StatusCode, String) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if !body.is_empty() {
+        req = req.header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    }
+    if let Some(a) = auth {
+        req = req.header(header::AUTHORIZATION, a);
+    }
+    let resp =
+        router.clone().oneshot(req.body(Body::from(body.to_owned())).unwrap()).await.unwrap();
+    let status = resp.status();
+    let bytes = tokio::time::timeout(Duration::from_secs(5), resp.into_body().collect()).await;
+    let text = match bytes {
+        Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        _ => String::new(),
+    };
+    (status, text)
+}
+
+fn message(text: &str) -> String {
+    serde_json::from_str::<Message>(text)
+        .map(|m| m.message)
+        .unwrap_or_else(|_| format!("(not a message: {text})"))
+}
+
+#[tokio::test]
+async fn get_members_reports_self_leader_oldest_and_roles() {
+    let node = node().await;
+    let router = router(node.clone(), &settings(true));
+    let (status, text) = call(&router, "GET", "/cluster/members", "", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let m: ClusterMembers = serde_json::from_str(&text).unwrap();
+    let me = node.self_address().to_string();
+    assert_eq!(m.self_node, me);
+    assert_eq!(m.leader.as_deref(), Some(me.as_str()));
+    assert_eq!(m.oldest.as_deref(), Some(me.as_str()));
+    assert_eq!(m.oldest_per_role.get("dc-default"), Some(&me));
+    assert_eq!(m.members.len(), 1);
+    assert_eq!(m.members[0].status, "Up");
+    assert_eq!(m.members[0].node_uid, node.self_node().uid.to_string());
+    assert!(m.unreachable.is_empty());
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(v["members"][0]["nodeUid"].is_string(), "nodeUid is a string");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_member_is_found_by_full_address_or_system_at_host_port_and_unknown_is_404() {
+    let node = node().await;
+    let router = router(node.clone(), &settings(true));
+    let full = node.self_address().to_string();
+    let short = full.trim_start_matches("convoke://").to_owned();
+    for given in [full.clone(), short, full.replace("://", "%3A%2F%2F")] {
+        let (status, text) =
+            call(&router, "GET", &format!("/cluster/members/{given}"), "", None).await;
+        assert_eq!(status, StatusCode::OK, "{given}: {text}");
+        let m: ClusterMember = serde_json::from_str(&text).unwrap();
+        assert_eq!(m.node, full);
+    }
+    let (status, text) = call(&router, "GET", "/cluster/members/convoke@nowhere:1", "", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(message(&text), "Member [convoke@nowhere:1] not found");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn read_only_mode_answers_405_to_every_write_with_a_hint() {
+    let node = node().await;
+    let router = router(node.clone(), &settings(true));
+    let me = node.self_address().to_string();
+    for (method, uri, body) in [
+        ("POST", "/cluster/members".to_owned(), "address=convoke://convoke@127.0.0.1:1"),
+        ("PUT", format!("/cluster/members/{me}"), "operation=down"),
+        ("DELETE", format!("/cluster/members/{me}"), ""),
+        ("PUT", "/cluster/members/convoke@unknown:1".to_owned(), "operation=down"),
+        ("PUT", "/cluster".to_owned(), "operation=prepare-for-full-shutdown"),
+    ] {
+        let (status, text) = call(&router, method, &uri, body, None).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {uri}");
+        assert!(message(&text).contains("management.read_only = false"), "{text}");
+    }
+    assert_eq!(node.self_status(), convoke_membership::MemberStatus::Up);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn full_mode_validates_operations_and_members() {
+    let node = node().await;
+    let router = router(node.clone(), &settings(false));
+    let me = node.self_address().to_string();
+    let cases = [
+        (
+            "PUT",
+            format!("/cluster/members/{me}"),
+            "operation=join",
+            StatusCode::BAD_REQUEST,
+            "Operation not supported",
+        ),
+        (
+            "PUT",
+            format!("/cluster/members/{me}"),
+            "",
+            StatusCode::BAD_REQUEST,
+            "Missing form field 'operation'",
+        ),
+        (
+            "PUT",
+            "/cluster/members/convoke@unknown:1".to_owned(),
+            "operation=down",
+            StatusCode::NOT_FOUND,
+            "Member [convoke@unknown:1] not found",
+        ),
+        (
+            "DELETE",
+            "/cluster/members/convoke@unknown:1".to_owned(),
+            "",
+            StatusCode::NOT_FOUND,
+            "Member [convoke@unknown:1] not found",
+        ),
+        (
+            "POST",
+            "/cluster/members".to_owned(),
+            "",
+            StatusCode::BAD_REQUEST,
+            "Missing form field 'address'",
+        ),
+        (
+            "POST",
+            "/cluster/members".to_owned(),
+            "address=not-an-address",
+            StatusCode::BAD_REQUEST,
+            "invalid address",
+        ),
+        (
+            "PUT",
+            "/cluster".to_owned(),
+            "operation=explode",
+            StatusCode::BAD_REQUEST,
+            "Operation not supported",
+        ),
+        (
+            "POST",
+            "/cluster/members".to_owned(),
+            "address=convoke://convoke@127.0.0.1:1",
+            StatusCode::BAD_REQUEST,
+            "already a member",
+        ),
+    ];
+    for (method, uri, body, want, text_part) in cases {
+        let (status, text) = call(&router, method, &uri, body, None).await;
+        assert_eq!(status, want, "{method} {uri} {body}: {text}");
+        assert!(message(&text).contains(text_part), "{method} {uri} {body}: {text}");
+    }
+    // Operations are case-insensitive and answered with a message.
+    let (status, text) =
+        call(&router, "PUT", "/cluster", "operation=Prepare-For-Full-Shutdown", None).await;
+    assert_eq!(
+        (status, message(&text)),
+        (StatusCode::OK, "Preparing for full cluster shutdown".to_owned())
+    );
+    let (status, text) =
+        call(&router, "PUT", &format!("/cluster/members/{me}"), "operation=LEAVE", None).await;
+    assert_eq!((status, message(&text)), (StatusCode::OK, format!("Leaving {me}")));
+    tokio::time::timeout(Duration::from_secs(30), node.terminated()).await.unwrap();
+}
+
+#[tokio::test]
+async fn health_routes_answer_in_plain_text_and_user_checks_count() {
+    let node = node().await;
+    let router = router(node.clone(), &settings(true));
+    assert_eq!(call(&router, "GET", "/ready", "", None).await, (StatusCode::OK, "OK".to_owned()));
+    assert_eq!(call(&router, "GET", "/alive", "", None).await, (StatusCode::OK, "OK".to_owned()));
+    node.health_checks().add_readiness("warm-cache", || async { Ok(false) });
+    node.health_checks().add_liveness("db", || async { Err("connection refused".to_owned()) });
+    let (status, text) = call(&router, "GET", "/ready", "", None).await;
+    assert_eq!(
+        (status, text.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "Not Healthy: Check [warm-cache] not ok")
+    );
+    let (status, text) = call(&router, "GET", "/alive", "", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(text, "Health Check Failed: Check [db] failed: connection refused");
+    node.stop().await;
+    let (status, text) = call(&router, "GET", "/alive", "", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    let (status, text) = call(&router, "GET", "/ready", "", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+}
+
+#[tokio::test]
+async fn auth_protects_every_route_but_the_exempt_ones_also_under_a_base_path() {
+    let node = node().await;
+    let auth = AuthSettings { bearer_tokens: vec!["t0ken".into()], ..AuthSettings::default() };
+    for base in ["", "/mgmt"] {
+        let s = ManagementSettings {
+            auth: Some(auth.clone()),
+            base_path: base.into(),
+            ..settings(false)
+        };
+        let router = router(node.clone(), &s);
+        for (method, path) in ROUTES.iter().filter(|(_, p)| *p != "/ready" && *p != "/alive") {
+            let path = path.replace("{address}", "convoke@unknown:1");
+            let (status, text) = call(&router, method, &format!("{base}{path}"), "", None).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {base}{path}: {text}");
+            let (status, _) =
+                call(&router, method, &format!("{base}{path}"), "", Some("Bearer wrong")).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {base}{path}");
+        }
+        for path in ["/ready", "/alive"] {
+            assert_eq!(
+                call(&router, "GET", &format!("{base}{path}"), "", None).await.0,
+                StatusCode::OK
+            );
+        }
+        let (status, _) =
+            call(&router, "GET", &format!("{base}/cluster/members"), "", Some("Bearer t0ken"))
+                .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let open = router(node.clone(), &settings(true));
+    assert_eq!(call(&open, "GET", "/cluster/members", "", None).await.0, StatusCode::OK);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_openapi_document_and_the_router_describe_the_same_routes() {
+    let doc: serde_norway::Value = serde_norway::from_str(OPENAPI).unwrap();
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_mapping().unwrap() {
+        for (method, _) in item.as_mapping().unwrap() {
+            let method = method.as_str().unwrap().to_ascii_uppercase();
+            if method != "PARAMETERS" {
+                documented.insert((method, path.as_str().unwrap().to_owned()));
+            }
+        }
+    }
+    let served: BTreeSet<(String, String)> =
+        ROUTES.iter().map(|(m, p)| ((*m).to_owned(), (*p).to_owned())).collect();
+    assert_eq!(documented, served, "openapi/openapi.yaml and ROUTES differ");
+
+    // Every listed route is served: the answer is never the router's own 404 or 405.
+    let node = node().await;
+    let router = router(node.clone(), &settings(false));
+    for (method, path) in ROUTES {
+        let path = path.replace("{address}", "convoke@unknown:1");
+        let body = if *method == "GET" { "" } else { "operation=none" };
+        let (status, text) = call(&router, method, &path, body, None).await;
+        assert_ne!(message(&text), "No such route", "{method} {path}");
+        assert_ne!(message(&text), "Method not allowed on this route", "{method} {path}");
+        assert!(
+            status != StatusCode::NOT_FOUND || text.contains("Member ["),
+            "{method} {path}: {status} {text}"
+        );
+    }
+    // And nothing else is.
+    let (status, text) = call(&router, "GET", "/cluster/nothing", "", None).await;
+    assert_eq!((status, message(&text)), (StatusCode::NOT_FOUND, "No such route".to_owned()));
+    let (status, _) = call(&router, "PATCH", "/cluster/members", "", None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn domain_events_replay_the_state_with_the_type_filter() {
+    let node = node().await;
+    let router = router(node.clone(), &settings(true));
+    let req =
+        Request::builder().uri("/cluster/domain-events?type=MemberUp").body(Body::empty()).unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let frame =
+        tokio::time::timeout(Duration::from_secs(5), body.frame()).await.unwrap().unwrap().unwrap();
+    let text = String::from_utf8_lossy(frame.data_ref().unwrap()).into_owned();
+    assert!(text.contains("event: MemberUp") || text.contains("event:MemberUp"), "{text}");
+    assert!(text.contains("\"type\":\"MemberUp\""), "{text}");
+    assert!(text.contains(&format!("\"longUid\":{}", node.self_node().uid)), "{text}");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_are_served_in_the_prometheus_text_format() {
+    let node = node().await;
+    let router = router(node.clone(), &settings(true));
+    let (status, text) = call(&router, "GET", "/metrics", "", None).await;
+    assert_eq!(status, StatusCode::OK);
+    for needle in [
+        "convoke_members{status=\"Up\"} 1",
+        "convoke_unreachable_members 0",
+        "convoke_convergence 1",
+        "convoke_is_leader 1",
+        "convoke_heartbeat_round_trip_seconds",
+        "convoke_dropped_frames_total",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+    node.stop().await;
+}
