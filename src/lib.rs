@@ -9,6 +9,7 @@
 
 pub use convoke_membership as membership;
 
+pub mod admin;
 pub mod demo;
 pub mod driver;
 pub mod management;

@@ -4,9 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use convoke::admin::{Output, Request};
 use convoke::node::{Node, ShutdownOutcome};
 use convoke::settings::{Settings, Sources};
-use convoke::{demo, driver::Termination, membership::ShutdownReason};
+use convoke::{admin, demo, driver::Termination, membership::ShutdownReason};
 use tracing_subscriber::EnvFilter;
 
 /// Exit code for bad configuration or usage.
@@ -24,6 +25,15 @@ struct Cli {
     /// Log format on stderr; the level comes from RUST_LOG (default info).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// The management API the admin commands talk to.
+    #[arg(long, global = true, env = "CONVOKE_URL", default_value = "http://127.0.0.1:8558")]
+    url: String,
+    /// A bearer token for the management API.
+    #[arg(long, global = true, env = "CONVOKE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Output of the admin commands.
+    #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,6 +58,30 @@ enum Command {
         #[arg(long)]
         print_config: bool,
     },
+    /// List the members (admin).
+    Members,
+    /// Show one member (admin): its full address or system@host:port.
+    Member {
+        /// The member's address.
+        address: String,
+    },
+    /// Make the node at --url join the cluster of ADDRESS (admin).
+    Join {
+        /// A member of the cluster to join.
+        address: String,
+    },
+    /// Make a member leave gracefully (admin).
+    Leave {
+        /// The member's address.
+        address: String,
+    },
+    /// Mark a member Down (admin).
+    Down {
+        /// The member's address.
+        address: String,
+    },
+    /// Prepare the whole cluster for a full shutdown (admin).
+    PrepareShutdown,
     /// Start a cluster of N nodes on 127.0.0.1 in this process and show it forming.
     Demo {
         /// How many nodes.
@@ -85,12 +119,38 @@ fn main() -> ExitCode {
             init_logging(cli.log_format, "info");
             runtime().block_on(run(settings))
         }
+        Command::Members => {
+            admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::Members)
+        }
+        Command::Member { address } => {
+            admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::Member(address))
+        }
+        Command::Join { address } => {
+            admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::Join(address))
+        }
+        Command::Leave { address } => {
+            admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::Leave(address))
+        }
+        Command::Down { address } => {
+            admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::Down(address))
+        }
+        Command::PrepareShutdown => {
+            admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::PrepareShutdown)
+        }
         Command::Demo { nodes } => {
             // The demo prints the membership itself; logs only report errors unless RUST_LOG says.
             init_logging(cli.log_format, "error");
             runtime().block_on(demo::run(usize::from(nodes)))
         }
     }
+}
+
+fn admin_call(url: &str, token: Option<&str>, output: Output, request: Request) -> ExitCode {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(admin::run(url, token, output, request))
 }
 
 fn runtime() -> tokio::runtime::Runtime {
