@@ -92,7 +92,7 @@ async fn ready_flips_to_200_when_up_and_a_put_down_removes_the_member_everywhere
     }
     let ups = text.lines().filter(|l| l.starts_with("event:") && l.contains("MemberUp")).count();
     assert!(ups >= 3, "{text}");
-    assert!(text.contains(&format!("\"previousStatus\":\"Down\"")), "{text}");
+    assert!(text.contains("\"previousStatus\":\"Down\""), "{text}");
     for n in &nodes[..2] {
         n.stop().await;
     }
