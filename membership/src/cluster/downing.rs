@@ -74,8 +74,8 @@ impl Cluster {
         for e in events {
             sbr.handle_event(now, e);
         }
-        sbr.handle_reachability(now, self.latest.reachability());
-        sbr.handle_seen(now, self.latest.seen());
+        sbr.handle_reachability(self.latest.reachability());
+        sbr.handle_seen(self.latest.seen());
     }
 
     /// Carries out the resolver's downs, in its order (this node last), and arms its timer.

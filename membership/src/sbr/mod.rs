@@ -258,44 +258,47 @@ impl SplitBrainResolver {
 
     /// A cluster event was published.
     pub fn handle_event(&mut self, now: Instant, event: &ClusterEvent) {
-        self.input(now, Input::Event(event.clone()));
+        if self.accepts(|| Input::Event(event.clone())) {
+            self.apply_event(now, event.clone());
+        }
     }
 
     /// The reachability of the current gossip.
-    pub fn handle_reachability(&mut self, now: Instant, reachability: &Reachability) {
-        self.input(now, Input::Reachability(reachability.clone()));
+    pub fn handle_reachability(&mut self, reachability: &Reachability) {
+        if self.accepts(|| Input::Reachability(reachability.clone())) {
+            self.model.set_reachability(reachability);
+        }
     }
 
     /// The nodes that have seen the current gossip.
-    pub fn handle_seen(&mut self, now: Instant, seen_by: &BTreeSet<UniqueAddress>) {
-        self.input(now, Input::SeenBy(seen_by.clone()));
+    pub fn handle_seen(&mut self, seen_by: &BTreeSet<UniqueAddress>) {
+        if self.accepts(|| Input::SeenBy(seen_by.clone())) {
+            self.model.set_seen_by(seen_by.clone());
+        }
     }
 
     /// A current member quarantined this node: it downs itself.
     pub fn handle_quarantined_by_member(&mut self, now: Instant) {
-        self.input(now, Input::QuarantinedByRemote);
+        if self.accepts(|| Input::QuarantinedByRemote) {
+            self.act(
+                now,
+                Decision::DownSelfQuarantinedByRemote,
+                DecisionTrigger::QuarantinedByRemote,
+            );
+        }
     }
 
-    fn input(&mut self, now: Instant, input: Input) {
+    /// Whether an input is to be applied now: not once stopped, and not while a decision waits
+    /// for the lease; then it is held back (made by `input`) and applied after the answer.
+    fn accepts(&mut self, input: impl FnOnce() -> Input) -> bool {
         if self.stopped {
-            return;
+            return false;
         }
         if self.waiting.is_some() {
-            self.stash.push(input);
-            return;
+            self.stash.push(input());
+            return false;
         }
-        match input {
-            Input::Event(e) => self.apply_event(now, e),
-            Input::Reachability(r) => self.model.set_reachability(&r),
-            Input::SeenBy(s) => self.model.set_seen_by(s),
-            Input::QuarantinedByRemote => {
-                self.act(
-                    now,
-                    Decision::DownSelfQuarantinedByRemote,
-                    DecisionTrigger::QuarantinedByRemote,
-                );
-            }
-        }
+        true
     }
 
     fn is_self(&self, node: &UniqueAddress) -> bool {
@@ -488,7 +491,12 @@ impl SplitBrainResolver {
     fn stop_waiting(&mut self, now: Instant) {
         self.waiting = None;
         for input in std::mem::take(&mut self.stash) {
-            self.input(now, input);
+            match input {
+                Input::Event(e) => self.handle_event(now, &e),
+                Input::Reachability(r) => self.handle_reachability(&r),
+                Input::SeenBy(s) => self.handle_seen(&s),
+                Input::QuarantinedByRemote => self.handle_quarantined_by_member(now),
+            }
         }
     }
 

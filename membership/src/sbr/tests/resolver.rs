@@ -94,7 +94,7 @@ impl Harness {
             }),
             records.iter().map(|(from, _)| (from.node().clone(), 1)),
         );
-        self.sbr.handle_reachability(self.now, &r);
+        self.sbr.handle_reachability(&r);
     }
 
     fn remove(&mut self, m: &Member) {
