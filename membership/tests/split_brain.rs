@@ -280,3 +280,21 @@ fn a_brief_partition_healed_within_stable_after_downs_nobody() {
     net.run_for(SECS(30));
     assert!(net.all_up(&[1, 2, 3, 4, 5]));
 }
+
+#[test]
+fn a_node_quarantined_by_a_member_downs_itself_but_not_by_a_stranger() {
+    let mut net = Net::new(117);
+    net.form_cluster(&[1, 2, 3], &sbr_config("keep-majority"));
+    let stranger = net.start_node(9, sbr_config("keep-majority"));
+    net.with(3, |c, now| c.handle_quarantined_by(now, &stranger));
+    net.run_for(SECS(5));
+    assert!(net.all_up(&[1, 2, 3]), "a quarantine by a non-member is ignored");
+
+    let member = net.core(1).self_node().clone();
+    net.with(3, |c, now| c.handle_quarantined_by(now, &member));
+    assert_eq!(
+        decisions(&net, 3),
+        [(Decision::DownSelfQuarantinedByRemote, DecisionTrigger::QuarantinedByRemote)]
+    );
+    await_resolution(&mut net, SECS(30), &[1, 2], &[3]);
+}
