@@ -330,8 +330,8 @@ impl FailureDetectorConfig {
     }
 }
 
-/// Settings of the split-brain resolver (`cluster.split_brain_resolver`). Only the settings
-/// shared by all strategies live here; per-strategy settings come with the strategies.
+/// Settings of the split-brain resolver (`cluster.split_brain_resolver`): the active strategy,
+/// the timing shared by all strategies, and one sub-table of settings per strategy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SplitBrainResolverConfig {
@@ -346,6 +346,14 @@ pub struct SplitBrainResolverConfig {
     /// of 4 s and ¾ of `stable_after`; see
     /// [`down_all_when_unstable_after`](SplitBrainResolverConfig::down_all_when_unstable_after).
     pub down_all_when_unstable: SwitchDuration,
+    /// `cluster.split_brain_resolver.keep_majority`: settings of the keep-majority strategy.
+    pub keep_majority: KeepMajorityConfig,
+    /// `cluster.split_brain_resolver.static_quorum`: settings of the static-quorum strategy.
+    pub static_quorum: StaticQuorumConfig,
+    /// `cluster.split_brain_resolver.keep_oldest`: settings of the keep-oldest strategy.
+    pub keep_oldest: KeepOldestConfig,
+    /// `cluster.split_brain_resolver.lease_majority`: settings of the lease-majority strategy.
+    pub lease_majority: LeaseMajorityConfig,
 }
 
 impl Default for SplitBrainResolverConfig {
@@ -354,6 +362,10 @@ impl Default for SplitBrainResolverConfig {
             active_strategy: "keep-majority".to_owned(),
             stable_after: Duration::from_secs(20),
             down_all_when_unstable: SwitchDuration::On,
+            keep_majority: KeepMajorityConfig::default(),
+            static_quorum: StaticQuorumConfig::default(),
+            keep_oldest: KeepOldestConfig::default(),
+            lease_majority: LeaseMajorityConfig::default(),
         }
     }
 }
@@ -363,6 +375,11 @@ impl SplitBrainResolverConfig {
     pub fn down_all_when_unstable_after(&self) -> Option<Duration> {
         let on = (self.stable_after * 3 / 4).max(Duration::from_secs(4));
         self.down_all_when_unstable.resolve(on)
+    }
+
+    /// Whether automatic downing is on (`active_strategy` is not `"off"`).
+    pub fn is_active(&self) -> bool {
+        self.active_strategy != "off"
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -380,7 +397,107 @@ impl SplitBrainResolverConfig {
                 "\"on\", \"off\" or a duration greater than 0",
             ));
         }
+        // The quorum size has no sensible default, so it is only required of the strategy that
+        // uses it; a node configured for another strategy may leave it unset.
+        if self.active_strategy == "static-quorum" && self.static_quorum.quorum_size == 0 {
+            return Err(ConfigError::new(
+                "cluster.split_brain_resolver.static_quorum.quorum_size",
+                self.static_quorum.quorum_size.to_string(),
+                "an integer of at least 1 (the static-quorum strategy requires it)",
+            ));
+        }
+        let lease = &self.lease_majority;
+        if lease.lease_name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ConfigError::new(
+                "cluster.split_brain_resolver.lease_majority.lease_name",
+                format!("{:?}", lease.lease_name),
+                "a name without spaces, or \"\" for \"<system_name>-convoke-sbr\"",
+            ));
+        }
         Ok(())
+    }
+}
+
+/// Settings of the keep-majority strategy (`cluster.split_brain_resolver.keep_majority`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeepMajorityConfig {
+    /// `cluster.split_brain_resolver.keep_majority.role`: count only members with this role;
+    /// `""` (the default) counts all.
+    pub role: String,
+}
+
+/// Settings of the static-quorum strategy (`cluster.split_brain_resolver.static_quorum`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StaticQuorumConfig {
+    /// `cluster.split_brain_resolver.static_quorum.quorum_size`: the side that still has at least
+    /// this many members survives. Required (at least 1) when the strategy is active; `0`, the
+    /// default, means unset. A cluster must not grow beyond `2 · quorum_size − 1` members, or both
+    /// sides of a split could survive: the strategy downs all nodes in that case.
+    pub quorum_size: usize,
+    /// `cluster.split_brain_resolver.static_quorum.role`: count only members with this role;
+    /// `""` (the default) counts all.
+    pub role: String,
+}
+
+/// Settings of the keep-oldest strategy (`cluster.split_brain_resolver.keep_oldest`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeepOldestConfig {
+    /// `cluster.split_brain_resolver.keep_oldest.down_if_alone`: when the oldest member is cut off
+    /// alone from two or more others, it downs itself and the others survive. Default `true`.
+    pub down_if_alone: bool,
+    /// `cluster.split_brain_resolver.keep_oldest.role`: the oldest among members with this role
+    /// decides; `""` (the default) considers all.
+    pub role: String,
+}
+
+impl Default for KeepOldestConfig {
+    fn default() -> Self {
+        Self { down_if_alone: true, role: String::new() }
+    }
+}
+
+/// Settings of the lease-majority strategy (`cluster.split_brain_resolver.lease_majority`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseMajorityConfig {
+    /// `cluster.split_brain_resolver.lease_majority.lease_name`: the lease both sides contend
+    /// for; `""` (the default) is `"<system_name>-convoke-sbr"`. See
+    /// [`effective_lease_name`](LeaseMajorityConfig::effective_lease_name).
+    pub lease_name: String,
+    /// `cluster.split_brain_resolver.lease_majority.acquire_lease_delay_for_minority`: how long
+    /// the minority side waits before it tries to take the lease, so that the majority usually
+    /// wins. Default 2 s.
+    pub acquire_lease_delay_for_minority: Duration,
+    /// `cluster.split_brain_resolver.lease_majority.release_after`: after the downed nodes are
+    /// removed, the winner keeps the lease this much longer before releasing it. Default 40 s.
+    pub release_after: Duration,
+    /// `cluster.split_brain_resolver.lease_majority.role`: count only members with this role
+    /// when deciding which side is the minority; `""` (the default) counts all.
+    pub role: String,
+}
+
+impl Default for LeaseMajorityConfig {
+    fn default() -> Self {
+        Self {
+            lease_name: String::new(),
+            acquire_lease_delay_for_minority: Duration::from_secs(2),
+            release_after: Duration::from_secs(40),
+            role: String::new(),
+        }
+    }
+}
+
+impl LeaseMajorityConfig {
+    /// The lease name: the configured one, or `"<system_name>-convoke-sbr"` when it is empty.
+    pub fn effective_lease_name(&self, system_name: &str) -> String {
+        if self.lease_name.is_empty() {
+            format!("{system_name}-convoke-sbr")
+        } else {
+            self.lease_name.clone()
+        }
     }
 }
 
@@ -670,6 +787,17 @@ mod tests {
         assert_eq!(sbr.active_strategy, "keep-majority");
         assert_eq!(sbr.stable_after, secs(20));
         assert_eq!(sbr.down_all_when_unstable, SwitchDuration::On);
+        assert_eq!(sbr.keep_majority.role, "");
+        assert_eq!(sbr.static_quorum.quorum_size, 0, "unset");
+        assert_eq!(sbr.static_quorum.role, "");
+        assert!(sbr.keep_oldest.down_if_alone);
+        assert_eq!(sbr.keep_oldest.role, "");
+        assert_eq!(sbr.lease_majority.lease_name, "");
+        assert_eq!(sbr.lease_majority.effective_lease_name("orders"), "orders-convoke-sbr");
+        assert_eq!(sbr.lease_majority.acquire_lease_delay_for_minority, secs(2));
+        assert_eq!(sbr.lease_majority.release_after, secs(40));
+        assert_eq!(sbr.lease_majority.role, "");
+        assert!(sbr.is_active());
     }
 
     #[test]
@@ -690,6 +818,9 @@ mod tests {
         c.failure_detector.acceptable_heartbeat_pause = Duration::ZERO;
         c.split_brain_resolver.stable_after = Duration::ZERO;
         c.split_brain_resolver.down_all_when_unstable = SwitchDuration::Off;
+        c.split_brain_resolver.static_quorum.quorum_size = 3;
+        c.split_brain_resolver.lease_majority.acquire_lease_delay_for_minority = Duration::ZERO;
+        c.split_brain_resolver.lease_majority.release_after = Duration::ZERO;
         assert_eq!(c.validate(), Ok(()));
         for strategy in ACTIVE_STRATEGIES {
             c.split_brain_resolver.active_strategy = strategy.to_owned();
@@ -782,6 +913,12 @@ mod tests {
                 c.split_brain_resolver.down_all_when_unstable =
                     SwitchDuration::After(Duration::ZERO)
             }),
+            ("cluster.split_brain_resolver.static_quorum.quorum_size", |c| {
+                c.split_brain_resolver.active_strategy = "static-quorum".into();
+            }),
+            ("cluster.split_brain_resolver.lease_majority.lease_name", |c| {
+                c.split_brain_resolver.lease_majority.lease_name = "my lease".into();
+            }),
         ];
         for (key, change) in cases {
             let mut c = Config::default();
@@ -813,6 +950,31 @@ mod tests {
             c.validate().unwrap_err().to_string(),
             "invalid value for cluster.gossip_interval: 0s (expected a duration greater than 0)"
         );
+    }
+
+    #[test]
+    fn the_quorum_size_is_only_required_of_the_static_quorum_strategy() {
+        let mut c = Config::default();
+        c.split_brain_resolver.active_strategy = "static-quorum".into();
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "invalid value for cluster.split_brain_resolver.static_quorum.quorum_size: 0 \
+             (expected an integer of at least 1 (the static-quorum strategy requires it))"
+        );
+        c.split_brain_resolver.static_quorum.quorum_size = 1;
+        assert_eq!(c.validate(), Ok(()));
+        c.split_brain_resolver.static_quorum.quorum_size = 0;
+        c.split_brain_resolver.active_strategy = "keep-majority".into();
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn off_is_the_only_inactive_strategy() {
+        let mut c = SplitBrainResolverConfig::default();
+        for strategy in ACTIVE_STRATEGIES {
+            c.active_strategy = strategy.to_owned();
+            assert_eq!(c.is_active(), strategy != "off", "{strategy}");
+        }
     }
 
     #[test]

@@ -2,10 +2,10 @@
 //!
 //! One node's view of cluster membership as a deterministic state machine: gossip with vector
 //! clocks, reachability, convergence and leader actions, the join handshake, phi-accrual failure
-//! detection over a heartbeat ring, and the cluster events computed from consecutive states. It does
-//! no IO, reads no clock and uses no global RNG: the driver passes `now` in, pulls transmits, events
-//! and the next deadline out, and the configuration carries the RNG seed. The same inputs give the
-//! same outputs, bit for bit.
+//! detection over a heartbeat ring, the split-brain resolver that downs unreachable members, and
+//! the cluster events computed from consecutive states. It does no IO, reads no clock and uses no
+//! global RNG: the driver passes `now` in, pulls transmits, events and the next deadline out, and
+//! the configuration carries the RNG seed. The same inputs give the same outputs, bit for bit.
 //!
 //! Layout:
 //! - [`address`]: `Address`, `UniqueAddress`, `Uid`.
@@ -15,6 +15,7 @@
 //! - [`phi`], [`ring`], [`heartbeat`]: failure detection.
 //! - [`message`], [`wire`]: the protocol messages and their protobuf encoding.
 //! - [`event`]: cluster events and the current-state snapshot.
+//! - [`sbr`]: the split-brain resolver: downing strategies, decisions and the lease seam.
 //! - [`config`]: settings with their defaults and validation.
 //! - [`cluster`]: the core state machine, [`Cluster`], that ties it all together.
 
@@ -31,6 +32,7 @@ pub mod message;
 pub mod phi;
 pub mod reachability;
 pub mod ring;
+pub mod sbr;
 pub mod state;
 pub mod vclock;
 pub mod version;

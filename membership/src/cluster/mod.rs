@@ -3,9 +3,11 @@
 //! Layout: this file holds the type, its inputs and outputs and the timer table; `join.rs` the
 //! join handshake and seed-node processes; `gossiping.rs` gossip sending, receiving and target
 //! selection; `leader.rs` leader actions, the reaper and the self-shutdown checks; `commands.rs`
-//! leave, down and prepare-for-full-shutdown.
+//! leave, down and prepare-for-full-shutdown; `downing.rs` the split-brain resolver's tick, downs
+//! and lease requests.
 
 mod commands;
+mod downing;
 mod gossiping;
 mod join;
 mod leader;
@@ -25,6 +27,7 @@ use crate::heartbeat::{HeartbeatSender, HeartbeatSettings};
 use crate::member::MemberStatus;
 use crate::message::{Message, Transmit};
 use crate::phi::PhiSettings;
+use crate::sbr::{SplitBrainResolver, TICK_INTERVAL};
 use crate::state::MembershipState;
 use crate::version::AppVersion;
 
@@ -103,9 +106,11 @@ enum Timer {
     SeedProcess,
     JoinRetry,
     JoinGiveUp,
+    Downing,
+    LeaseAcquire,
 }
 
-const TIMERS: [Timer; 9] = [
+const TIMERS: [Timer; 11] = [
     Timer::Gossip,
     Timer::GossipSpeedup1,
     Timer::GossipSpeedup2,
@@ -115,6 +120,8 @@ const TIMERS: [Timer; 9] = [
     Timer::SeedProcess,
     Timer::JoinRetry,
     Timer::JoinGiveUp,
+    Timer::Downing,
+    Timer::LeaseAcquire,
 ];
 
 #[derive(Clone, Debug, Default)]
@@ -161,9 +168,14 @@ const MAX_TICKS_BEFORE_SHUTDOWN_WHEN_DOWN: u32 = 4;
 ///      [`poll_timeout`](Self::poll_timeout) has passed;
 ///    - commands: [`join_seed_nodes`](Self::join_seed_nodes), [`join`](Self::join),
 ///      [`leave`](Self::leave), [`down`](Self::down),
-///      [`prepare_for_full_shutdown`](Self::prepare_for_full_shutdown).
+///      [`prepare_for_full_shutdown`](Self::prepare_for_full_shutdown);
+///    - [`handle_lease_result`](Self::handle_lease_result) with the answer to every lease request
+///      (lease-majority strategy only), and
+///      [`handle_quarantined_by`](Self::handle_quarantined_by) from the remote layer.
 /// 3. After every input, drain the outputs: [`poll_transmit`](Self::poll_transmit) until `None`
-///    (send each message), [`poll_event`](Self::poll_event) until `None` (publish each event), then
+///    (send each message), [`poll_event`](Self::poll_event) until `None` (publish each event),
+///    [`poll_lease_request`](Self::poll_lease_request) until `None` (start each lease operation),
+///    [`poll_downing_decision`](Self::poll_downing_decision) until `None` (log each), then
 ///    re-arm the timer with [`poll_timeout`](Self::poll_timeout), and check
 ///    [`shutdown_reason`](Self::shutdown_reason): once it is `Some`, the core ignores all further
 ///    inputs and the driver should stop the node after sending what is queued.
@@ -193,6 +205,7 @@ pub struct Cluster {
     heartbeat_active: bool,
     heartbeat_members: BTreeSet<UniqueAddress>,
     heartbeat_unreachable: BTreeSet<UniqueAddress>,
+    sbr: Option<SplitBrainResolver>,
     timers: Timers,
     transmits: VecDeque<Transmit>,
     events: VecDeque<ClusterEvent>,
@@ -241,6 +254,10 @@ impl Cluster {
         ] {
             timers.set(t, now + interval.max(config.periodic_tasks_initial_delay));
         }
+        let sbr = SplitBrainResolver::new(&config, self_node.clone(), now);
+        if sbr.is_some() {
+            timers.set(Timer::Downing, now + TICK_INTERVAL);
+        }
         let empty = Arc::new(Gossip::empty());
         Ok(Self {
             self_roles: config.self_roles(),
@@ -264,6 +281,7 @@ impl Cluster {
             heartbeat_active: false,
             heartbeat_members: BTreeSet::new(),
             heartbeat_unreachable: BTreeSet::new(),
+            sbr,
             timers,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -379,6 +397,8 @@ impl Cluster {
                         self.request_shutdown(ShutdownReason::JoinUnsuccessful);
                     }
                 }
+                Timer::Downing => self.downing_tick(now),
+                Timer::LeaseAcquire => self.downing_acquire_lease(now),
             }
             self.publish(now);
         }
@@ -516,8 +536,10 @@ impl Cluster {
         let dc = self.config.data_center.clone();
         let before = MembershipState::new(&self.published, &self.self_node, &dc);
         let after = MembershipState::new(&self.latest, &self.self_node, &dc);
-        self.events.extend(diff(&before, &after));
+        let events = diff(&before, &after);
         self.published = self.latest.clone();
+        self.observe_for_downing(now, &events);
+        self.events.extend(events);
         self.sync_heartbeat_ring(now);
     }
 

@@ -39,8 +39,12 @@ fn a(i: u64) -> Address {
     n(i).address
 }
 
+/// The configuration of these tests: automatic downing is off, so that the core's own rules are
+/// tested alone (the split-brain resolver has its own tests).
 fn cfg() -> Config {
-    Config { system_name: "sys".to_owned(), ..Config::default() }
+    let mut c = Config { system_name: "sys".to_owned(), ..Config::default() };
+    c.split_brain_resolver.active_strategy = "off".to_owned();
+    c
 }
 
 /// A configuration whose reaper never runs within a test, so that peers that never answer

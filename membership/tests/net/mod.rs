@@ -13,6 +13,7 @@ use convoke_membership::config::Config;
 use convoke_membership::event::ClusterEvent;
 use convoke_membership::member::MemberStatus;
 use convoke_membership::message::Message;
+use convoke_membership::sbr::{DowningDecision, InMemoryLeaseTable};
 use convoke_membership::{Address, Cluster, Uid, UniqueAddress};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -23,6 +24,8 @@ pub const SYSTEM: &str = "test";
 pub struct Node {
     pub core: Option<Cluster>,
     pub events: Vec<(Duration, ClusterEvent)>,
+    /// The split-brain resolver's decisions, for assertions and failure messages.
+    pub decisions: Vec<(Duration, DowningDecision)>,
     /// A paused node processes nothing until resumed (messages to it are queued).
     pub paused: bool,
 }
@@ -65,6 +68,8 @@ pub struct Net {
     /// Probability that a message is lost.
     pub drop_rate: f64,
     blocked: BTreeSet<(Address, Address)>,
+    /// The lease every node's lease requests go to, answered at once; none answers nothing.
+    pub lease: Option<InMemoryLeaseTable>,
     trace: DefaultHasher,
     pub delivered: u64,
     pub largest_gossip_members: usize,
@@ -73,9 +78,11 @@ pub struct Net {
     last_status: BTreeMap<(Address, UniqueAddress), MemberStatus>,
 }
 
-/// Fast settings in the style of the multi-node test harness (spec §10.5).
+/// Fast settings in the style of the multi-node test harness (spec §10.5), with automatic downing
+/// off: these scenarios partition and crash nodes and expect only the downs they make themselves.
 pub fn test_config() -> Config {
     let mut c = Config::default();
+    c.split_brain_resolver.active_strategy = "off".to_owned();
     c.system_name = SYSTEM.to_owned();
     c.gossip_interval = Duration::from_millis(200);
     c.leader_actions_interval = Duration::from_millis(200);
@@ -105,6 +112,7 @@ impl Net {
             max_delay: Duration::from_millis(10),
             drop_rate: 0.0,
             blocked: BTreeSet::new(),
+            lease: None,
             trace: DefaultHasher::new(),
             delivered: 0,
             largest_gossip_members: 0,
@@ -124,7 +132,7 @@ impl Net {
         let core = Cluster::new(config, node.clone(), self.now, 1_700_000_000_000).unwrap();
         self.nodes.insert(
             node.address.clone(),
-            Node { core: Some(core), events: Vec::new(), paused: false },
+            Node { core: Some(core), events: Vec::new(), decisions: Vec::new(), paused: false },
         );
         node
     }
@@ -178,6 +186,12 @@ impl Net {
         self.blocked.insert((addr(from), addr(to)));
     }
 
+    /// Lets messages flow again between `a` and `b`, both ways.
+    pub fn unblock(&mut self, a: u16, b: u16) {
+        self.blocked.remove(&(addr(a), addr(b)));
+        self.blocked.remove(&(addr(b), addr(a)));
+    }
+
     pub fn heal(&mut self) {
         self.blocked.clear();
     }
@@ -187,6 +201,15 @@ impl Net {
         let Some(node) = self.nodes.get_mut(at) else { return };
         let Some(core) = node.core.as_mut() else { return };
         let from = core.self_node().clone();
+        if let Some(table) = &self.lease {
+            while let Some(req) = core.poll_lease_request() {
+                let granted = table.answer(&req, self.now, None);
+                core.handle_lease_result(self.now, req.op, granted);
+            }
+        }
+        while let Some(d) = core.poll_downing_decision() {
+            node.decisions.push((elapsed, d));
+        }
         let mut out = Vec::new();
         while let Some(t) = core.poll_transmit() {
             out.push(t);

@@ -1,0 +1,560 @@
+//! The pure part of the split-brain resolver: the local model of the members, the decision each
+//! strategy takes on it, and the nodes each decision downs (spec §7.1, §7.3–7.5).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use crate::address::UniqueAddress;
+use crate::member::{Member, MemberStatus};
+use crate::reachability::{Reachability, ReachabilityStatus};
+
+use super::strategy::Strategy;
+
+/// What a strategy decided (spec §7.4). [`DowningModel::nodes_to_down`] turns it into nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// Down the reachable members: this side gives up.
+    DownReachable,
+    /// Down the unreachable members: this side survives.
+    DownUnreachable,
+    /// Down every member.
+    DownAll,
+    /// Down the members that are unreachable from some members but still talk to others through
+    /// third parties, plus what a clean partition among the rest calls for.
+    DownIndirectlyConnected,
+    /// Take the lease, then down the unreachable members; without the lease, down the reachable.
+    AcquireLeaseAndDownUnreachable {
+        /// How long to wait before trying (the minority's head start for the majority).
+        acquire_delay: Duration,
+    },
+    /// Take the lease, then act as [`Decision::DownIndirectlyConnected`]; without the lease,
+    /// act as [`Decision::ReverseDownIndirectlyConnected`].
+    AcquireLeaseAndDownIndirectlyConnected {
+        /// How long to wait before trying.
+        acquire_delay: Duration,
+    },
+    /// The lease was denied during an indirect connection: down the indirectly connected and
+    /// the reachable members.
+    ReverseDownIndirectlyConnected,
+    /// A current member quarantined this node: down this node.
+    DownSelfQuarantinedByRemote,
+}
+
+impl Decision {
+    /// Whether the decision is about indirectly connected members.
+    pub fn is_indirectly_connected(self) -> bool {
+        matches!(
+            self,
+            Self::DownIndirectlyConnected
+                | Self::AcquireLeaseAndDownIndirectlyConnected { .. }
+                | Self::ReverseDownIndirectlyConnected
+        )
+    }
+
+    /// For a decision that needs the lease, how long to wait before acquiring it.
+    pub fn acquire_delay(self) -> Option<Duration> {
+        match self {
+            Self::AcquireLeaseAndDownUnreachable { acquire_delay }
+            | Self::AcquireLeaseAndDownIndirectlyConnected { acquire_delay } => Some(acquire_delay),
+            _ => None,
+        }
+    }
+
+    /// What to do instead when the lease a decision needs is denied; `None` for decisions that
+    /// need no lease.
+    pub fn reverse(self) -> Option<Decision> {
+        match self {
+            Self::AcquireLeaseAndDownUnreachable { .. } => Some(Self::DownReachable),
+            Self::AcquireLeaseAndDownIndirectlyConnected { .. } => {
+                Some(Self::ReverseDownIndirectlyConnected)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DownReachable => f.write_str("DownReachable"),
+            Self::DownUnreachable => f.write_str("DownUnreachable"),
+            Self::DownAll => f.write_str("DownAll"),
+            Self::DownIndirectlyConnected => f.write_str("DownIndirectlyConnected"),
+            Self::AcquireLeaseAndDownUnreachable { acquire_delay } => {
+                write!(f, "AcquireLeaseAndDownUnreachable({acquire_delay:?})")
+            }
+            Self::AcquireLeaseAndDownIndirectlyConnected { acquire_delay } => {
+                write!(f, "AcquireLeaseAndDownIndirectlyConnected({acquire_delay:?})")
+            }
+            Self::ReverseDownIndirectlyConnected => f.write_str("ReverseDownIndirectlyConnected"),
+            Self::DownSelfQuarantinedByRemote => f.write_str("DownSelfQuarantinedByRemote"),
+        }
+    }
+}
+
+/// Indirect connections on both sides of a clean partition left a second indirectly-connected
+/// decision after the observations between indirectly connected nodes were set aside. The caller
+/// downs all instead.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the decision without the observations between indirectly connected nodes is again \
+     {decision}; down all instead"
+)]
+pub struct DoubleIndirectlyConnected {
+    /// The second decision.
+    pub decision: Decision,
+}
+
+/// The resolver's view of its own data center (spec §7.1): every member with its last known
+/// status, which of them are unreachable, the unreachable records among them, and who has seen
+/// the current gossip. The resolver keeps it up to date from the cluster's events; tests build it
+/// directly.
+#[derive(Clone, Debug)]
+pub struct DowningModel {
+    strategy: Strategy,
+    self_dc: String,
+    /// Members of the data center, any status, in member (address) order.
+    members: BTreeMap<UniqueAddress, Member>,
+    /// May hold Joining and WeaklyUp members, and Down ones (a downed member counts as
+    /// unreachable until it is reachable again or removed).
+    unreachable: BTreeSet<UniqueAddress>,
+    /// Only Unreachable and Terminated records whose observer and subject are members here.
+    reachability: Reachability,
+    seen_by: BTreeSet<UniqueAddress>,
+}
+
+impl DowningModel {
+    /// An empty model for `strategy` in data center `self_dc`.
+    pub fn new(strategy: Strategy, self_dc: impl Into<String>) -> Self {
+        Self {
+            strategy,
+            self_dc: self_dc.into(),
+            members: BTreeMap::new(),
+            unreachable: BTreeSet::new(),
+            reachability: Reachability::new(),
+            seen_by: BTreeSet::new(),
+        }
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> &Strategy {
+        &self.strategy
+    }
+
+    /// The data center whose members count.
+    pub fn self_dc(&self) -> &str {
+        &self.self_dc
+    }
+
+    // ---- updates ------------------------------------------------------------------------------
+
+    /// Adds `m` or replaces its previous version. Members of other data centers are ignored.
+    pub fn add(&mut self, m: Member) {
+        if m.data_center() == self.self_dc {
+            self.members.insert(m.node().clone(), m);
+        }
+    }
+
+    /// Adds or updates `m` and marks it unreachable.
+    pub fn add_unreachable(&mut self, m: Member) {
+        if m.data_center() == self.self_dc {
+            self.unreachable.insert(m.node().clone());
+            self.add(m);
+        }
+    }
+
+    /// Adds or updates `m` and marks it reachable.
+    pub fn add_reachable(&mut self, m: Member) {
+        if m.data_center() == self.self_dc {
+            self.unreachable.remove(m.node());
+            self.add(m);
+        }
+    }
+
+    /// Forgets a removed member.
+    pub fn remove(&mut self, node: &UniqueAddress) {
+        self.members.remove(node);
+        self.unreachable.remove(node);
+    }
+
+    /// Takes the Unreachable and Terminated records of `r` whose observer and subject are both
+    /// members of this data center.
+    pub fn set_reachability(&mut self, r: &Reachability) {
+        let records: Vec<_> = r
+            .records()
+            .filter(|rec| {
+                rec.status != ReachabilityStatus::Reachable
+                    && self.members.contains_key(&rec.observer)
+                    && self.members.contains_key(&rec.subject)
+            })
+            .collect();
+        let versions: Vec<_> = records.iter().map(|rec| (rec.observer.clone(), 1)).collect();
+        self.reachability = Reachability::from_parts(records, versions);
+    }
+
+    /// The nodes that have seen the current gossip.
+    pub fn set_seen_by(&mut self, seen_by: BTreeSet<UniqueAddress>) {
+        self.seen_by = seen_by;
+    }
+
+    // ---- views --------------------------------------------------------------------------------
+
+    /// Every member of the data center, any status, in address order.
+    pub fn all_members(&self) -> impl Iterator<Item = &Member> {
+        self.members.values()
+    }
+
+    /// The nodes marked unreachable (Joining, WeaklyUp and Down ones included).
+    pub fn unreachable(&self) -> &BTreeSet<UniqueAddress> {
+        &self.unreachable
+    }
+
+    /// The unreachable records the decisions look at.
+    pub fn reachability(&self) -> &Reachability {
+        &self.reachability
+    }
+
+    /// Whether `node` is marked unreachable.
+    pub fn is_unreachable(&self, node: &UniqueAddress) -> bool {
+        self.unreachable.contains(node)
+    }
+
+    /// The Joining and WeaklyUp members.
+    pub fn joining(&self) -> impl Iterator<Item = &Member> {
+        self.members
+            .values()
+            .filter(|m| matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp))
+    }
+
+    /// The members that count: not Joining, WeaklyUp, Down or Exiting. `including_possibly_up`
+    /// also counts Joining and WeaklyUp members (they may be Up on the other side of a
+    /// partition); `excluding_possibly_exiting` leaves out Leaving members (they may be Exiting
+    /// there). In address order.
+    pub fn members(
+        &self,
+        including_possibly_up: bool,
+        excluding_possibly_exiting: bool,
+    ) -> impl Iterator<Item = &Member> {
+        self.members.values().filter(move |m| match m.status() {
+            MemberStatus::Joining | MemberStatus::WeaklyUp => including_possibly_up,
+            MemberStatus::Leaving => !excluding_possibly_exiting,
+            MemberStatus::Down | MemberStatus::Exiting => false,
+            _ => true,
+        })
+    }
+
+    /// [`members`](Self::members) restricted to the strategy's role.
+    pub fn members_with_role(
+        &self,
+        including_possibly_up: bool,
+        excluding_possibly_exiting: bool,
+    ) -> impl Iterator<Item = &Member> {
+        let role = self.strategy.role();
+        self.members(including_possibly_up, excluding_possibly_exiting)
+            .filter(move |m| role.is_none_or(|r| m.has_role(r)))
+    }
+
+    /// The reachable ones of [`members_with_role`](Self::members_with_role).
+    pub fn reachable_members_with_role(
+        &self,
+        including_possibly_up: bool,
+        excluding_possibly_exiting: bool,
+    ) -> impl Iterator<Item = &Member> {
+        self.members_with_role(including_possibly_up, excluding_possibly_exiting)
+            .filter(|m| !self.is_unreachable(m.node()))
+    }
+
+    /// The unreachable ones of [`members_with_role`](Self::members_with_role).
+    pub fn unreachable_members_with_role(
+        &self,
+        including_possibly_up: bool,
+        excluding_possibly_exiting: bool,
+    ) -> impl Iterator<Item = &Member> {
+        self.members_with_role(including_possibly_up, excluding_possibly_exiting)
+            .filter(|m| self.is_unreachable(m.node()))
+    }
+
+    /// Whether every unreachable member that counts is Down or Exiting (which, as such members do
+    /// not count, means none is left), or nothing is unreachable.
+    pub fn is_all_unreachable_down_or_exiting(&self) -> bool {
+        self.unreachable.is_empty()
+            || self
+                .members(false, false)
+                .filter(|m| self.is_unreachable(m.node()))
+                .all(|m| m.status().is_down_or_exiting())
+    }
+
+    /// The members a decision may down: every member not already Down or Exiting.
+    pub fn downable(&self) -> BTreeSet<UniqueAddress> {
+        self.members
+            .values()
+            .filter(|m| !m.status().is_down_or_exiting())
+            .map(|m| m.node().clone())
+            .collect()
+    }
+
+    fn indirectly_connected_from_cycles(&self) -> BTreeSet<UniqueAddress> {
+        let observers: BTreeSet<UniqueAddress> =
+            self.reachability.records().map(|r| r.observer).collect();
+        let subjects = self.reachability.all_unreachable_or_terminated();
+        observers.intersection(&subjects).cloned().collect()
+    }
+
+    fn indirectly_connected_from_seen(&self) -> BTreeSet<UniqueAddress> {
+        self.reachability
+            .records()
+            .filter(|r| self.seen_by.contains(&r.subject))
+            .flat_map(|r| [r.observer, r.subject])
+            .collect()
+    }
+
+    /// Members that are unreachable from some members yet still talk to the cluster through
+    /// others (spec §7.3): those that both observe someone unreachable and are observed so (a
+    /// cycle), and both ends of every record whose subject has seen the current gossip. Clean
+    /// partitions and crashes produce none.
+    pub fn indirectly_connected(&self) -> BTreeSet<UniqueAddress> {
+        let mut out = self.indirectly_connected_from_cycles();
+        out.extend(self.indirectly_connected_from_seen());
+        out
+    }
+
+    // ---- decisions ----------------------------------------------------------------------------
+
+    /// The strategy's decision on the current model (spec §7.5).
+    pub fn decide(&self) -> Decision {
+        let indirect = !self.indirectly_connected().is_empty();
+        match &self.strategy {
+            Strategy::KeepMajority { .. } => {
+                if indirect {
+                    Decision::DownIndirectlyConnected
+                } else {
+                    self.keep_majority()
+                }
+            }
+            Strategy::StaticQuorum { quorum_size, .. } => {
+                let members = self.members_with_role(false, false).count();
+                if members > (quorum_size * 2).saturating_sub(1) {
+                    Decision::DownAll
+                } else if indirect {
+                    Decision::DownIndirectlyConnected
+                } else if members - self.unreachable_members_with_role(false, false).count()
+                    >= *quorum_size
+                {
+                    Decision::DownUnreachable
+                } else {
+                    Decision::DownReachable
+                }
+            }
+            Strategy::KeepOldest { down_if_alone, .. } => {
+                if indirect {
+                    Decision::DownIndirectlyConnected
+                } else {
+                    self.keep_oldest(*down_if_alone)
+                }
+            }
+            Strategy::DownAll => Decision::DownAll,
+            Strategy::LeaseMajority { acquire_lease_delay_for_minority, .. } => {
+                if indirect {
+                    Decision::AcquireLeaseAndDownIndirectlyConnected {
+                        acquire_delay: Duration::ZERO,
+                    }
+                } else {
+                    let acquire_delay = if self.is_in_minority() {
+                        *acquire_lease_delay_for_minority
+                    } else {
+                        Duration::ZERO
+                    };
+                    Decision::AcquireLeaseAndDownUnreachable { acquire_delay }
+                }
+            }
+        }
+    }
+
+    /// Keep the larger side; on a tie, the side holding `lowest`, the member with the lowest
+    /// address.
+    fn majority_decision(&self, this_side: usize, other_side: usize, lowest: &Member) -> Decision {
+        if this_side == other_side {
+            if self.is_unreachable(lowest.node()) {
+                Decision::DownReachable
+            } else {
+                Decision::DownUnreachable
+            }
+        } else if this_side > other_side {
+            Decision::DownUnreachable
+        } else {
+            Decision::DownReachable
+        }
+    }
+
+    fn keep_majority(&self) -> Decision {
+        let Some(lowest) = self.members_with_role(false, false).next() else {
+            return Decision::DownAll;
+        };
+        let this_side = self.reachable_members_with_role(false, false).count();
+        let other_side = self.unreachable_members_with_role(false, false).count();
+        let decision = self.majority_decision(this_side, other_side, lowest);
+        if decision != Decision::DownUnreachable {
+            return decision;
+        }
+        // A membership change may have happened on the other side during the partition: count
+        // this side without Leaving members (they may be Exiting there) and the other side with
+        // Joining and WeaklyUp ones (they may be Up there). Only the same conclusion stands.
+        let Some(lowest) = self.members_with_role(false, true).next() else {
+            return Decision::DownAll;
+        };
+        let this_side = self.reachable_members_with_role(false, true).count();
+        let other_side = self.unreachable_members_with_role(true, false).count();
+        match self.majority_decision(this_side, other_side, lowest) {
+            Decision::DownUnreachable => Decision::DownUnreachable,
+            _ => Decision::DownAll,
+        }
+    }
+
+    fn oldest_decision(
+        down_if_alone: bool,
+        oldest_on_this_side: bool,
+        this_side: usize,
+        other_side: usize,
+    ) -> Decision {
+        // Two nodes: the oldest is kept even though it is alone, as the other is no better off.
+        if oldest_on_this_side {
+            if down_if_alone && this_side == 1 && other_side >= 2 {
+                Decision::DownReachable
+            } else {
+                Decision::DownUnreachable
+            }
+        } else if down_if_alone && other_side == 1 && this_side >= 2 {
+            Decision::DownUnreachable
+        } else {
+            Decision::DownReachable
+        }
+    }
+
+    fn keep_oldest(&self, down_if_alone: bool) -> Decision {
+        let oldest = |excluding_exiting: bool| {
+            self.members_with_role(false, excluding_exiting).min_by(|a, b| a.age_cmp(b))
+        };
+        let Some(first) = oldest(false) else {
+            return Decision::DownAll;
+        };
+        let decision = Self::oldest_decision(
+            down_if_alone,
+            !self.is_unreachable(first.node()),
+            self.reachable_members_with_role(false, false).count(),
+            self.unreachable_members_with_role(false, false).count(),
+        );
+        if decision != Decision::DownUnreachable {
+            return decision;
+        }
+        // Membership changes during the partition: Leaving members may be Exiting on the other
+        // side, and (only relevant to the alone test) Joining and WeaklyUp ones may be Up there.
+        let Some(first) = oldest(true) else {
+            return Decision::DownAll;
+        };
+        let again = Self::oldest_decision(
+            down_if_alone,
+            !self.is_unreachable(first.node()),
+            self.reachable_members_with_role(down_if_alone, true).count(),
+            self.unreachable_members_with_role(down_if_alone, true).count(),
+        );
+        match again {
+            Decision::DownUnreachable => Decision::DownUnreachable,
+            _ => Decision::DownAll,
+        }
+    }
+
+    /// For lease-majority: whether this side is the smaller one, or the half without the lowest
+    /// address on a tie. With no member of the role, no side is.
+    fn is_in_minority(&self) -> bool {
+        let Some(lowest) = self.members_with_role(false, false).next() else {
+            return false;
+        };
+        let members = self.members_with_role(false, false).count();
+        let unreachable = self.unreachable_members_with_role(false, false).count();
+        if unreachable * 2 == members {
+            self.is_unreachable(lowest.node())
+        } else {
+            unreachable * 2 > members
+        }
+    }
+
+    // ---- resulting node sets ------------------------------------------------------------------
+
+    /// The nodes `decision` downs, given `self_node` (spec §7.4).
+    ///
+    /// # Errors
+    /// [`DoubleIndirectlyConnected`] when indirect connections and a clean partition cannot be
+    /// told apart; the caller then downs all ([`Decision::DownAll`]).
+    pub fn nodes_to_down(
+        &self,
+        decision: Decision,
+        self_node: &UniqueAddress,
+    ) -> Result<BTreeSet<UniqueAddress>, DoubleIndirectlyConnected> {
+        let downable = self.downable();
+        Ok(match decision {
+            Decision::DownUnreachable | Decision::AcquireLeaseAndDownUnreachable { .. } => {
+                downable.intersection(&self.unreachable).cloned().collect()
+            }
+            Decision::DownReachable => downable.difference(&self.unreachable).cloned().collect(),
+            Decision::DownAll => downable,
+            Decision::DownIndirectlyConnected
+            | Decision::AcquireLeaseAndDownIndirectlyConnected { .. } => {
+                let mut nodes = self.indirectly_connected();
+                nodes
+                    .extend(self.additional_nodes_when_indirectly_connected(&downable, self_node)?);
+                downable.intersection(&nodes).cloned().collect()
+            }
+            Decision::ReverseDownIndirectlyConnected => {
+                let indirect = self.indirectly_connected();
+                downable
+                    .iter()
+                    .filter(|n| indirect.contains(*n) || !self.unreachable.contains(*n))
+                    .cloned()
+                    .collect()
+            }
+            Decision::DownSelfQuarantinedByRemote => {
+                downable.into_iter().filter(|n| n == self_node).collect()
+            }
+        })
+    }
+
+    /// When indirect connections come with a clean partition or crashed nodes, the decision the
+    /// strategy takes on the rest: set aside the observations between indirectly connected nodes
+    /// (and about members no longer downable), decide again, and down what that decides.
+    fn additional_nodes_when_indirectly_connected(
+        &self,
+        downable: &BTreeSet<UniqueAddress>,
+        self_node: &UniqueAddress,
+    ) -> Result<BTreeSet<UniqueAddress>, DoubleIndirectlyConnected> {
+        let indirect = self.indirectly_connected();
+        if self.unreachable.iter().all(|n| indirect.contains(n)) {
+            return Ok(BTreeSet::new());
+        }
+        let cycles = self.indirectly_connected_from_cycles();
+        let seen = self.indirectly_connected_from_seen();
+        let records: Vec<_> = self
+            .reachability
+            .records()
+            .filter(|r| {
+                downable.contains(&r.observer)
+                    && downable.contains(&r.subject)
+                    && !(cycles.contains(&r.observer) && cycles.contains(&r.subject))
+                    && !(seen.contains(&r.observer) && seen.contains(&r.subject))
+            })
+            .collect();
+        let versions: Vec<_> = records.iter().map(|r| (r.observer.clone(), 1)).collect();
+        let reachability = Reachability::from_parts(records, versions);
+        let without = DowningModel {
+            unreachable: reachability.all_unreachable_or_terminated(),
+            reachability,
+            ..self.clone()
+        };
+        let decision = without.decide();
+        if decision.is_indirectly_connected() {
+            return Err(DoubleIndirectlyConnected { decision });
+        }
+        without.nodes_to_down(decision, self_node)
+    }
+}
