@@ -38,8 +38,6 @@ pub enum ShutdownReason {
     Left,
     /// This node was marked Down.
     Downed,
-    /// This node saw itself removed from the cluster.
-    Removed,
     /// Joining the seed nodes did not succeed within
     /// `cluster.shutdown_after_unsuccessful_join_seed_nodes`.
     JoinUnsuccessful,
@@ -52,7 +50,6 @@ impl std::fmt::Display for ShutdownReason {
         match self {
             Self::Left => f.write_str("left the cluster gracefully"),
             Self::Downed => f.write_str("this node was downed"),
-            Self::Removed => f.write_str("this node was removed from the cluster"),
             Self::JoinUnsuccessful => f.write_str(
                 "could not join the seed nodes within \
                  cluster.shutdown_after_unsuccessful_join_seed_nodes",
@@ -591,3 +588,6 @@ impl Cluster {
                 .all(|(role, min)| g.members().filter(|m| m.has_role(role)).count() >= *min)
     }
 }
+
+#[cfg(test)]
+mod tests;

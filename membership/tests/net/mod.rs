@@ -288,9 +288,14 @@ impl Net {
         }
         let Some(core) = node.core.as_mut() else { return };
         self.delivered += 1;
+        // Every message crosses the wire codec, as it would between real nodes.
+        let bytes = convoke_membership::wire::encode(&m.message);
+        let message =
+            convoke_membership::wire::decode(&bytes).expect("a message the core sent decodes");
+        assert_eq!(message, m.message, "codec round trip");
         m.message.kind().hash(&mut self.trace);
         m.from.hash(&mut self.trace);
-        core.handle_message(now, m.from, m.message);
+        core.handle_message(now, m.from, message);
         self.drain(&m.to);
     }
 
