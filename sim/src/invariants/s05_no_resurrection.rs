@@ -2,9 +2,14 @@
 //!
 //! Per observer (one incarnation of one node): once it has seen a `UniqueAddress` Down, or seen it
 //! disappear from its gossip, that incarnation never shows up again in its gossip other than as
-//! Down. And in any one gossip at most one incarnation of an address is anything but Down: a new
-//! incarnation on the same host:port gets in only after the old one was downed (and, in this core,
-//! removed).
+//! Down.
+//!
+//! And a new incarnation on the same host:port does not become a full member next to the old one:
+//! in any one gossip, at most one incarnation of an address is Up (or Leaving, or preparing for
+//! shutdown) at a time. Admitting the new incarnation only after downing the old one is a local
+//! decision of the node that handles the Join, so two sides of a partition can each admit a
+//! different incarnation and the merged gossip then holds both, Joining or WeaklyUp, until the
+//! old one is downed; what must never happen is both being Up.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -38,17 +43,18 @@ impl Invariant for NoResurrection {
                 ));
             }
         }
-        let mut live: Option<&convoke_membership::Member> = None;
+        let mut full: Option<&convoke_membership::Member> = None;
         for m in obs.after.members() {
-            if live.is_some_and(|p| p.address() != m.address()) {
-                live = None;
+            if full.is_some_and(|p| p.address() != m.address()) {
+                full = None;
             }
-            if m.status() == MemberStatus::Down {
+            if !super::view::is_leader_status(m.status()) {
                 continue;
             }
-            if let Some(p) = live {
+            if let Some(p) = full {
                 return Err(format!(
-                    "two live incarnations of {} in {}'s gossip: uid {} ({}) and uid {} ({})",
+                    "two incarnations of {} are full members in {}'s gossip: uid {} ({}) and uid \
+                     {} ({})",
                     m.address(),
                     obs.self_node,
                     p.node().uid,
@@ -57,7 +63,7 @@ impl Invariant for NoResurrection {
                     m.status()
                 ));
             }
-            live = Some(m);
+            full = Some(m);
         }
         gone.extend(
             obs.after

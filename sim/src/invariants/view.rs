@@ -65,14 +65,10 @@ pub fn converged(
 
 /// The leader of `g` as `self_node` computes it (membership.md §3.2): the first member by address
 /// among those not Down and reachable (or self) with a leader status; failing that, the first by
-/// leader-status ordering (other statuses, then WeaklyUp, Joining, Exiting).
+/// leader-status ordering (other statuses, then WeaklyUp, Joining, Exiting). Unlike Akka, and like
+/// convergence, verdicts of Down observers are ignored (see the core's `leader_of`).
 pub fn leader<'g>(g: &'g Gossip, self_node: &UniqueAddress) -> Option<&'g UniqueAddress> {
-    let unreachable: BTreeSet<UniqueAddress> = g
-        .reachability()
-        .records()
-        .filter(|r| r.status != ReachabilityStatus::Reachable)
-        .map(|r| r.subject)
-        .collect();
+    let unreachable = unreachable_for_convergence(g);
     let pool = g.members().filter(|m| {
         m.status() != MemberStatus::Down
             && (!unreachable.contains(m.node()) || m.node() == self_node)
