@@ -909,7 +909,9 @@ impl Sim {
         to.hash(&mut self.trace);
         kind.hash(&mut self.trace);
         m.from.uid.get().hash(&mut self.trace);
-        let queued_for = self.now.saturating_sub(received_at);
+        // Measured on the node's own clock, as the core measures it.
+        let clock = self.slots[to].clock;
+        let queued_for = clock.local(self.now).saturating_sub(clock.local(received_at));
         if self.opts.log_steps > 0 {
             let (k, from) = (m.message.kind(), m.from.clone());
             self.note(|| format!("slot {to} <- {k} from {from} (queued {queued_for:?})"));
