@@ -201,6 +201,13 @@ impl Gossip {
     }
 
     /// Merges two concurrent versions (spec §2.4). Nobody has seen the result.
+    ///
+    /// A member that only one side has is kept unless the other side's tombstone says it was
+    /// removed. Akka also drops a one-sided Down or Exiting member, assuming the other side removed
+    /// it; but the other side may simply never have heard of it (it joined and was downed while the
+    /// two were apart), and dropping it loses the Down: a third node that still knows it as Joining
+    /// then brings it back, and a leader may move a downed incarnation Up (reliability S5). A kept
+    /// Down member is removed by the leader like any other, once it is unreachable.
     pub fn merge(&self, that: &Gossip) -> Gossip {
         let mut tombstones = self.tombstones.clone();
         tombstones.extend(that.tombstones.iter().map(|(k, v)| (k.clone(), *v)));
@@ -219,7 +226,7 @@ impl Gossip {
                     members.insert(node.clone(), Member::highest_priority_of(a, b).clone());
                 }
                 (Some(m), None) | (None, Some(m)) => {
-                    if !tombstones.contains_key(node) && !m.status().is_down_or_exiting() {
+                    if !tombstones.contains_key(node) {
                         members.insert(node.clone(), m.clone());
                     }
                 }
@@ -315,15 +322,37 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn merge_drops_a_one_sided_down_or_exiting_member() {
+    fn merge_keeps_a_one_sided_down_or_exiting_member_the_other_side_never_heard_of() {
         let g1 = Gossip::with_members([
             member("h1:1", Up),
             member("h2:1", Exiting),
             member("h3:1", Down),
         ]);
         let g2 = Gossip::with_members([member("h1:1", Up)]);
-        let m = g1.merge(&g2);
-        assert_eq!(m.member_nodes(), BTreeSet::from([n(1)]));
+        for m in [g1.merge(&g2), g2.merge(&g1)] {
+            assert_eq!(m.member(&n(2)).map(Member::status), Some(Exiting));
+            assert_eq!(m.member(&n(3)).map(Member::status), Some(Down));
+        }
+    }
+
+    #[test]
+    fn a_downed_member_stays_down_through_a_view_that_never_knew_it() {
+        // n3 joined on one side and was downed there; n2's view never had it; a stale view still
+        // has it Joining. Merging through n2's view must not forget the Down.
+        let downed = Gossip::with_members([member("h1:1", Up), member("h3:1", Down)]);
+        let never_knew = Gossip::with_members([member("h1:1", Up), member("h2:1", Up)]);
+        let stale = Gossip::with_members([member("h1:1", Up), member("h3:1", Joining)]);
+        let m = never_knew.merge(&downed).merge(&stale);
+        assert_eq!(m.member(&n(3)).map(Member::status), Some(Down));
+    }
+
+    #[test]
+    fn merge_drops_a_one_sided_member_the_other_side_removed() {
+        let mut g1 = Gossip::with_members([member("h1:1", Up), member("h3:1", Down)]);
+        g1.remove(&n(3), 7);
+        let g2 = Gossip::with_members([member("h1:1", Up), member("h3:1", Down)]);
+        assert!(!g1.merge(&g2).has_member(&n(3)));
+        assert!(!g2.merge(&g1).has_member(&n(3)));
     }
 
     #[test]

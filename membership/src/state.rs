@@ -48,6 +48,17 @@ impl<'a> MembershipState<'a> {
         self.gossip.reachability().filter_observers(|o| self.in_dc(o))
     }
 
+    /// The reachability the leader is chosen by: rows of observers that are Down or in another
+    /// data center are ignored.
+    fn leader_reachability(&self) -> Reachability {
+        let down_or_outside = |n: &UniqueAddress| {
+            self.gossip
+                .member(n)
+                .is_none_or(|m| m.status() == MemberStatus::Down || m.data_center() != self.self_dc)
+        };
+        self.gossip.reachability().filter_observers(|o| !down_or_outside(o))
+    }
+
     /// The reachability that matters for convergence: rows of Down observers and every record that
     /// touches another data center are ignored.
     pub fn convergence_reachability(&self) -> Reachability {
@@ -91,11 +102,16 @@ impl<'a> MembershipState<'a> {
 
     /// The leader among `candidates` (spec §3.2): the first reachable leader-eligible member of
     /// this data center by member ordering, else the first by leader-status ordering.
+    ///
+    /// Reachability is read as for convergence, without the rows of Down observers. Akka counts
+    /// them here, so while a Down node's stale "unreachable" verdict on the first member lingers,
+    /// that member (which ignores verdicts on itself) elects itself while everyone else holding the
+    /// same converged gossip elects the next one: two leaders acting at once (reliability S10).
     pub fn leader_of<'m>(
         &self,
         candidates: impl Iterator<Item = &'m Member>,
     ) -> Option<&'m Member> {
-        let r = self.dc_reachability();
+        let r = self.leader_reachability();
         let pool: Vec<&Member> = candidates
             .filter(|m| m.data_center() == self.self_dc && m.status() != MemberStatus::Down)
             .filter(|m| r.is_empty() || r.is_reachable(m.node()) || m.node() == self.self_node)
@@ -293,6 +309,18 @@ mod tests {
         let g = Gossip::with_members([m(1, Down), m(2, Up)]);
         let me = n(1);
         assert_eq!(MembershipState::new(&g, &me, "default").leader(), Some(&n(2)));
+    }
+
+    #[test]
+    fn a_down_observers_verdict_does_not_split_the_leadership_of_a_converged_gossip() {
+        let mut g = Gossip::with_members([m(1, Up), m(2, Up), m(3, Down)]);
+        g.reachability_mut().unreachable(&n(3), &n(1));
+        all_seen(&mut g);
+        for me in [n(1), n(2)] {
+            let s = MembershipState::new(&g, &me, "default");
+            assert!(s.convergence(&BTreeSet::new()));
+            assert_eq!(s.leader(), Some(&n(1)), "as seen from {me}");
+        }
     }
 
     #[test]

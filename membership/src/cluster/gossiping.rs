@@ -162,21 +162,9 @@ impl Cluster {
             }
             Ordering::Before => (Gossip::clone(&local), true),
             Ordering::After => (Gossip::clone(&remote), !remote.seen_by(&me)),
-            Ordering::Concurrent => {
-                let mut pruned_local = Gossip::clone(&local);
-                let mut pruned_remote = Gossip::clone(&remote);
-                for m in local.members() {
-                    if m.status().is_down_or_exiting() && !remote.has_member(m.node()) {
-                        pruned_local.prune_version(m.node());
-                    }
-                }
-                for m in remote.members() {
-                    if m.status().is_down_or_exiting() && !local.has_member(m.node()) {
-                        pruned_remote.prune_version(m.node());
-                    }
-                }
-                (pruned_remote.merge(&pruned_local), true)
-            }
+            // No clock entries are pruned for one-sided Down or Exiting members (as Akka does):
+            // the merge keeps such members (see `Gossip::merge`), and removal prunes their entries.
+            Ordering::Concurrent => (remote.merge(&local), true),
         };
         winner.add_seen(&me);
         let was_down = self.self_status() == MemberStatus::Down;

@@ -1,0 +1,265 @@
+//! `chaos`: for each seed, form a cluster, inject random faults for a while, heal everything, and
+//! demand convergence within the liveness bound. Invariants are checked after every step.
+//!
+//! Everything about a seed's run is derived from the seed: the cluster size when a range is given,
+//! the core configuration (default or the fast multi-node-test settings, target selection policy),
+//! the network quality, clock drift and wall-clock offsets, the operator's downing delay, which
+//! slots join late, and every fault. A run with `--nodes N` and seed S is the same run that a range
+//! containing N picked for S, so the reproduction command names one N and one seed.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use convoke_membership::config::{Config, TargetPreference};
+use rand::Rng;
+use rand::seq::SliceRandom;
+use serde::Serialize;
+
+use super::{all_up_converged, secs, start_bulk};
+use crate::faults::{ChaosConfig, FaultRecord, Nemesis};
+use crate::invariants::Violation;
+use crate::liveness;
+use crate::net::NetConfig;
+use crate::operator::OperatorConfig;
+use crate::world::{Action, Sim, SimOptions, SlotState, Stream, rng};
+
+/// The cluster size: one, or one per seed from a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nodes {
+    /// Always this many.
+    Fixed(usize),
+    /// Drawn per seed from this inclusive range.
+    Range(usize, usize),
+}
+
+impl Nodes {
+    /// The size for `seed`.
+    pub fn for_seed(self, seed: u64) -> usize {
+        match self {
+            Self::Fixed(n) => n,
+            Self::Range(lo, hi) => rng(seed, Stream::Size).random_range(lo..=hi),
+        }
+    }
+}
+
+/// What to run for one seed.
+#[derive(Clone, Debug)]
+pub struct ChaosOptions {
+    /// The seed.
+    pub seed: u64,
+    /// The cluster size.
+    pub nodes: usize,
+    /// How long faults are injected.
+    pub duration: Duration,
+    /// Steps to keep as text for a failure report (0: none).
+    pub log_steps: usize,
+}
+
+/// One seed's outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// The cluster size.
+    pub nodes: usize,
+    /// Whether every invariant held and the liveness phase converged in time.
+    pub pass: bool,
+    /// The first violation: a safety invariant, `timer`, or a liveness property (`L1`...).
+    pub violation: Option<Violation>,
+    /// The command that reproduces this run.
+    pub reproduce: String,
+    /// Faults injected.
+    pub faults: usize,
+    /// The faults, in order.
+    pub fault_log: Vec<FaultRecord>,
+    /// Incarnations downed by the operator.
+    pub operator_downs: usize,
+    /// Incarnations stopped by quarantine.
+    pub quarantined: usize,
+    /// Virtual seconds from the heal to liveness, when reached.
+    pub liveness_s: Option<f64>,
+    /// The liveness bound, seconds.
+    pub liveness_bound_s: f64,
+    /// Virtual seconds simulated.
+    pub simulated_s: f64,
+    /// Steps taken.
+    pub steps: u64,
+    /// The trace hash.
+    pub trace_hash: String,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+    /// The latest steps, when a log was kept and the run failed.
+    pub log: Vec<String>,
+}
+
+/// The multi-node test harness settings (membership.md §10.5).
+fn harness_config() -> Config {
+    let mut c = Config::default();
+    c.gossip_interval = Duration::from_millis(200);
+    c.leader_actions_interval = Duration::from_millis(200);
+    c.unreachable_nodes_reaper_interval = Duration::from_millis(500);
+    c.periodic_tasks_initial_delay = Duration::from_millis(300);
+    c.failure_detector.heartbeat_interval = Duration::from_millis(500);
+    c
+}
+
+/// The command line that reproduces seed `seed` with `nodes` nodes.
+pub fn reproduce(seed: u64, nodes: usize, duration: Duration) -> String {
+    format!(
+        "convoke-sim chaos --nodes {nodes} --seeds {seed}..{} --duration {}s",
+        seed + 1,
+        duration.as_secs()
+    )
+}
+
+/// Runs one seed.
+pub fn run_seed(o: &ChaosOptions) -> SeedReport {
+    let wall = Instant::now();
+    let mut shape = rng(o.seed, Stream::Shape);
+    let n = o.nodes;
+    let mut config = if shape.random_bool(0.3) { harness_config() } else { Config::default() };
+    config.gossip_target_preference = if shape.random_bool(0.5) {
+        TargetPreference::AlwaysPreferUnseen
+    } else {
+        TargetPreference::ReducedProbability
+    };
+    let base_net = NetConfig {
+        latency_min: Duration::from_micros(shape.random_range(50..2_000)),
+        latency_mean: Duration::from_micros(shape.random_range(100..20_000)),
+        latency_max: Duration::from_millis(shape.random_range(5..300)),
+        loss: if shape.random_bool(0.5) { shape.random_range(0.0..0.03) } else { 0.0 },
+        duplicate: if shape.random_bool(0.3) { shape.random_range(0.0..0.02) } else { 0.0 },
+        reorder: if shape.random_bool(0.5) { shape.random_range(0.0..0.1) } else { 0.0 },
+        reorder_delay: Duration::from_millis(shape.random_range(0..200)),
+    };
+    let drift = [0, 100, 1_000, 20_000][shape.random_range(0..4)];
+    let down_after = Duration::from_secs([0, 1, 5, 10][shape.random_range(0..4)]);
+    let operator = OperatorConfig::oracle(down_after);
+    let mut late: Vec<usize> = (3..n).collect();
+    late.shuffle(&mut shape);
+    late.truncate(n / 5);
+    let initial: Vec<usize> = (0..n).filter(|i| !late.contains(i)).collect();
+    let bound = liveness::bound(&config, n, &operator, drift);
+    let opts = SimOptions {
+        seed: o.seed,
+        nodes: n,
+        config,
+        net: base_net.clone(),
+        max_drift_ppm: drift,
+        max_wall_offset: Duration::from_secs(300),
+        operator,
+        check_invariants: true,
+        log_steps: o.log_steps,
+    };
+    let mut sim = Sim::new(opts);
+    let mut liveness_s = None;
+    let mut fault_log = Vec::new();
+    let late_set: BTreeSet<usize> = late.iter().copied().collect();
+
+    // Formation, without faults.
+    start_bulk(&mut sim, &initial);
+    let formed = sim.run_until_pred(Duration::from_secs(120), Duration::from_millis(250), |s| {
+        all_up_converged(s, &initial)
+    });
+    if !formed && sim.violation().is_none() {
+        sim.set_violation(liveness_violation(
+            &sim,
+            "L1",
+            "the initial cluster did not form".into(),
+        ));
+    }
+
+    // Faults.
+    if sim.violation().is_none() {
+        let end = sim.now() + o.duration;
+        let chaos = ChaosConfig {
+            end,
+            mean_interval: Duration::from_secs(shape.random_range(3..30)),
+            max_fault: Duration::from_secs(shape.random_range(10..90)),
+            base_net: base_net.clone(),
+        };
+        let nemesis = Nemesis::new(rng(o.seed, Stream::Faults), n, chaos, late.clone());
+        sim.set_nemesis(nemesis, sim.now() + Duration::from_secs(1));
+        sim.run_until(end);
+    }
+    let nemesis = sim.take_nemesis();
+    if let Some(nm) = &nemesis {
+        fault_log = nm.log.clone();
+    }
+
+    // Heal, then liveness.
+    if sim.violation().is_none() {
+        let calm = NetConfig { loss: 0.0, duplicate: 0.0, reorder: 0.0, ..base_net };
+        sim.heal(calm);
+        let healed = sim.now();
+        let others = |slot: usize| (0..n).filter(|i| *i != slot).collect::<Vec<_>>();
+        for slot in 0..n {
+            let st = sim.slot(slot).state.clone();
+            let restart = match st {
+                SlotState::Idle => true,
+                SlotState::Crashed => shape.random_bool(0.5),
+                _ => false,
+            };
+            if restart {
+                sim.apply(Action::Start { slot, seeds: others(slot) });
+            }
+        }
+        let ok = sim.run_until_pred(bound, Duration::from_millis(250), |s| {
+            liveness::check(s, &late_set).is_ok()
+        });
+        if ok {
+            // It must also stay so: no flapping once converged.
+            let reached = sim.now();
+            sim.run_for(Duration::from_secs(5));
+            match liveness::check(&sim, &late_set) {
+                Ok(()) => liveness_s = Some(secs(reached - healed)),
+                Err((id, why)) => {
+                    let v = liveness_violation(&sim, id, format!("converged, then lost it: {why}"));
+                    sim.set_violation(v);
+                }
+            }
+        } else if sim.violation().is_none() {
+            let (id, why) = liveness::check(&sim, &late_set).err().unwrap_or(("L1", "?".into()));
+            let v = liveness_violation(
+                &sim,
+                id,
+                format!("not converged {:.0}s after the heal: {why}", bound.as_secs_f64()),
+            );
+            sim.set_violation(v);
+        }
+    }
+
+    let violation = sim.violation().cloned();
+    SeedReport {
+        seed: o.seed,
+        nodes: n,
+        pass: violation.is_none(),
+        reproduce: reproduce(o.seed, n, o.duration),
+        faults: fault_log.len(),
+        fault_log,
+        operator_downs: sim.operator.downs.len(),
+        quarantined: sim.operator.quarantined.len(),
+        liveness_s,
+        liveness_bound_s: bound.as_secs_f64(),
+        simulated_s: secs(sim.now()),
+        steps: sim.steps(),
+        trace_hash: format!("{:016x}", sim.trace_hash()),
+        wall_s: wall.elapsed().as_secs_f64(),
+        log: if violation.is_some() && o.log_steps > 0 {
+            sim.log().map(str::to_owned).chain(sim.dump()).collect()
+        } else {
+            Vec::new()
+        },
+        violation,
+    }
+}
+
+fn liveness_violation(sim: &Sim, id: &str, message: String) -> Violation {
+    Violation {
+        invariant: id.to_owned(),
+        step: sim.steps(),
+        time_s: sim.now().as_secs_f64(),
+        slot: None,
+        message,
+    }
+}

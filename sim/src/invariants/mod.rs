@@ -1,0 +1,309 @@
+//! Safety invariants of reliability.md §2.1, one checker per file, evaluated after every step.
+//!
+//! A *step* is one input to one node's core: a delivered message, a timer, a command, or the
+//! core's creation. After each step the simulator builds an [`Observation`] — the node's gossip
+//! before and after, what caused the step, and a few views the core computed — and hands it to
+//! every registered [`Invariant`] whose inputs could have changed. Checkers that need the whole
+//! world (several nodes, processes, the real network) also get a [`WorldView`] after each step.
+//!
+//! Checkers recompute what they judge from the gossip with their own code (see [`view`]) rather
+//! than asking the core, so a bug in the core's own convergence or reachability logic cannot hide
+//! itself.
+//!
+//! What runs when: a step that leaves the node's gossip untouched (the same `Arc`) cannot break a
+//! gossip invariant, so [`Invariant::check_step`] only runs when the gossip changed, or when the
+//! step fed the core something the checkers track besides the gossip (an `ExitingConfirmed`).
+//! Every checker is O(members) per call, about what the core itself spent on the change.
+//!
+//! Registered now: S5–S13 ([`registry`]). S1–S4 and S14 belong to the split-brain resolver and are
+//! added through [`split_brain`] when it exists; that file describes the seam.
+
+mod s05_no_resurrection;
+mod s06_transitions;
+mod s07_structure;
+mod s08_leader_actions_need_convergence;
+mod s09_no_convergence_while_unreachable;
+mod s10_single_leader;
+mod s11_monotonic_versions;
+mod s12_no_silent_disappearance;
+mod s13_gossip_acceptance;
+pub mod split_brain;
+pub mod view;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use convoke_membership::config::Config;
+use convoke_membership::gossip::Gossip;
+use convoke_membership::{Cluster, UniqueAddress};
+use serde::Serialize;
+
+pub use s05_no_resurrection::NoResurrection;
+pub use s06_transitions::AllowedTransitions;
+pub use s07_structure::GossipStructure;
+pub use s08_leader_actions_need_convergence::LeaderActionsNeedConvergence;
+pub use s09_no_convergence_while_unreachable::NoConvergenceWhileUnreachable;
+pub use s10_single_leader::SingleLeader;
+pub use s11_monotonic_versions::MonotonicVersions;
+pub use s12_no_silent_disappearance::NoSilentDisappearance;
+pub use s13_gossip_acceptance::GossipAcceptance;
+
+/// What made a node's core take a step.
+#[derive(Clone, Debug)]
+pub enum Cause {
+    /// The core was created (a start or a restart).
+    Started,
+    /// `handle_timeout`.
+    Timer,
+    /// A command: `join_seed_nodes`, `join`, `leave`, `down`, `prepare_for_full_shutdown`.
+    Command(&'static str),
+    /// A delivered message.
+    Message(Delivered),
+}
+
+/// The parts of a delivered message that checkers judge. (The message itself is moved into the
+/// core.)
+#[derive(Clone, Debug)]
+pub enum Delivered {
+    /// A full gossip.
+    Gossip {
+        /// The sender named in the envelope.
+        from: UniqueAddress,
+        /// The receiver named in the envelope.
+        to: UniqueAddress,
+        /// The gossip.
+        gossip: Arc<Gossip>,
+        /// How long it waited in the node's inbox (while the node was paused).
+        queued_for: Duration,
+    },
+    /// A join request.
+    Join {
+        /// The joiner.
+        node: UniqueAddress,
+    },
+    /// A welcome.
+    Welcome,
+    /// Anything else, by type name.
+    Other(&'static str),
+}
+
+/// One step of one node, as the checkers see it.
+#[derive(Debug)]
+pub struct Observation<'a> {
+    /// The global step number.
+    pub step: u64,
+    /// Global virtual time.
+    pub now: Duration,
+    /// The node's slot.
+    pub slot: usize,
+    /// The node's identity (this incarnation).
+    pub self_node: &'a UniqueAddress,
+    /// What caused the step.
+    pub cause: &'a Cause,
+    /// The gossip before the step.
+    pub before: &'a Gossip,
+    /// The gossip after the step.
+    pub after: &'a Gossip,
+    /// The core's own verdict on convergence after the step.
+    pub converged: bool,
+    /// The leader the core computes after the step.
+    pub leader: Option<&'a UniqueAddress>,
+    /// Every node whose `ExitingConfirmed` reached this incarnation: a superset of the core's
+    /// private `exiting_confirmed` set.
+    pub exiting_confirmed: &'a BTreeSet<UniqueAddress>,
+    /// The node's configuration.
+    pub config: &'a Config,
+}
+
+impl<'a> Observation<'a> {
+    /// An observation of `core` after a step, given the gossip before it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn of_core(
+        step: u64,
+        now: Duration,
+        slot: usize,
+        core: &'a Cluster,
+        cause: &'a Cause,
+        before: &'a Gossip,
+        leader: Option<&'a UniqueAddress>,
+        exiting_confirmed: &'a BTreeSet<UniqueAddress>,
+    ) -> Self {
+        Self {
+            step,
+            now,
+            slot,
+            self_node: core.self_node(),
+            cause,
+            before,
+            after: core.gossip(),
+            converged: core.convergence(),
+            leader,
+            exiting_confirmed,
+            config: core.config(),
+        }
+    }
+}
+
+/// The whole world, for checkers of invariants that span nodes or processes.
+pub trait WorldView {
+    /// Global virtual time.
+    fn now(&self) -> Duration;
+    /// The number of node slots.
+    fn slots(&self) -> usize;
+    /// The running (or paused) core in `slot`, if any.
+    fn core(&self, slot: usize) -> Option<&Cluster>;
+    /// Whether the process in `slot` has stopped (crashed, or shut down by its core).
+    fn is_stopped(&self, slot: usize) -> bool;
+    /// Whether the network currently delivers messages from `from` to `to`.
+    fn link_open(&self, from: usize, to: usize) -> bool;
+}
+
+/// A safety invariant.
+pub trait Invariant: std::fmt::Debug {
+    /// Its number in reliability.md §2.1, e.g. `"S7"`.
+    fn id(&self) -> &'static str;
+
+    /// Checks one step of one node. Runs after every step that changed the node's gossip.
+    ///
+    /// # Errors
+    /// A description of the violation.
+    fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
+        let _ = obs;
+        Ok(())
+    }
+
+    /// Whether [`Invariant::check_world`] must run after every step.
+    fn wants_world(&self) -> bool {
+        false
+    }
+
+    /// Checks the whole world after a step.
+    ///
+    /// # Errors
+    /// A description of the violation.
+    fn check_world(&mut self, world: &dyn WorldView) -> Result<(), String> {
+        let _ = world;
+        Ok(())
+    }
+
+    /// Forgets what it tracked about an incarnation that stopped (so state stays bounded).
+    fn forget(&mut self, node: &UniqueAddress) {
+        let _ = node;
+    }
+}
+
+/// A violated invariant, with where and when.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Violation {
+    /// The invariant, e.g. `"S7"`.
+    pub invariant: String,
+    /// The global step.
+    pub step: u64,
+    /// Virtual time in seconds.
+    pub time_s: f64,
+    /// The node's slot, when one node's step broke it.
+    pub slot: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} violated at step {} (t={:.3}s", self.invariant, self.step, self.time_s)?;
+        if let Some(s) = self.slot {
+            write!(f, ", node {s}")?;
+        }
+        write!(f, "): {}", self.message)
+    }
+}
+
+/// The registered checkers.
+#[derive(Debug, Default)]
+pub struct Checkers {
+    checkers: Vec<Box<dyn Invariant>>,
+    any_world: bool,
+}
+
+impl Checkers {
+    /// These checkers.
+    pub fn new(checkers: Vec<Box<dyn Invariant>>) -> Self {
+        let any_world = checkers.iter().any(|c| c.wants_world());
+        Self { checkers, any_world }
+    }
+
+    /// No checkers.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The ids of the registered checkers.
+    pub fn ids(&self) -> Vec<&'static str> {
+        self.checkers.iter().map(|c| c.id()).collect()
+    }
+
+    /// Whether nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.checkers.is_empty()
+    }
+
+    /// Runs every step checker; the first violation.
+    pub fn check_step(&mut self, obs: &Observation<'_>) -> Option<Violation> {
+        for c in &mut self.checkers {
+            if let Err(message) = c.check_step(obs) {
+                return Some(Violation {
+                    invariant: c.id().to_owned(),
+                    step: obs.step,
+                    time_s: obs.now.as_secs_f64(),
+                    slot: Some(obs.slot),
+                    message,
+                });
+            }
+        }
+        None
+    }
+
+    /// Whether any checker looks at the whole world.
+    pub fn wants_world(&self) -> bool {
+        self.any_world
+    }
+
+    /// Runs every world checker; the first violation.
+    pub fn check_world(&mut self, step: u64, world: &dyn WorldView) -> Option<Violation> {
+        for c in self.checkers.iter_mut().filter(|c| c.wants_world()) {
+            if let Err(message) = c.check_world(world) {
+                return Some(Violation {
+                    invariant: c.id().to_owned(),
+                    step,
+                    time_s: world.now().as_secs_f64(),
+                    slot: None,
+                    message,
+                });
+            }
+        }
+        None
+    }
+
+    /// Tells every checker that an incarnation stopped.
+    pub fn forget(&mut self, node: &UniqueAddress) {
+        self.checkers.iter_mut().for_each(|c| c.forget(node));
+    }
+}
+
+/// The checkers for S5–S13, in order. The split-brain resolver's S1–S4 and S14 are appended by
+/// [`split_brain::register`].
+pub fn registry() -> Vec<Box<dyn Invariant>> {
+    let mut v: Vec<Box<dyn Invariant>> = vec![
+        Box::new(NoResurrection::default()),
+        Box::new(AllowedTransitions),
+        Box::new(GossipStructure),
+        Box::new(LeaderActionsNeedConvergence),
+        Box::new(NoConvergenceWhileUnreachable),
+        Box::new(SingleLeader::default()),
+        Box::new(MonotonicVersions::default()),
+        Box::new(NoSilentDisappearance),
+        Box::new(GossipAcceptance),
+    ];
+    split_brain::register(&mut v);
+    v
+}

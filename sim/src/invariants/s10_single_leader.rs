@@ -1,0 +1,55 @@
+//! S10: leader uniqueness at convergence.
+//!
+//! All nodes that hold the same converged gossip compute the same leader. "The same gossip" is the
+//! same vector clock (S11 separately checks that equal clocks carry equal state). The checker keeps,
+//! per clock (by hash), the leader the first converged holder computed, and compares every later
+//! converged holder with it; this is incremental, O(members) per step, instead of comparing all
+//! nodes with each other after every step.
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use convoke_membership::UniqueAddress;
+
+use super::{Invariant, Observation};
+
+/// The S10 checker.
+#[derive(Debug, Default)]
+pub struct SingleLeader {
+    /// Clock hash → (leader, the node that computed it).
+    leaders: BTreeMap<u64, (Option<UniqueAddress>, UniqueAddress)>,
+}
+
+/// A hash of a vector clock, for keying per-version facts.
+pub(super) fn version_hash(g: &convoke_membership::gossip::Gossip) -> u64 {
+    let mut h = DefaultHasher::new();
+    g.version().hash(&mut h);
+    h.finish()
+}
+
+impl Invariant for SingleLeader {
+    fn id(&self) -> &'static str {
+        "S10"
+    }
+
+    fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
+        if !obs.converged {
+            return Ok(());
+        }
+        let key = version_hash(obs.after);
+        let leader = obs.leader.cloned();
+        match self.leaders.get(&key) {
+            Some((l, who)) if *l != leader => Err(format!(
+                "{} and {who} hold the same converged gossip but compute leaders {} and {}",
+                obs.self_node,
+                leader.map_or("none".to_owned(), |l| l.to_string()),
+                l.as_ref().map_or("none".to_owned(), ToString::to_string)
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.leaders.insert(key, (leader, obs.self_node.clone()));
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The liveness phase (reliability.md §2.2): once every fault is healed, the cluster must converge
+//! within a bound derived from the configuration and the cluster size.
+//!
+//! Checked properties:
+//! - **L1** eventual convergence: every running node is a member, holds the same member set (the
+//!   running incarnations, nothing else), everyone Up, everyone in the seen set, and reports
+//!   convergence;
+//! - **L2** completeness: a crashed or stopped incarnation is gone from every live view (it became
+//!   unreachable, was downed and removed);
+//! - **L4** reachable again: no live view has any unreachable record left;
+//! - **L6** a node that joined during the faults ends Up (a late joiner failing L1 is reported as
+//!   L6).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use convoke_membership::UniqueAddress;
+use convoke_membership::config::Config;
+use convoke_membership::member::MemberStatus;
+
+use crate::operator::OperatorConfig;
+use crate::world::Sim;
+
+/// The first unmet liveness property: its id and what is wrong.
+pub type Unmet = (&'static str, String);
+
+/// Checks L1, L2, L4 and L6 now. `late` are the slots that joined during the faults.
+///
+/// # Errors
+/// The first unmet property.
+pub fn check(sim: &Sim, late: &BTreeSet<usize>) -> Result<(), Unmet> {
+    let live: Vec<usize> = sim.running().collect();
+    if live.is_empty() {
+        return Err(("L1", "no node is running".to_owned()));
+    }
+    let expected: BTreeSet<&UniqueAddress> =
+        live.iter().filter_map(|i| sim.slot(*i).node.as_ref()).collect();
+    for &i in &live {
+        let core = sim.core(i).expect("running");
+        let g = core.gossip();
+        let me = core.self_node();
+        if let Some(dead) = g.members().find(|m| !expected.contains(m.node())) {
+            return Err((
+                "L2",
+                format!("{me} still has {} ({}), which no longer runs", dead.node(), dead.status()),
+            ));
+        }
+        if let Some(r) = g
+            .reachability()
+            .records()
+            .find(|r| r.status != convoke_membership::reachability::ReachabilityStatus::Reachable)
+        {
+            return Err((
+                "L4",
+                format!("{me} holds {} {:?} as seen by {}", r.subject, r.status, r.observer),
+            ));
+        }
+    }
+    for &i in &live {
+        let core = sim.core(i).expect("running");
+        let g = core.gossip();
+        let me = core.self_node();
+        let id = if late.contains(&i) { "L6" } else { "L1" };
+        if let Some(missing) = expected.iter().find(|n| !g.has_member(n)) {
+            return Err((id, format!("{me} does not have {missing} as a member")));
+        }
+        if let Some(m) = g.members().find(|m| m.status() != MemberStatus::Up) {
+            let id =
+                if sim.slot_of(m.address()).is_some_and(|s| late.contains(&s)) { "L6" } else { id };
+            return Err((id, format!("{me} sees {} {}", m.node(), m.status())));
+        }
+        if let Some(n) = expected.iter().find(|n| !g.seen_by(n)) {
+            return Err(("L1", format!("{n} has not seen {me}'s gossip")));
+        }
+        if !core.convergence() {
+            return Err(("L1", format!("{me} reports no convergence")));
+        }
+    }
+    let first = sim.core(live[0]).expect("running").gossip();
+    for &i in &live[1..] {
+        let g = sim.core(i).expect("running").gossip();
+        if g.version() != first.version() {
+            return Err((
+                "L1",
+                format!("slots {} and {i} hold different gossip versions", live[0]),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How long after the heal the liveness phase may take, derived from the configuration and the
+/// cluster size `n`:
+///
+/// - `fd` = `acceptable_heartbeat_pause + 3 × heartbeat_interval`: a failure detector's verdict
+///   (≈ 5.3 s with defaults) plus a reaper tick, to see a dead node unreachable or a healed one
+///   reachable; counted twice (a restarted node's old incarnation, then anything a late heartbeat
+///   upset);
+/// - `down` = the operator's `down_after` + its tick + two leader ticks, to down and remove;
+/// - `restart` = the longest supervisor restart delay;
+/// - `join` = `seed_node_timeout + retry_unsuccessful_join_after`: a restarted node may need a
+///   second attempt, after its old incarnation is removed; counted twice;
+/// - `spread` = `gossip_interval × (2⌈log₂ n⌉ + 5)`: epidemic dissemination to n nodes with the
+///   3× speed-up; counted three times (after the heal, after removals, after the last node is
+///   moved Up);
+///
+/// all scaled by the largest clock drift (a slow clock stretches every interval).
+pub fn bound(config: &Config, n: usize, operator: &OperatorConfig, max_drift_ppm: i32) -> Duration {
+    let fd = config.failure_detector.acceptable_heartbeat_pause
+        + config.failure_detector.heartbeat_interval * 3;
+    let down = operator.down_after + operator.tick + config.leader_actions_interval * 2;
+    let restart = operator.restart_after.map_or(Duration::ZERO, |(_, hi)| hi);
+    let join = config.seed_node_timeout
+        + config.retry_unsuccessful_join_after.unwrap_or(Duration::from_secs(10));
+    let log2 = usize::BITS - n.max(1).leading_zeros();
+    let spread = config.gossip_interval * (2 * log2 + 5);
+    let total = fd * 2 + down + restart + join * 2 + spread * 3;
+    total.mul_f64(1.0 + f64::from(max_drift_ppm.unsigned_abs()) / 1e6)
+}

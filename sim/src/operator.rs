@@ -1,0 +1,259 @@
+//! The operator: downing, quarantine and process restarts, done by the simulator on behalf of
+//! the parts of a deployment that do not exist yet.
+//!
+//! The core has no split-brain resolver yet, so nothing downs a crashed node and the cluster could
+//! never converge again. Until the resolver lands (and replaces [`Downing::Oracle`]), the operator
+//! does it, modelled on Akka's test-only AutoDowning (membership.md §10.5): once the leader, in its
+//! own view, has seen a member unreachable for `down_after`, it downs it; Reachable or Removed
+//! cancels. Unlike AutoDowning, which downs whatever is unreachable on both sides of a partition
+//! and so makes split brains, the operator is an *oracle*: it downs only incarnations that really
+//! are gone — crashed processes, and nodes a fault deliberately cut off *and* that the fault marks
+//! for downing ([`Operator::down_isolated`]). For such an isolated node it also downs the node from
+//! itself, as a resolver's minority side would, so that it stops rather than lingering as a
+//! zombie.
+//!
+//! Two more duties stand in for the runtime and its environment:
+//! - **Quarantine.** A transport refuses a removed incarnation (Akka quarantines it), and such a
+//!   process can never rejoin; it must be restarted. The operator stops a running incarnation once
+//!   a node that removed it (holds its tombstone) can reach it, so a node downed and removed while
+//!   partitioned or paused does not live on as a zombie after the heal.
+//! - **Supervision.** A process that stopped (shut down by its core, or quarantined) is restarted
+//!   after a random delay, as Kubernetes would, with a new uid on the same address, joining through
+//!   every other slot.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use convoke_membership::member::MemberStatus;
+use convoke_membership::{ShutdownReason, UniqueAddress};
+use rand::Rng;
+use serde::Serialize;
+
+use crate::world::{Action, Sim, SlotState};
+
+/// How downing is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Downing {
+    /// Nobody downs anything.
+    Off,
+    /// The leader downs gone incarnations after `down_after` (see the module docs).
+    Oracle,
+}
+
+/// The operator's settings.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OperatorConfig {
+    /// How downing is done.
+    pub downing: Downing,
+    /// How long the leader must have seen a gone incarnation unreachable before downing it.
+    pub down_after: Duration,
+    /// How often the operator looks.
+    pub tick: Duration,
+    /// Whether removed incarnations that are still running are stopped (quarantine).
+    pub quarantine: bool,
+    /// Restart stopped processes after a delay drawn uniformly from this range; `None`: never.
+    pub restart_after: Option<(Duration, Duration)>,
+}
+
+impl OperatorConfig {
+    /// No operator at all.
+    pub fn off() -> Self {
+        Self {
+            downing: Downing::Off,
+            down_after: Duration::ZERO,
+            tick: Duration::from_secs(1),
+            quarantine: false,
+            restart_after: None,
+        }
+    }
+
+    /// Oracle downing after `down_after`, quarantine and restarts after 1–10 s.
+    pub fn oracle(down_after: Duration) -> Self {
+        Self {
+            downing: Downing::Oracle,
+            down_after,
+            tick: Duration::from_secs(1),
+            quarantine: true,
+            restart_after: Some((Duration::from_secs(1), Duration::from_secs(10))),
+        }
+    }
+
+    /// Whether the operator needs its periodic tick.
+    pub fn is_active(&self) -> bool {
+        self.downing != Downing::Off || self.quarantine
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Pending {
+    /// When it was marked for downing.
+    marked_at: Duration,
+    /// Since when the current leader has seen it unreachable.
+    since: Option<Duration>,
+    /// The slot of an isolated node that must also down itself.
+    isolated_slot: Option<usize>,
+}
+
+/// The operator's state.
+#[derive(Debug)]
+pub struct Operator {
+    config: OperatorConfig,
+    /// Incarnations to down, until they are Down or gone everywhere.
+    pending: BTreeMap<UniqueAddress, Pending>,
+    /// Downs issued (target, issuer slot, time), for reports.
+    pub downs: Vec<(UniqueAddress, usize, Duration)>,
+    /// Incarnations stopped by quarantine.
+    pub quarantined: Vec<UniqueAddress>,
+}
+
+impl Operator {
+    /// An operator with these settings.
+    pub fn new(config: OperatorConfig) -> Self {
+        Self { config, pending: BTreeMap::new(), downs: Vec::new(), quarantined: Vec::new() }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &OperatorConfig {
+        &self.config
+    }
+
+    /// An incarnation crashed: down it once the leader sees it unreachable.
+    pub fn on_crash(&mut self, node: UniqueAddress, now: Duration) {
+        if self.config.downing == Downing::Oracle {
+            self.pending.entry(node).or_insert(Pending { marked_at: now, ..Pending::default() });
+        }
+    }
+
+    /// A fault cut off the incarnation in `slot` for good: down it from the rest once the leader
+    /// sees it unreachable, and from itself at the same moment.
+    pub fn down_isolated(&mut self, node: UniqueAddress, slot: usize, now: Duration) {
+        if self.config.downing == Downing::Oracle {
+            self.pending
+                .insert(node, Pending { marked_at: now, since: None, isolated_slot: Some(slot) });
+        }
+    }
+
+    /// Incarnations still to be downed.
+    pub fn pending(&self) -> impl Iterator<Item = &UniqueAddress> {
+        self.pending.keys()
+    }
+}
+
+/// How long a marked incarnation that is nowhere a member stays marked.
+const FORGET_AFTER: Duration = Duration::from_secs(120);
+
+/// The operator's periodic look at the world.
+pub(crate) fn tick(sim: &mut Sim) {
+    if sim.operator.config.downing == Downing::Oracle {
+        downing_tick(sim);
+    }
+    if sim.operator.config.quarantine {
+        quarantine_tick(sim);
+    }
+}
+
+fn downing_tick(sim: &mut Sim) {
+    let now = sim.now();
+    let down_after = sim.operator.config.down_after;
+    let targets: Vec<UniqueAddress> = sim.operator.pending.keys().cloned().collect();
+    for target in targets {
+        let mut member_somewhere = false;
+        let mut down_somewhere = false;
+        let mut leader_sees_unreachable = None;
+        for i in sim.running().collect::<Vec<_>>() {
+            let core = sim.core(i).expect("running");
+            let g = core.gossip();
+            let Some(m) = g.member(&target) else { continue };
+            member_somewhere = true;
+            if m.status() == MemberStatus::Down {
+                down_somewhere = true;
+                break;
+            }
+            let me = core.self_node();
+            if *me != target
+                && leader_sees_unreachable.is_none()
+                && core.membership().is_leader(me)
+                && g.reachability().all_unreachable_or_terminated().contains(&target)
+            {
+                leader_sees_unreachable = Some(i);
+            }
+        }
+        let p = sim.operator.pending.get_mut(&target).expect("listed");
+        if !member_somewhere {
+            // Gone everywhere; but a join it sent before it died may still be admitted, so wait
+            // a while before forgetting it.
+            if now.saturating_sub(p.marked_at) > FORGET_AFTER {
+                sim.operator.pending.remove(&target);
+            }
+            continue;
+        }
+        if down_somewhere {
+            p.since = None;
+            continue;
+        }
+        let Some(leader) = leader_sees_unreachable else {
+            p.since = None;
+            continue;
+        };
+        let since = *p.since.get_or_insert(now);
+        if now.saturating_sub(since) < down_after {
+            continue;
+        }
+        let isolated = p.isolated_slot;
+        p.since = None;
+        let Some(target_slot) = sim.slot_of(&target.address) else { continue };
+        sim.operator.downs.push((target.clone(), leader, now));
+        // `down` takes an address: make sure it still names this incarnation in the leader's view.
+        let names_target = sim.core(leader).is_some_and(|c| {
+            c.gossip().members().find(|m| m.address() == &target.address).map(|m| m.node())
+                == Some(&target)
+        });
+        if names_target {
+            sim.apply(Action::Down { from: leader, target: target_slot });
+        }
+        if let Some(slot) = isolated
+            && sim.slot(slot).node.as_ref() == Some(&target)
+        {
+            sim.apply(Action::Down { from: slot, target: slot });
+        }
+    }
+}
+
+fn quarantine_tick(sim: &mut Sim) {
+    let running: Vec<usize> = sim.running().collect();
+    let mut victims = Vec::new();
+    for &i in &running {
+        let Some(node) = sim.slot(i).node.clone() else { continue };
+        let removed_by_reachable = running.iter().any(|&j| {
+            j != i
+                && sim.core(j).is_some_and(|c| c.gossip().tombstones().contains_key(&node))
+                && crate::invariants::WorldView::link_open(sim, i, j)
+        });
+        if removed_by_reachable {
+            victims.push((i, node));
+        }
+    }
+    for (i, node) in victims {
+        sim.operator.quarantined.push(node);
+        sim.crash(i);
+        // A quarantined process exits; the supervisor restarts it like any other stopped one.
+        schedule_restart(sim, i);
+    }
+}
+
+/// A process in `slot` stopped on its own (its core asked to shut down).
+pub(crate) fn on_stopped(sim: &mut Sim, slot: usize) {
+    if matches!(sim.slot(slot).state, SlotState::Stopped(ShutdownReason::JoinUnsuccessful)) {
+        return;
+    }
+    schedule_restart(sim, slot);
+}
+
+fn schedule_restart(sim: &mut Sim, slot: usize) {
+    let Some((lo, hi)) = sim.operator.config.restart_after else { return };
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let delay =
+        Duration::from_nanos(sim.rng_operator.random_range(nanos(lo)..=nanos(hi).max(nanos(lo))));
+    let after = sim.slot(slot).incarnations;
+    sim.schedule(sim.now() + delay, Action::Restart { slot, after });
+}
