@@ -146,6 +146,20 @@ impl Driver {
     }
 
     fn drain(&mut self) {
+        // The settings refuse lease-majority until the runtime has a lease, so a request can only
+        // come from a core built by hand: refuse it, so the resolver falls back to its reverse
+        // decision instead of waiting forever.
+        while let Some(req) = self.core.poll_lease_request() {
+            tracing::warn!(lease = %req.lease_name, "no lease implementation in this runtime; refusing the lease request");
+            self.core.handle_lease_result(Instant::now().into_std(), req.op, false);
+        }
+        while let Some(decision) = self.core.poll_downing_decision() {
+            if decision.nodes.is_empty() {
+                tracing::debug!(%decision, "split-brain resolver decision (nothing to down)");
+            } else {
+                tracing::warn!(%decision, "split-brain resolver decision");
+            }
+        }
         while let Some(t) = self.core.poll_transmit() {
             self.transport.send(&t.to, t.message);
         }

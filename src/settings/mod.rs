@@ -633,6 +633,13 @@ impl Settings {
                 return Err(SettingsError::new(key, "0", "a number greater than 0"));
             }
         }
+        if self.cluster.split_brain_resolver.active_strategy == "lease-majority" {
+            return Err(SettingsError::new(
+                "cluster.split_brain_resolver.active_strategy",
+                "\"lease-majority\"",
+                "keep-majority, static-quorum, keep-oldest, down-all or off: the node runtime has no lease implementation yet",
+            ));
+        }
         if self.bootstrap.required_contact_point_nr == 0 {
             return Err(SettingsError::new(
                 "bootstrap.required_contact_point_nr",
