@@ -1,0 +1,155 @@
+//! Service discovery for cluster bootstrap: given a service name (and optionally a port name and
+//! protocol), find the hosts that may be contact points.
+//!
+//! Layout:
+//! - [`ServiceDiscovery`], [`Lookup`], [`Resolved`], [`ResolvedTarget`], [`DiscoveryError`]: the
+//!   interface every method implements.
+//! - [`config`]: static endpoints per service from the node's configuration.
+//! - [`aggregate`]: tries several methods in order.
+//! - `dns` (feature `dns`) and `kubernetes` (feature `kubernetes`) keep hickory and kube out of
+//!   builds that do not need them.
+#![warn(missing_docs)]
+
+pub mod aggregate;
+pub mod config;
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+pub use aggregate::AggregateDiscovery;
+pub use config::ConfigDiscovery;
+
+/// What to look up.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Lookup {
+    /// The service name (a DNS name, a Kubernetes `app` label value, or a config key).
+    pub service_name: String,
+    /// The port name (SRV `_port`, a Kubernetes container port name); `None` = any port.
+    pub port_name: Option<String>,
+    /// The protocol (SRV `_proto`); only used together with `port_name`.
+    pub protocol: Option<String>,
+}
+
+impl Lookup {
+    /// A lookup of `service_name` with no port name or protocol.
+    pub fn new(service_name: impl Into<String>) -> Self {
+        Self { service_name: service_name.into(), port_name: None, protocol: None }
+    }
+
+    /// Sets the port name.
+    #[must_use]
+    pub fn with_port_name(mut self, port_name: impl Into<String>) -> Self {
+        self.port_name = Some(port_name.into());
+        self
+    }
+
+    /// Sets the protocol.
+    #[must_use]
+    pub fn with_protocol(mut self, protocol: impl Into<String>) -> Self {
+        self.protocol = Some(protocol.into());
+        self
+    }
+}
+
+impl fmt::Display for Lookup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.port_name, &self.protocol) {
+            (Some(port), Some(proto)) => write!(f, "_{port}._{proto}.{}", self.service_name),
+            (Some(port), None) => write!(f, "{} (port {port})", self.service_name),
+            _ => f.write_str(&self.service_name),
+        }
+    }
+}
+
+/// One discovered target.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResolvedTarget {
+    /// The host name (or the IP in text form when there is no name).
+    pub host: String,
+    /// The port, when the method knows it.
+    pub port: Option<u16>,
+    /// The IP address, when the method knows it.
+    pub address: Option<IpAddr>,
+}
+
+impl ResolvedTarget {
+    /// A target with a host and optional port and IP.
+    pub fn new(host: impl Into<String>, port: Option<u16>, address: Option<IpAddr>) -> Self {
+        Self { host: host.into(), port, address }
+    }
+}
+
+/// The answer to a lookup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The service that was looked up.
+    pub service_name: String,
+    /// What was found; may be empty.
+    pub targets: Vec<ResolvedTarget>,
+}
+
+/// Why a lookup failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DiscoveryError {
+    /// The lookup did not finish within its timeout.
+    #[error("discovery of {lookup} timed out after {timeout:?}")]
+    Timeout {
+        /// What was looked up.
+        lookup: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The name does not exist (NXDOMAIN, unknown config service).
+    #[error("{lookup} not found: {reason}")]
+    NotFound {
+        /// What was looked up.
+        lookup: String,
+        /// Details.
+        reason: String,
+    },
+    /// The method is misconfigured.
+    #[error("discovery is misconfigured: {0}")]
+    Config(String),
+    /// The API refused access.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Any other failure of the method (transport, protocol, parse).
+    #[error("discovery of {lookup} failed: {reason}")]
+    Failed {
+        /// What was looked up.
+        lookup: String,
+        /// Details.
+        reason: String,
+    },
+}
+
+/// A way to find the contact points of a service.
+///
+/// Implementations are cheap to share (`Arc<dyn ServiceDiscovery>`) and may be called concurrently.
+pub trait ServiceDiscovery: Send + Sync + fmt::Debug {
+    /// Looks up `lookup`, giving up after `timeout`.
+    fn lookup<'a>(
+        &'a self,
+        lookup: &'a Lookup,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Resolved, DiscoveryError>>;
+}
+
+/// Runs `fut` with `timeout`, mapping an elapsed timer to [`DiscoveryError::Timeout`].
+pub async fn with_timeout<F>(
+    lookup: &Lookup,
+    timeout: Duration,
+    fut: F,
+) -> Result<Resolved, DiscoveryError>
+where
+    F: Future<Output = Result<Resolved, DiscoveryError>>,
+{
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(result) => result,
+        Err(_) => Err(DiscoveryError::Timeout { lookup: lookup.to_string(), timeout }),
+    }
+}
