@@ -216,3 +216,88 @@ impl AppState {
             .ok_or_else(|| ApiError::member_not_found(given))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use convoke_membership::member::UpNumber;
+    use convoke_membership::version::AppVersion;
+    use convoke_membership::{Uid, UniqueAddress};
+
+    use super::*;
+
+    fn node(text: &str, uid: u64) -> UniqueAddress {
+        UniqueAddress::new(text.parse().unwrap(), Uid::new(uid).unwrap())
+    }
+
+    fn member(text: &str, uid: u64, up: u32, status: MemberStatus, roles: &[&str]) -> Member {
+        let roles = roles.iter().map(|r| (*r).to_owned()).chain(["dc-default".to_owned()]);
+        Member::from_parts(
+            node(text, uid),
+            UpNumber(up),
+            status,
+            roles.collect(),
+            AppVersion::default(),
+        )
+    }
+
+    fn state() -> CurrentClusterState {
+        let a = member("convoke://Main@hostname.com:3311", 1, 1, MemberStatus::Up, &["frontend"]);
+        let b = member("convoke://Main@[::1]:3311", 2, 2, MemberStatus::Up, &["backend"]);
+        let c = member("convoke://Main@hostname.com:3312", 3, 3, MemberStatus::Up, &["backend"]);
+        let d = member("convoke://Main@hostname.com:3313", 4, 0, MemberStatus::Joining, &[]);
+        CurrentClusterState {
+            self_node: Some(a.node().clone()),
+            members: vec![a.clone(), b.clone(), c.clone(), d],
+            unreachable: vec![(c.clone(), BTreeSet::from([b.node().clone(), a.node().clone()]))],
+            leader: Some(a.address().clone()),
+            ..CurrentClusterState::default()
+        }
+    }
+
+    #[test]
+    fn members_json_lists_unreachable_members_with_their_observers_and_the_oldest_per_role() {
+        let json = serde_json::to_value(ClusterMembers::of(&state())).unwrap();
+        assert_eq!(json["selfNode"], "convoke://Main@hostname.com:3311");
+        assert_eq!(json["leader"], "convoke://Main@hostname.com:3311");
+        assert_eq!(json["oldest"], "convoke://Main@hostname.com:3311");
+        assert_eq!(
+            json["unreachable"],
+            serde_json::json!([{
+                "node": "convoke://Main@hostname.com:3312",
+                "observedBy": ["convoke://Main@[::1]:3311", "convoke://Main@hostname.com:3311"],
+            }])
+        );
+        assert_eq!(
+            json["oldestPerRole"],
+            serde_json::json!({
+                "backend": "convoke://Main@[::1]:3311",
+                "dc-default": "convoke://Main@hostname.com:3311",
+                "frontend": "convoke://Main@hostname.com:3311",
+            })
+        );
+        let joining = &json["members"].as_array().unwrap()[3];
+        assert_eq!(joining["status"], "Joining");
+        assert_eq!(joining["nodeUid"], "4");
+    }
+
+    #[test]
+    fn a_member_is_found_by_full_or_short_address_including_ipv6() {
+        let state = state();
+        for given in [
+            "convoke://Main@hostname.com:3311",
+            "Main@hostname.com:3311",
+            "convoke://Main@[::1]:3311",
+            "Main@[::1]:3311",
+        ] {
+            let found = find(&state, given).unwrap_or_else(|| panic!("{given} not found"));
+            assert_eq!(
+                found.address().to_string().strip_prefix("convoke://"),
+                given.strip_prefix("convoke://").or(Some(given))
+            );
+        }
+        assert!(find(&state, "Main@[::2]:3311").is_none());
+        assert!(find(&state, "Main@hostname.com:9999").is_none());
+    }
+}
