@@ -18,6 +18,8 @@ pub mod aggregate;
 pub mod config;
 #[cfg(feature = "dns")]
 pub mod dns;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 

@@ -8,3 +8,8 @@
 mod dns_server;
 
 pub use dns_server::{DnsRecords, TestDnsServer, UnresponsiveDnsServer};
+#[cfg(feature = "kubernetes")]
+mod kube_api;
+
+#[cfg(feature = "kubernetes")]
+pub use kube_api::{FakeApiServer, RecordedRequest};
