@@ -6,12 +6,22 @@
 //!   interface every method implements.
 //! - [`config`]: static endpoints per service from the node's configuration.
 //! - [`aggregate`]: tries several methods in order.
-//! - `dns` (feature `dns`) and `kubernetes` (feature `kubernetes`) keep hickory and kube out of
-//!   builds that do not need them.
+//! - `dns` (feature `dns`): A/AAAA and SRV lookups through hickory-resolver.
+//! - `kubernetes` (feature `kubernetes`): pods by label through the Kubernetes API (kube), the
+//!   API client settings shared with the Kubernetes lease, and that lease.
+//! - `testkit` (feature `testkit`): a DNS server and a stand-in Kubernetes API server for tests.
+//!
+//! The features keep hickory and kube out of builds that do not need them.
 #![warn(missing_docs)]
 
 pub mod aggregate;
 pub mod config;
+#[cfg(feature = "dns")]
+pub mod dns;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 use std::fmt;
 use std::net::IpAddr;

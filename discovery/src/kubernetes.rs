@@ -1,0 +1,198 @@
+//! Discovery through the Kubernetes API (spec §5.3): the pods of a namespace selected by a label,
+//! and the client settings shared with the [`lease`] on `coordination.k8s.io/v1` Lease objects.
+//!
+//! Layout: this file holds [`KubernetesApiDiscovery`] and its settings; `client.rs` the API
+//! server settings and client ([`api_client`]), with the token re-read periodically;
+//! `pods.rs` which pods are targets; [`lease`] the Kubernetes lease.
+
+mod client;
+pub mod lease;
+mod pods;
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+pub use self::client::{ApiServerSettings, SERVICE_ACCOUNT_DIR, api_client};
+pub use self::lease::KubernetesLease;
+use self::pods::HostStyle;
+use crate::{DiscoveryError, Lookup, Resolved, ServiceDiscovery, with_timeout};
+
+/// Settings of [`KubernetesApiDiscovery`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KubernetesSettings {
+    /// The API server, credentials and namespace.
+    pub api: ApiServerSettings,
+    /// The label selector; `%s` is replaced by the lookup's service name. Default `app=%s`.
+    pub pod_label_selector: String,
+    /// The cluster domain used in pod DNS names. Default `cluster.local`.
+    pub pod_domain: String,
+    /// Whether hosts are pod IPs (default) or pod DNS names
+    /// `<ip-with-dashes>.<namespace>.pod.<pod_domain>`.
+    pub use_raw_ip: bool,
+    /// When set, a pod counts only once this container of it is no longer `waiting`.
+    pub container_name: Option<String>,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        Self {
+            api: ApiServerSettings::default(),
+            pod_label_selector: "app=%s".into(),
+            pod_domain: "cluster.local".into(),
+            use_raw_ip: true,
+            container_name: None,
+        }
+    }
+}
+
+impl KubernetesSettings {
+    /// Defaults with `api` as the API server settings.
+    pub fn new(api: ApiServerSettings) -> Self {
+        Self { api, ..Self::default() }
+    }
+
+    /// Sets [`pod_label_selector`](Self::pod_label_selector).
+    #[must_use]
+    pub fn with_pod_label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.pod_label_selector = selector.into();
+        self
+    }
+
+    /// Sets [`pod_domain`](Self::pod_domain).
+    #[must_use]
+    pub fn with_pod_domain(mut self, domain: impl Into<String>) -> Self {
+        self.pod_domain = domain.into();
+        self
+    }
+
+    /// Sets [`use_raw_ip`](Self::use_raw_ip).
+    #[must_use]
+    pub fn with_use_raw_ip(mut self, use_raw_ip: bool) -> Self {
+        self.use_raw_ip = use_raw_ip;
+        self
+    }
+
+    /// Sets [`container_name`](Self::container_name).
+    #[must_use]
+    pub fn with_container_name(mut self, name: Option<String>) -> Self {
+        self.container_name = name;
+        self
+    }
+}
+
+/// Discovery of the pods labelled with the service name, through the Kubernetes API.
+#[derive(Clone)]
+pub struct KubernetesApiDiscovery {
+    client: kube::Client,
+    namespace: String,
+    settings: KubernetesSettings,
+}
+
+impl std::fmt::Debug for KubernetesApiDiscovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesApiDiscovery")
+            .field("namespace", &self.namespace)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubernetesApiDiscovery {
+    /// Builds the API client from `settings.api` (see [`api_client`]) and resolves the
+    /// namespace. Must be called inside a tokio runtime.
+    pub fn new(settings: KubernetesSettings) -> Result<Self, DiscoveryError> {
+        let client = api_client(&settings.api)?;
+        let namespace = settings.api.resolve_namespace();
+        Ok(Self::with_client(client, namespace, settings))
+    }
+
+    /// Discovery through an existing client, in `namespace` (`settings.api` is not used).
+    pub fn with_client(
+        client: kube::Client,
+        namespace: impl Into<String>,
+        settings: KubernetesSettings,
+    ) -> Self {
+        Self { client, namespace: namespace.into(), settings }
+    }
+
+    /// The namespace whose pods are listed.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn list(&self, lookup: &Lookup) -> Result<Resolved, DiscoveryError> {
+        let selector = self.settings.pod_label_selector.replace("%s", &lookup.service_name);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|error| self.list_error(lookup, &selector, error))?;
+        let host_style = if self.settings.use_raw_ip {
+            HostStyle::RawIp
+        } else {
+            HostStyle::PodDns {
+                namespace: self.namespace.clone(),
+                pod_domain: self.settings.pod_domain.clone(),
+            }
+        };
+        let targets = pods::targets(
+            &list.items,
+            lookup.port_name.as_deref(),
+            self.settings.container_name.as_deref(),
+            &host_style,
+        );
+        Ok(Resolved { service_name: lookup.service_name.clone(), targets })
+    }
+
+    fn list_error(&self, lookup: &Lookup, selector: &str, error: kube::Error) -> DiscoveryError {
+        let ns = &self.namespace;
+        match error {
+            kube::Error::Api(status) if status.code == 403 => {
+                tracing::warn!(namespace = %ns, message = %status.message, "Kubernetes API: forbidden");
+                DiscoveryError::Forbidden(format!(
+                    "Forbidden when listing pods (labelSelector {selector}) in namespace {ns} \
+                     through the Kubernetes API. Check RBAC settings: the pod's service account \
+                     needs a Role granting verb \"list\" on resource \"pods\" (API group \"\") in \
+                     namespace {ns:?}, and a RoleBinding to it. The API server said: {}",
+                    status.message
+                ))
+            }
+            kube::Error::Api(status) if status.code == 401 => DiscoveryError::Failed {
+                lookup: lookup.to_string(),
+                reason: format!(
+                    "the Kubernetes API server rejected the bearer token (401 Unauthorized); \
+                     check discovery.kubernetes_api.api_token_path: {}",
+                    status.message
+                ),
+            },
+            kube::Error::Api(status) => DiscoveryError::Failed {
+                lookup: lookup.to_string(),
+                reason: format!(
+                    "non-200 from the Kubernetes API server listing pods in namespace {ns}: {} \
+                     {}: {}",
+                    status.code, status.reason, status.message
+                ),
+            },
+            other => DiscoveryError::Failed {
+                lookup: lookup.to_string(),
+                reason: format!(
+                    "listing pods in namespace {ns} through the Kubernetes API: {other}"
+                ),
+            },
+        }
+    }
+}
+
+impl ServiceDiscovery for KubernetesApiDiscovery {
+    fn lookup<'a>(
+        &'a self,
+        lookup: &'a Lookup,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Resolved, DiscoveryError>> {
+        Box::pin(with_timeout(lookup, timeout, self.list(lookup)))
+    }
+}
