@@ -198,3 +198,51 @@ async fn the_admin_cli_prints_tables_and_json_and_explains_errors() {
         n.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_configured_the_api_is_served_over_https_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .unwrap();
+    let cert_path = dir.path().join("cert.pem");
+    let key_path = dir.path().join("key.pem");
+    std::fs::write(&cert_path, certified.cert.pem()).unwrap();
+    std::fs::write(&key_path, certified.signing_key.serialize_pem()).unwrap();
+    let mut s = settings();
+    s.management.tls = Some(convoke::settings::TlsSettings {
+        cert_path: cert_path.display().to_string(),
+        key_path: key_path.display().to_string(),
+    });
+    let node = Node::start(&s).await.unwrap();
+    let addr = node.management_addr().unwrap();
+
+    let trusting = reqwest::Client::builder()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(certified.cert.pem().as_bytes()).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let alive = trusting.get(format!("https://{addr}/alive")).send().await.unwrap();
+    assert_eq!(alive.status(), 200);
+    let members: serde_json::Value = trusting
+        .get(format!("https://{addr}/cluster/members"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(members["selfNode"], node.self_address().to_string());
+
+    // A client that does not trust the certificate fails the handshake, and plain HTTP gets no
+    // HTTP answer.
+    let untrusting = reqwest::Client::new();
+    assert!(untrusting.get(format!("https://{addr}/alive")).send().await.is_err());
+    assert!(untrusting.get(format!("http://{addr}/alive")).send().await.is_err());
+
+    // The server still serves after the failed attempts.
+    let again = trusting.get(format!("https://{addr}/alive")).send().await.unwrap();
+    assert_eq!(again.status(), 200);
+    node.shutdown().await;
+}
