@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Requests/s and latency of `GET /cluster/members` on one node of a 10-node cluster, measured with
+# wrk, next to a trivial axum handler measured the same way in the same run. Each target is
+# measured ROUNDS times, alternating; the medians are printed at the end.
+#
+#   bash benches/management-load.sh            # 10 nodes, 3 rounds of 10 s, 32 connections
+#   NODES=10 ROUNDS=5 DURATION=20s CONNECTIONS=64 bash benches/management-load.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+NODES=${NODES:-10}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-32}
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+
+if ! command -v wrk >/dev/null; then
+    echo "installing wrk from Debian's packages"
+    apt-get update -qq && apt-get install -y -qq wrk
+fi
+cargo build --release --locked --bin convoke --example trivial_http
+BIN=$TARGET_DIR/release/convoke
+TRIVIAL=$TARGET_DIR/release/examples/trivial_http
+
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+seed="convoke://convoke@127.0.0.1:25601"
+for i in $(seq 1 "$NODES"); do
+    RUST_LOG=warn "$BIN" run \
+        --set "cluster.port=$((25600 + i))" \
+        --set "management.port=$((8600 + i))" \
+        --set "cluster.seed_nodes=[\"$seed\"]" 2>/dev/null &
+    pids+=($!)
+done
+"$TRIVIAL" 8600 &
+pids+=($!)
+
+members=http://127.0.0.1:8601/cluster/members
+for _ in $(seq 1 120); do
+    up=$(curl -sf "$members" | grep -o '"status":"Up"' | wc -l || true)
+    [ "$up" -eq "$NODES" ] && break
+    sleep 1
+done
+[ "$up" -eq "$NODES" ] || { echo "the cluster did not reach $NODES Up members"; exit 1; }
+echo "cluster of $NODES Up; response size $(curl -sf "$members" | wc -c) bytes"
+
+# Prints "requests/s p50_ms p99_ms" for one wrk run.
+measure() {
+    wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency "$1" | awk '
+        /Requests\/sec/ { rps = $2 }
+        function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; return v * 1000 }
+        $1 == "50%" { p50 = ms($2) }
+        $1 == "99%" { p99 = ms($2) }
+        /Non-2xx/ { bad = $NF }
+        END { if (bad) { print "non-2xx answers: " bad > "/dev/stderr"; exit 1 }; printf "%.0f %.3f %.3f\n", rps, p50, p99 }'
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+: >/tmp/convoke-load-members
+: >/tmp/convoke-load-trivial
+for round in $(seq 1 "$ROUNDS"); do
+    m=$(measure "$members"); echo "round $round  /cluster/members  $m"; echo "$m" >>/tmp/convoke-load-members
+    t=$(measure http://127.0.0.1:8600/); echo "round $round  trivial axum      $t"; echo "$t" >>/tmp/convoke-load-trivial
+done
+
+report() {
+    printf '%-20s requests/s %8s   p50 %6s ms   p99 %6s ms\n' "$1" \
+        "$(cut -d' ' -f1 "$2" | median)" "$(cut -d' ' -f2 "$2" | median)" "$(cut -d' ' -f3 "$2" | median)"
+}
+echo
+echo "medians of $ROUNDS rounds, wrk -t1 -c$CONNECTIONS -d$DURATION, $NODES-node cluster:"
+report "GET /cluster/members" /tmp/convoke-load-members
+report "trivial axum GET /" /tmp/convoke-load-trivial
