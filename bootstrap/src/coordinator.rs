@@ -1,0 +1,332 @@
+//! The coordinator (spec §4.4–4.6): a lookup loop with exponential backoff and jitter, one
+//! prober task per discovered target, and the decider run on a tick and whenever a probe reports
+//! an existing cluster. It returns the first decision to join; the caller performs the join.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use convoke_discovery::{DiscoveryError, Lookup, Resolved, ServiceDiscovery};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::contact_point::{ContactPoint, select_hosts};
+use crate::decider::{self, Decision, Observation, SeedNodesInformation, Verdict};
+use crate::probe::{ProbeError, Prober, SeedNodes};
+use crate::settings::BootstrapConfig;
+use crate::status::{BootstrapStatus, Phase, ProbeOutcome};
+
+type LookupFuture = Pin<Box<dyn Future<Output = Result<Resolved, DiscoveryError>> + Send>>;
+
+enum ProbeEvent {
+    Answered(ContactPoint, SeedNodes),
+    Failed(ContactPoint, ProbeError),
+    GaveUp(ContactPoint),
+}
+
+/// Runs bootstrap for one node until it decides to join.
+#[derive(Debug)]
+pub struct Coordinator {
+    config: BootstrapConfig,
+    discovery: Arc<dyn ServiceDiscovery>,
+    prober: Arc<dyn Prober>,
+    status: watch::Sender<BootstrapStatus>,
+    rng: ChaCha8Rng,
+}
+
+impl Coordinator {
+    /// A coordinator and the receiver of its status.
+    pub fn new(
+        config: BootstrapConfig,
+        discovery: Arc<dyn ServiceDiscovery>,
+        prober: Arc<dyn Prober>,
+    ) -> (Self, watch::Receiver<BootstrapStatus>) {
+        let mut status = BootstrapStatus::not_used("");
+        status.phase = Phase::Probing;
+        status.note = None;
+        status.lookup = lookup_of(&config).to_string();
+        status.self_contact_point = config.self_contact_point.to_string();
+        let (tx, rx) = watch::channel(status);
+        let seed = config.seed.unwrap_or_else(|| getrandom::u64().unwrap_or(0x5eed));
+        let rng = ChaCha8Rng::seed_from_u64(seed);
+        (Self { config, discovery, prober, status: tx, rng }, rx)
+    }
+
+    /// Looks up, probes and decides until the decision is to join; returns that decision
+    /// ([`Decision::JoinOthers`] or [`Decision::JoinSelf`]). Dropping the future stops every
+    /// prober.
+    pub async fn run(mut self) -> Decision {
+        let lookup = lookup_of(&self.config);
+        tracing::info!(%lookup, self_contact_point = %self.config.self_contact_point, "bootstrap: looking for contact points");
+        let (events_tx, mut events) = mpsc::channel::<ProbeEvent>(256);
+        let mut probers: BTreeMap<ContactPoint, tokio::task::AbortHandle> = BTreeMap::new();
+        let mut tasks = JoinSet::new();
+        // (when the set last changed, the set); `None` after a failed lookup.
+        let mut observation: Option<(Instant, BTreeSet<ContactPoint>)> = None;
+        let mut seeds: BTreeMap<ContactPoint, Observation> = BTreeMap::new();
+        let mut failures = 0u32;
+        let mut next_lookup = Instant::now();
+        let mut in_flight: Option<LookupFuture> = None;
+        let mut tick = tokio::time::interval(self.config.probe_interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut last_reason = String::new();
+
+        loop {
+            let mut decide_now = false;
+            tokio::select! {
+                () = tokio::time::sleep_until(next_lookup), if in_flight.is_none() => {
+                    let discovery = self.discovery.clone();
+                    let lookup = lookup.clone();
+                    let timeout = self.config.resolve_timeout;
+                    in_flight = Some(Box::pin(async move {
+                        convoke_discovery::with_timeout(&lookup, timeout, discovery.lookup(&lookup, timeout)).await
+                    }));
+                }
+                result = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
+                    in_flight = None;
+                    let now = Instant::now();
+                    match result {
+                        Ok(resolved) => {
+                            let targets = self.select(resolved);
+                            let changed_at = match &observation {
+                                Some((at, previous)) if *previous == targets => *at,
+                                _ => now,
+                            };
+                            if observation.as_ref().is_none_or(|(_, previous)| *previous != targets) {
+                                tracing::info!(targets = %list(&targets), "bootstrap: discovered contact points");
+                            }
+                            seeds.retain(|t, _| targets.contains(t));
+                            probers.retain(|t, handle| {
+                                let keep = targets.contains(t);
+                                if !keep { handle.abort(); }
+                                keep
+                            });
+                            for target in &targets {
+                                if !probers.contains_key(target) && !self.is_self_remoting(target) {
+                                    let handle = tasks.spawn(probe_loop(
+                                        target.clone(),
+                                        self.url(target),
+                                        self.prober.clone(),
+                                        events_tx.clone(),
+                                        self.config.clone(),
+                                        self.rng.random(),
+                                    ));
+                                    probers.insert(target.clone(), handle);
+                                }
+                            }
+                            self.status.send_modify(|s| {
+                                s.lookups += 1;
+                                s.last_lookup = Some((now, Ok(targets.len())));
+                                s.stable_since = Some(changed_at);
+                                s.contact_points.retain(|t, _| targets.contains(t));
+                                for t in &targets {
+                                    s.contact_points.entry(t.clone()).or_default();
+                                }
+                            });
+                            observation = Some((changed_at, targets));
+                            failures = 0;
+                            next_lookup = now + self.jittered(self.config.backoff(0), self.config.discovery_backoff_random_factor);
+                        }
+                        Err(error) => {
+                            tracing::warn!(%lookup, %error, "bootstrap: lookup failed; no decision until a lookup succeeds");
+                            observation = None;
+                            failures = failures.saturating_add(1);
+                            next_lookup = now + self.jittered(self.config.backoff(failures), self.config.discovery_backoff_random_factor);
+                            self.status.send_modify(|s| {
+                                s.lookups += 1;
+                                s.last_lookup = Some((now, Err(error.to_string())));
+                                s.stable_since = None;
+                            });
+                        }
+                    }
+                }
+                Some(event) = events.recv() => {
+                    let now = Instant::now();
+                    match event {
+                        ProbeEvent::Answered(target, answer) => {
+                            let seed_nodes: Vec<String> = answer.seed_nodes.iter().map(|s| s.node.clone()).collect();
+                            self.status.send_modify(|s| {
+                                if let Some(p) = s.contact_points.get_mut(&target) {
+                                    p.last = Some((now, ProbeOutcome::Answered { self_node: answer.self_node.clone(), seed_nodes: seed_nodes.clone() }));
+                                    p.failures = 0;
+                                }
+                            });
+                            // Answers for targets outside the current observation are ignored.
+                            if observation.as_ref().is_some_and(|(_, set)| set.contains(&target)) {
+                                decide_now = !seed_nodes.is_empty();
+                                seeds.insert(target, Observation {
+                                    observed_at: now,
+                                    self_node: answer.self_node,
+                                    seed_nodes: seed_nodes.into_iter().collect(),
+                                });
+                            }
+                        }
+                        ProbeEvent::Failed(target, error) => {
+                            tracing::debug!(%target, %error, "bootstrap: probe failed");
+                            self.status.send_modify(|s| {
+                                if let Some(p) = s.contact_points.get_mut(&target) {
+                                    p.last = Some((now, ProbeOutcome::Failed(error.to_string())));
+                                    p.failures = p.failures.saturating_add(1);
+                                }
+                            });
+                        }
+                        ProbeEvent::GaveUp(target) => {
+                            tracing::warn!(%target, timeout = ?self.config.probing_failure_timeout, "bootstrap: no answer from contact point within the probing failure timeout; it is probed again after the next lookup");
+                            seeds.remove(&target);
+                            probers.remove(&target);
+                            next_lookup = now + self.jittered(self.config.backoff(failures), self.config.discovery_backoff_random_factor);
+                            self.status.send_modify(|s| {
+                                if let Some(p) = s.contact_points.get_mut(&target) {
+                                    p.gave_up_at = Some(now);
+                                }
+                            });
+                        }
+                    }
+                }
+                _ = tick.tick() => decide_now = true,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+            if !decide_now {
+                continue;
+            }
+            let now = Instant::now();
+            let verdict = match &observation {
+                None => Verdict {
+                    decision: Decision::KeepProbing,
+                    reason: "no current discovery observation (no lookup has succeeded since the last failure)".into(),
+                    self_in_contact_points: false,
+                },
+                Some((changed_at, targets)) => {
+                    let fresh: BTreeMap<ContactPoint, Observation> = seeds
+                        .iter()
+                        .filter(|(_, o)| now.saturating_duration_since(o.observed_at) <= self.config.probing_failure_timeout)
+                        .map(|(t, o)| (t.clone(), o.clone()))
+                        .collect();
+                    decider::decide(
+                        &SeedNodesInformation { now, contact_points_changed_at: *changed_at, contact_points: targets, observations: &fresh },
+                        &self.config.decider(),
+                    )
+                }
+            };
+            if verdict.reason != last_reason {
+                match verdict.decision {
+                    Decision::KeepProbing => {
+                        tracing::info!(reason = %verdict.reason, "bootstrap: keep probing")
+                    }
+                    Decision::JoinOthers(ref seeds) => {
+                        tracing::info!(seeds = %seeds.join(", "), reason = %verdict.reason, "bootstrap: joining an existing cluster")
+                    }
+                    Decision::JoinSelf => {
+                        tracing::info!(reason = %verdict.reason, "bootstrap: forming a new cluster")
+                    }
+                }
+                last_reason.clone_from(&verdict.reason);
+            }
+            let decision = verdict.decision.clone();
+            self.status.send_modify(|s| {
+                s.phase = match decision {
+                    Decision::KeepProbing => Phase::Probing,
+                    Decision::JoinOthers(_) => Phase::JoiningExisting,
+                    Decision::JoinSelf => Phase::FormingNew,
+                };
+                s.verdict = Some((now, verdict));
+            });
+            if decision != Decision::KeepProbing {
+                return decision;
+            }
+        }
+    }
+
+    fn select(&self, resolved: Resolved) -> BTreeSet<ContactPoint> {
+        select_hosts(
+            resolved.targets.into_iter().map(ContactPoint::from).collect(),
+            self.config.port_name.is_some(),
+            self.config.filter_on_fallback_port,
+            self.config.fallback_port,
+        )
+    }
+
+    fn is_self_remoting(&self, target: &ContactPoint) -> bool {
+        let (host, port) = &self.config.self_remoting;
+        let same = target.host == *host && target.probe_port(self.config.fallback_port) == *port;
+        if same {
+            tracing::warn!(%target, "bootstrap: misconfiguration detected: a discovered contact point is this node's cluster transport address, not its management address; check bootstrap.port_name and bootstrap.contact_point.fallback_port");
+        }
+        same
+    }
+
+    fn url(&self, target: &ContactPoint) -> String {
+        format!(
+            "{}://{}{}/bootstrap/seed-nodes",
+            self.config.scheme,
+            target.authority(self.config.fallback_port),
+            self.config.base_path.trim_end_matches('/')
+        )
+    }
+
+    fn jittered(&mut self, base: Duration, factor: f64) -> Duration {
+        jitter(&mut self.rng, base, factor)
+    }
+}
+
+fn jitter(rng: &mut ChaCha8Rng, base: Duration, factor: f64) -> Duration {
+    if factor <= 0.0 {
+        return base;
+    }
+    base.mul_f64(1.0 + rng.random::<f64>() * factor)
+}
+
+fn lookup_of(config: &BootstrapConfig) -> Lookup {
+    Lookup {
+        service_name: config.service_name.clone(),
+        port_name: config.port_name.clone(),
+        protocol: config.protocol.clone(),
+    }
+}
+
+fn list(targets: &BTreeSet<ContactPoint>) -> String {
+    targets.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// Probes one target until its deadline passes without an answer. The request timeout is shorter
+/// than the deadline, so a slow answer costs one attempt, not the whole prober.
+async fn probe_loop(
+    target: ContactPoint,
+    url: String,
+    prober: Arc<dyn Prober>,
+    events: mpsc::Sender<ProbeEvent>,
+    config: BootstrapConfig,
+    seed: u64,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut deadline = Instant::now() + config.probing_failure_timeout;
+    loop {
+        let result = prober.probe(&url, config.probe_timeout).await;
+        let now = Instant::now();
+        let event = match result {
+            Ok(answer) => {
+                deadline = now + config.probing_failure_timeout;
+                ProbeEvent::Answered(target.clone(), answer)
+            }
+            Err(error) => ProbeEvent::Failed(target.clone(), error),
+        };
+        let failed = matches!(event, ProbeEvent::Failed(..));
+        if events.send(event).await.is_err() {
+            return;
+        }
+        if failed && now >= deadline {
+            let _ = events.send(ProbeEvent::GaveUp(target)).await;
+            return;
+        }
+        tokio::time::sleep(jitter(&mut rng, config.probe_interval, config.probe_interval_jitter))
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

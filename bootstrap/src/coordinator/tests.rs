@@ -1,0 +1,351 @@
+//! The coordinator in paused tokio time, with scripted discovery and scripted probe answers.
+
+use std::sync::Mutex;
+
+use futures::future::BoxFuture;
+
+use super::*;
+use crate::contact_point::SelfContactPoint;
+use crate::probe::SeedNode;
+
+type Script = dyn Fn(usize, Duration) -> Result<Vec<ContactPoint>, ()> + Send + Sync;
+
+/// Answers lookup number `n` at elapsed time `t` with `script(n, t)`; records when it was asked.
+struct ScriptedDiscovery {
+    start: Instant,
+    calls: Mutex<Vec<Instant>>,
+    script: Box<Script>,
+}
+
+impl std::fmt::Debug for ScriptedDiscovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScriptedDiscovery")
+    }
+}
+
+impl ScriptedDiscovery {
+    fn new(
+        script: impl Fn(usize, Duration) -> Result<Vec<ContactPoint>, ()> + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            start: Instant::now(),
+            calls: Mutex::new(Vec::new()),
+            script: Box::new(script),
+        })
+    }
+
+    fn gaps(&self) -> Vec<Duration> {
+        let calls = self.calls.lock().unwrap();
+        calls.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+}
+
+impl ServiceDiscovery for ScriptedDiscovery {
+    fn lookup<'a>(
+        &'a self,
+        lookup: &'a Lookup,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<Resolved, DiscoveryError>> {
+        let now = Instant::now();
+        let n = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(now);
+            calls.len() - 1
+        };
+        let result = (self.script)(n, now - self.start)
+            .map(|targets| Resolved {
+                service_name: lookup.service_name.clone(),
+                targets: targets
+                    .into_iter()
+                    .map(|t| convoke_discovery::ResolvedTarget::new(t.host, t.port, t.address))
+                    .collect(),
+            })
+            .map_err(|()| DiscoveryError::Failed {
+                lookup: lookup.to_string(),
+                reason: "scripted failure".into(),
+            });
+        Box::pin(async move { result })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    NoCluster,
+    Cluster,
+    Refused,
+    Hang,
+}
+
+/// Answers each URL as `script(url)` says; records every probe.
+struct ScriptedProber {
+    script: Box<dyn Fn(&str) -> Answer + Send + Sync>,
+    probes: Mutex<Vec<(Instant, String)>>,
+}
+
+impl std::fmt::Debug for ScriptedProber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScriptedProber")
+    }
+}
+
+impl ScriptedProber {
+    fn new(script: impl Fn(&str) -> Answer + Send + Sync + 'static) -> Arc<Self> {
+        Arc::new(Self { script: Box::new(script), probes: Mutex::new(Vec::new()) })
+    }
+}
+
+impl Prober for ScriptedProber {
+    fn probe<'a>(
+        &'a self,
+        url: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<SeedNodes, ProbeError>> {
+        self.probes.lock().unwrap().push((Instant::now(), url.to_owned()));
+        let host =
+            url.split("//").nth(1).and_then(|r| r.split(':').next()).unwrap_or_default().to_owned();
+        let answer = (self.script)(url);
+        Box::pin(async move {
+            let self_node = format!("convoke://convoke@{host}:25520");
+            match answer {
+                Answer::NoCluster => Ok(SeedNodes { self_node, seed_nodes: vec![] }),
+                Answer::Cluster => Ok(SeedNodes {
+                    self_node: self_node.clone(),
+                    seed_nodes: vec![SeedNode {
+                        node: self_node,
+                        node_uid: 7,
+                        status: "Up".into(),
+                        roles: vec![],
+                    }],
+                }),
+                Answer::Refused => Err(ProbeError::Request {
+                    url: url.to_owned(),
+                    reason: "connection refused".into(),
+                }),
+                Answer::Hang => {
+                    tokio::time::sleep(timeout).await;
+                    Err(ProbeError::Timeout { url: url.to_owned(), timeout })
+                }
+            }
+        })
+    }
+}
+
+fn cp(last_octet: u8) -> ContactPoint {
+    let ip = std::net::IpAddr::from([10, 0, 0, last_octet]);
+    ContactPoint::new(ip.to_string(), Some(8558), Some(ip))
+}
+
+fn config(self_octet: u8) -> BootstrapConfig {
+    let mut c = BootstrapConfig::new(
+        "svc",
+        SelfContactPoint::new(format!("10.0.0.{self_octet}"), 8558),
+        (format!("10.0.0.{self_octet}"), 25520),
+    );
+    c.required_contact_point_nr = 3;
+    c.seed = Some(1);
+    c
+}
+
+const LONG: Duration = Duration::from_secs(600);
+
+#[tokio::test(start_paused = true)]
+async fn failed_lookups_back_off_exponentially_up_to_the_cap() {
+    let discovery = ScriptedDiscovery::new(|_, _| Err(()));
+    let prober = ScriptedProber::new(|_| Answer::NoCluster);
+    let mut c = config(1);
+    c.discovery_backoff_random_factor = 0.0;
+    let (coordinator, status) = Coordinator::new(c, discovery.clone(), prober);
+    assert!(tokio::time::timeout(Duration::from_secs(60), coordinator.run()).await.is_err());
+    let secs: Vec<u64> = discovery.gaps().iter().map(Duration::as_secs).collect();
+    assert_eq!(secs[..5], [2, 4, 8, 15, 15], "{secs:?}");
+    assert_eq!(status.borrow().phase, Phase::Probing);
+    assert!(
+        status
+            .borrow()
+            .last_lookup
+            .as_ref()
+            .unwrap()
+            .1
+            .as_ref()
+            .unwrap_err()
+            .contains("scripted failure")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_jitter_adds_at_most_the_random_factor() {
+    let discovery = ScriptedDiscovery::new(|_, _| Err(()));
+    let (coordinator, _status) =
+        Coordinator::new(config(1), discovery.clone(), ScriptedProber::new(|_| Answer::NoCluster));
+    assert!(tokio::time::timeout(Duration::from_secs(120), coordinator.run()).await.is_err());
+    let gaps = discovery.gaps();
+    let bases = [2u64, 4, 8, 15, 15, 15];
+    let mut jittered = 0;
+    for (gap, base) in gaps.iter().zip(bases) {
+        let base = Duration::from_secs(base);
+        assert!(
+            *gap >= base && *gap <= base.mul_f64(1.2) + Duration::from_millis(1),
+            "{gap:?} vs {base:?}"
+        );
+        jittered += usize::from(*gap > base);
+    }
+    assert!(jittered > 0, "no jitter at all: {gaps:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_lowest_node_forms_a_cluster_once_the_set_has_been_stable_for_the_margin() {
+    let discovery = ScriptedDiscovery::new(|_, _| Ok(vec![cp(1), cp(2), cp(3)]));
+    let (coordinator, status) =
+        Coordinator::new(config(1), discovery, ScriptedProber::new(|_| Answer::NoCluster));
+    let start = Instant::now();
+    assert_eq!(coordinator.run().await, Decision::JoinSelf);
+    let took = start.elapsed();
+    assert!(took >= Duration::from_secs(5) && took <= Duration::from_secs(7), "{took:?}");
+    let status = status.borrow();
+    assert_eq!(status.phase, Phase::FormingNew);
+    assert!(status.verdict.as_ref().unwrap().1.self_in_contact_points);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_stable_margin_restarts_when_the_discovered_set_changes() {
+    // Three targets for the first 4 s, then a fourth appears.
+    let discovery = ScriptedDiscovery::new(|_, t| {
+        let mut targets = vec![cp(1), cp(2), cp(3)];
+        if t >= Duration::from_secs(4) {
+            targets.push(cp(4));
+        }
+        Ok(targets)
+    });
+    let (coordinator, status) =
+        Coordinator::new(config(1), discovery, ScriptedProber::new(|_| Answer::NoCluster));
+    let start = Instant::now();
+    let mut watch = status.clone();
+    let changed = tokio::spawn(async move {
+        // The instant the status reports the new stable-since.
+        let first = loop {
+            watch.changed().await.unwrap();
+            if let Some(at) = watch.borrow().stable_since {
+                break at;
+            }
+        };
+        loop {
+            watch.changed().await.unwrap();
+            if let Some(at) = watch.borrow().stable_since.filter(|at| *at != first) {
+                return (first, at);
+            }
+        }
+    });
+    assert_eq!(coordinator.run().await, Decision::JoinSelf);
+    let joined = start.elapsed();
+    let (first, second) = changed.await.unwrap();
+    assert!(second - first >= Duration::from_secs(4), "{:?}", second - first);
+    assert!(joined >= (second - start) + Duration::from_secs(5), "joined after {joined:?}");
+    assert!(joined <= (second - start) + Duration::from_secs(7), "joined after {joined:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reported_cluster_is_joined_at_once_without_waiting_for_the_margin() {
+    let discovery = ScriptedDiscovery::new(|_, _| Ok(vec![cp(1), cp(2), cp(3)]));
+    let prober = ScriptedProber::new(|url| {
+        if url.contains("10.0.0.3") { Answer::Cluster } else { Answer::NoCluster }
+    });
+    let (coordinator, _status) = Coordinator::new(config(1), discovery, prober);
+    let start = Instant::now();
+    assert_eq!(
+        coordinator.run().await,
+        Decision::JoinOthers(vec!["convoke://convoke@10.0.0.3:25520".into()])
+    );
+    assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_gives_up_only_after_its_deadline_and_a_slow_answer_costs_one_attempt() {
+    let discovery = ScriptedDiscovery::new(|_, _| Ok(vec![cp(1), cp(2), cp(3)]));
+    let prober = ScriptedProber::new(|url| {
+        if url.contains("10.0.0.2") { Answer::Hang } else { Answer::NoCluster }
+    });
+    let (coordinator, status) = Coordinator::new(config(1), discovery, prober.clone());
+    let start = Instant::now();
+    let mut watch = status.clone();
+    let run = tokio::spawn(coordinator.run());
+    let gave_up = loop {
+        watch.changed().await.unwrap();
+        if let Some(at) = watch.borrow().contact_points.get(&cp(2)).and_then(|p| p.gave_up_at) {
+            break at;
+        }
+    };
+    let attempts_before = prober
+        .probes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, url)| url.contains("10.0.0.2") && *at < gave_up)
+        .count();
+    run.abort();
+    let config = config(1);
+    assert!(
+        gave_up - start >= config.probing_failure_timeout,
+        "gave up after {:?}",
+        gave_up - start
+    );
+    assert!(
+        attempts_before >= 2,
+        "a single timed-out request ended probing ({attempts_before} attempts)"
+    );
+    let status = status.borrow();
+    let p = &status.contact_points[&cp(2)];
+    assert!(
+        matches!(&p.last, Some((_, ProbeOutcome::Failed(e))) if e.contains("timeout")),
+        "{p:?}"
+    );
+    // Without every answer, no cluster was formed.
+    assert_eq!(status.phase, Phase::Probing);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_decision_is_made_without_a_current_observation() {
+    // The first lookup succeeds; every later one fails.
+    let discovery =
+        ScriptedDiscovery::new(|n, _| if n == 0 { Ok(vec![cp(1), cp(2), cp(3)]) } else { Err(()) });
+    let (coordinator, status) =
+        Coordinator::new(config(1), discovery, ScriptedProber::new(|_| Answer::NoCluster));
+    assert!(
+        tokio::time::timeout(LONG / 10, coordinator.run()).await.is_err(),
+        "decided without an observation"
+    );
+    let status = status.borrow();
+    assert_eq!(status.phase, Phase::Probing);
+    assert_eq!(status.stable_since, None);
+    let reason = &status.verdict.as_ref().unwrap().1.reason;
+    assert!(reason.contains("no current discovery observation"), "{reason}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_that_is_not_the_lowest_waits_and_joins_once_the_lowest_reports_a_cluster() {
+    let formed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = formed.clone();
+    let discovery = ScriptedDiscovery::new(move |_, t| {
+        if t >= Duration::from_secs(20) {
+            f.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(vec![cp(1), cp(2), cp(3)])
+    });
+    let flag = formed.clone();
+    let prober = ScriptedProber::new(move |url| {
+        if url.contains("10.0.0.1") && flag.load(std::sync::atomic::Ordering::SeqCst) {
+            Answer::Cluster
+        } else if url.contains("10.0.0.9") {
+            Answer::Refused
+        } else {
+            Answer::NoCluster
+        }
+    });
+    let (coordinator, status) = Coordinator::new(config(2), discovery, prober);
+    let start = Instant::now();
+    assert_eq!(
+        coordinator.run().await,
+        Decision::JoinOthers(vec!["convoke://convoke@10.0.0.1:25520".into()])
+    );
+    assert!(start.elapsed() >= Duration::from_secs(20));
+    assert_eq!(status.borrow().phase, Phase::JoiningExisting);
+}
