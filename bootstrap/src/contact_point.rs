@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn targets_sort_by_ip_even_when_the_names_disagree_and_ips_compare_unsigned() {
-        let mut v = vec![
+        let mut v = [
             cp("a", Some(1), Some("10.0.0.200")),
             cp("z", Some(1), Some("10.0.0.1")),
             cp("m", Some(1), None),
