@@ -1,4 +1,5 @@
-//! `convoke demo`: N nodes on 127.0.0.1 in one process, joined through the first as seed.
+//! `convoke demo`: N nodes on 127.0.0.1 in one process that form one cluster by bootstrap, with
+//! config discovery listing their management servers.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -6,18 +7,40 @@ use std::time::Duration;
 use convoke_membership::{ClusterEvent, CurrentClusterState, MemberStatus};
 
 use crate::node::Node;
-use crate::settings::Settings;
+use crate::settings::{ConfigService, Dur, Endpoint, Settings};
 
 /// How long the demo waits for the cluster to form before giving up.
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs the demo until Ctrl-C.
 pub async fn run(n: usize) -> ExitCode {
+    // Bootstrap with config discovery: every node's management server is a contact point.
+    let ports = match free_ports(n) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("convoke demo: cannot find {n} free ports on 127.0.0.1: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let mut settings = Settings::default();
     settings.cluster.port = 0;
-    settings.management.enabled = false;
+    settings.management.enabled = true;
+    settings.bootstrap.required_contact_point_nr = n;
+    settings.bootstrap.stable_margin = Dur(Duration::from_secs(2));
+    settings.discovery.method = "config".into();
+    let endpoints =
+        ports.iter().map(|p| Endpoint { host: "127.0.0.1".into(), port: Some(*p) }).collect();
+    settings.discovery.config.services.insert(
+        settings.bootstrap.effective_service_name(&settings.cluster.system_name),
+        ConfigService { endpoints },
+    );
+    println!(
+        "Starting {n} nodes on 127.0.0.1; they find each other by bootstrap (config discovery, management ports {}) ...",
+        ports.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    );
     let mut nodes: Vec<Node> = Vec::with_capacity(n);
-    for _ in 0..n {
+    for port in &ports {
+        settings.management.port = *port;
         match Node::start(&settings).await {
             Ok(node) => nodes.push(node),
             Err(e) => {
@@ -26,14 +49,8 @@ pub async fn run(n: usize) -> ExitCode {
             }
         }
     }
-    let seed = nodes[0].self_address().clone();
-    for node in &nodes {
-        if let Err(e) = node.join_seed_nodes(vec![seed.clone()]).await {
-            eprintln!("convoke demo: {e}");
-            return ExitCode::from(1);
-        }
-    }
-    println!("Starting {n} nodes on 127.0.0.1, seed {seed} ...");
+    println!("Bootstrap status: http://127.0.0.1:{}/bootstrap/status", ports[0]);
+    let first = nodes[0].self_address().clone();
     let Ok(mut events) = nodes[0].subscribe().await else {
         eprintln!("convoke demo: the first node stopped");
         return ExitCode::from(1);
@@ -58,7 +75,7 @@ pub async fn run(n: usize) -> ExitCode {
     };
     println!("\nCluster formed: {n} members Up\n");
     print!("{}", members_table(&state));
-    println!("\nWatching membership changes from {seed} (Ctrl-C leaves gracefully) ...");
+    println!("\nWatching membership changes from {first} (Ctrl-C leaves gracefully) ...");
     // Skip the replay of the initial state: the table already shows it.
     while let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(50), events.recv()).await {}
     let printer = tokio::spawn(async move {
@@ -81,6 +98,14 @@ pub async fn run(n: usize) -> ExitCode {
         println!("{}: {r:?}", node.self_address());
     }
     ExitCode::SUCCESS
+}
+
+/// `n` distinct ports the OS reports free on 127.0.0.1.
+fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect()
 }
 
 /// A human table of the members: status, roles, up-number, leader and oldest marks, and

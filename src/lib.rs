@@ -10,6 +10,7 @@
 pub use convoke_membership as membership;
 
 pub mod admin;
+pub mod bootstrap;
 pub mod demo;
 pub mod driver;
 pub mod management;

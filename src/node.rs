@@ -81,7 +81,8 @@ pub enum ShutdownOutcome {
 /// A running cluster node. Cheap to clone; every clone controls the same node.
 ///
 /// Start one with [`Node::start`]; it joins `cluster.seed_nodes` if any are configured, otherwise
-/// it waits for [`Node::join`], [`Node::join_seed_nodes`] (or, later, bootstrap). Watch it with
+/// it bootstraps (when `bootstrap.enabled` and the management server runs) or waits for
+/// [`Node::join`] or [`Node::join_seed_nodes`]. Watch it with
 /// [`Node::subscribe`] and [`Node::state`]. A node that is downed shuts itself down:
 /// [`Node::terminated`] resolves with the reason.
 #[derive(Clone, Debug)]
@@ -101,6 +102,7 @@ struct Inner {
     metrics: SharedMetrics,
     management_addr: std::sync::OnceLock<SocketAddr>,
     management_stop: tokio::sync::watch::Sender<bool>,
+    bootstrap: std::sync::OnceLock<watch::Receiver<convoke_bootstrap::BootstrapStatus>>,
 }
 
 impl Node {
@@ -167,6 +169,7 @@ impl Node {
                 metrics,
                 management_addr: std::sync::OnceLock::new(),
                 management_stop: tokio::sync::watch::channel(false).0,
+                bootstrap: std::sync::OnceLock::new(),
             }),
         };
         if settings.management.enabled {
@@ -179,7 +182,23 @@ impl Node {
                 JoinCommandError::Stopped(_) => StartError::Join(JoinError::NoSeedNodes),
             })?;
         }
+        crate::bootstrap::start(&node, settings)?;
         Ok(node)
+    }
+
+    pub(crate) fn set_bootstrap_status(
+        &self,
+        status: watch::Receiver<convoke_bootstrap::BootstrapStatus>,
+    ) {
+        let _ = self.inner.bootstrap.set(status);
+    }
+
+    /// What bootstrap is doing and why (served at `GET /bootstrap/status`).
+    pub fn bootstrap_status(&self) -> convoke_bootstrap::BootstrapStatus {
+        self.inner.bootstrap.get().map_or_else(
+            || convoke_bootstrap::BootstrapStatus::not_used("the node is starting"),
+            |rx| rx.borrow().clone(),
+        )
     }
 
     async fn start_management(&self, settings: &Settings) -> Result<(), StartError> {

@@ -57,6 +57,19 @@ impl Coordinator {
         (Self { config, discovery, prober, status: tx, rng }, rx)
     }
 
+    /// Like [`Coordinator::run`], but gives up when `stop` resolves first (the node joined by
+    /// other means, or stopped): the status then shows the `stopped` phase and `None` is returned.
+    pub async fn run_until(self, stop: impl Future<Output = ()>) -> Option<Decision> {
+        let status = self.status.clone();
+        tokio::select! {
+            decision = self.run() => Some(decision),
+            () = stop => {
+                status.send_modify(|s| s.phase = Phase::Stopped);
+                None
+            }
+        }
+    }
+
     /// Looks up, probes and decides until the decision is to join; returns that decision
     /// ([`Decision::JoinOthers`] or [`Decision::JoinSelf`]). Dropping the future stops every
     /// prober.

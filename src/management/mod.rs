@@ -4,10 +4,12 @@
 //! [`router`] builds the routes for a [`Node`], so a service can mount them on its own axum
 //! server; [`serve`] runs convoke's own server with the limits of `[management.limits]`.
 //!
-//! Layout: `cluster.rs` (members routes and JSON), `health.rs` (`/ready`, `/alive`),
+//! Layout: `cluster.rs` (members routes and JSON), `bootstrap.rs` (`/bootstrap/seed-nodes`,
+//! `/bootstrap/status`), `health.rs` (`/ready`, `/alive`),
 //! `events.rs` (SSE), `metrics.rs`, `auth.rs`, `server.rs` (accept loop, TLS), `error.rs`.
 
 mod auth;
+mod bootstrap;
 mod cluster;
 mod error;
 mod events;
@@ -25,6 +27,7 @@ use tokio::sync::Semaphore;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
+pub use bootstrap::seed_nodes;
 pub use cluster::{ClusterMember, ClusterMembers, ClusterUnreachableMember};
 pub use error::{ApiError, Message};
 pub use events::event_json;
@@ -47,6 +50,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/cluster/domain-events"),
     ("GET", "/ready"),
     ("GET", "/alive"),
+    ("GET", "/bootstrap/seed-nodes"),
+    ("GET", "/bootstrap/status"),
     ("GET", "/metrics"),
     ("GET", "/openapi.yaml"),
 ];
@@ -92,6 +97,8 @@ pub fn router(node: Node, settings: &ManagementSettings) -> Router {
         .route("/cluster/", with_405(axum::routing::put(cluster::put_cluster)))
         .route(&hc.readiness_path, with_405(get(health::ready)))
         .route(&hc.liveness_path, with_405(get(health::alive)))
+        .route("/bootstrap/seed-nodes", with_405(get(bootstrap::get_seed_nodes)))
+        .route("/bootstrap/status", with_405(get(bootstrap::get_status)))
         .route("/metrics", with_405(get(metrics::metrics)))
         .route("/openapi.yaml", with_405(get(openapi)))
         .layer(TimeoutLayer::with_status_code(

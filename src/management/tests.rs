@@ -244,7 +244,8 @@ async fn auth_protects_every_route_but_the_exempt_ones_also_under_a_base_path() 
             ..settings(false)
         };
         let router = router(node.clone(), &s);
-        for (method, path) in ROUTES.iter().filter(|(_, p)| *p != "/ready" && *p != "/alive") {
+        let exempt = ["/ready", "/alive", "/bootstrap/seed-nodes"];
+        for (method, path) in ROUTES.iter().filter(|(_, p)| !exempt.contains(p)) {
             let path = path.replace("{address}", "convoke@unknown:1");
             let (status, text) = call(&router, method, &format!("{base}{path}"), "", None).await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {base}{path}: {text}");
@@ -252,7 +253,7 @@ async fn auth_protects_every_route_but_the_exempt_ones_also_under_a_base_path() 
                 call(&router, method, &format!("{base}{path}"), "", Some("Bearer wrong")).await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {base}{path}");
         }
-        for path in ["/ready", "/alive"] {
+        for path in exempt {
             assert_eq!(
                 call(&router, "GET", &format!("{base}{path}"), "", None).await.0,
                 StatusCode::OK
@@ -340,5 +341,43 @@ async fn metrics_are_served_in_the_prometheus_text_format() {
     ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
     }
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn seed_nodes_are_empty_before_joining_and_list_self_with_a_numeric_uid_after() {
+    let mut s = Settings::default();
+    s.cluster.port = 0;
+    s.management.enabled = false;
+    let alone = Node::start(&s).await.unwrap();
+    let router_alone = router(alone.clone(), &settings(true));
+    let (status, text) = call(&router_alone, "GET", "/bootstrap/seed-nodes", "", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["selfNode"], alone.self_address().to_string());
+    assert_eq!(v["seedNodes"], serde_json::json!([]));
+    alone.stop().await;
+
+    let node = node().await;
+    let (status, text) =
+        call(&router(node.clone(), &settings(true)), "GET", "/bootstrap/seed-nodes", "", None)
+            .await;
+    assert_eq!(status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["seedNodes"][0]["node"], node.self_address().to_string());
+    assert_eq!(v["seedNodes"][0]["nodeUid"], node.self_node().uid.get());
+    assert_eq!(v["seedNodes"][0]["status"], "Up");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn bootstrap_status_says_why_bootstrap_is_not_used() {
+    let node = node().await;
+    let (status, text) =
+        call(&router(node.clone(), &settings(true)), "GET", "/bootstrap/status", "", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["phase"], "not-used");
+    assert!(v["note"].as_str().unwrap().contains("management.enabled = false"), "{text}");
     node.stop().await;
 }

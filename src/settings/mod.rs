@@ -397,6 +397,16 @@ pub struct BootstrapSettings {
     pub contact_with_all_contact_points: bool,
     /// Whether this node may form a new cluster at all.
     pub new_cluster_enabled: bool,
+    /// Base interval between discovery lookups.
+    pub discovery_interval: Dur,
+    /// The cap of the lookup backoff after failures (jitter comes on top).
+    pub discovery_backoff_max: Dur,
+    /// Jitter of the lookup interval (0.2 = up to 20 % longer).
+    pub discovery_backoff_random_factor: f64,
+    /// The timeout of one lookup.
+    pub resolve_timeout: Dur,
+    /// `[bootstrap.contact_point]`: probing the discovered contact points.
+    pub contact_point: ContactPointSettings,
 }
 
 impl Default for BootstrapSettings {
@@ -411,6 +421,62 @@ impl Default for BootstrapSettings {
             stable_margin: Dur(Duration::from_secs(5)),
             contact_with_all_contact_points: true,
             new_cluster_enabled: true,
+            discovery_interval: Dur(Duration::from_secs(1)),
+            discovery_backoff_max: Dur(Duration::from_secs(15)),
+            discovery_backoff_random_factor: 0.2,
+            resolve_timeout: Dur(Duration::from_secs(3)),
+            contact_point: ContactPointSettings::default(),
+        }
+    }
+}
+
+impl BootstrapSettings {
+    /// The name looked up: `service_name` (or the system name lower-cased, with spaces and
+    /// underscores as dashes), then `.service_namespace` when set.
+    pub fn effective_service_name(&self, system_name: &str) -> String {
+        let base = if self.service_name.is_empty() {
+            system_name.to_lowercase().replace([' ', '_'], "-")
+        } else {
+            self.service_name.clone()
+        };
+        if self.service_namespace.is_empty() {
+            base
+        } else {
+            format!("{base}.{}", self.service_namespace)
+        }
+    }
+}
+
+/// `[bootstrap.contact_point]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContactPointSettings {
+    /// The port probed when discovery gives none; `""` = this node's management port.
+    pub fallback_port: OptPort,
+    /// Without a port name, keep only the fallback port of hosts listed with several ports.
+    pub filter_on_fallback_port: bool,
+    /// A contact point that has not answered for this long is given up until the next lookup.
+    pub probing_failure_timeout: Dur,
+    /// Interval between probes of one contact point.
+    pub probe_interval: Dur,
+    /// Jitter of the probe interval.
+    pub probe_interval_jitter: f64,
+    /// The timeout of one probe request; must be shorter than `probing_failure_timeout`.
+    pub probe_timeout: Dur,
+    /// A PEM CA certificate trusted when probing over HTTPS; `""` = the system roots.
+    pub ca_path: String,
+}
+
+impl Default for ContactPointSettings {
+    fn default() -> Self {
+        Self {
+            fallback_port: OptPort(None),
+            filter_on_fallback_port: true,
+            probing_failure_timeout: Dur(Duration::from_secs(3)),
+            probe_interval: Dur(Duration::from_secs(1)),
+            probe_interval_jitter: 0.2,
+            probe_timeout: Dur(Duration::from_secs(1)),
+            ca_path: String::new(),
         }
     }
 }
@@ -423,11 +489,93 @@ pub struct DiscoverySettings {
     pub method: String,
     /// `[discovery.config]`.
     pub config: ConfigDiscoverySettings,
+    /// `[discovery.dns]`.
+    pub dns: DnsDiscoverySettings,
+    /// `[discovery.kubernetes_api]`.
+    pub kubernetes_api: KubernetesApiDiscoverySettings,
+    /// `[discovery.aggregate]`.
+    pub aggregate: AggregateDiscoverySettings,
 }
 
 impl Default for DiscoverySettings {
     fn default() -> Self {
-        Self { method: "config".into(), config: ConfigDiscoverySettings::default() }
+        Self {
+            method: "config".into(),
+            config: ConfigDiscoverySettings::default(),
+            dns: DnsDiscoverySettings::default(),
+            kubernetes_api: KubernetesApiDiscoverySettings::default(),
+            aggregate: AggregateDiscoverySettings::default(),
+        }
+    }
+}
+
+/// `[discovery.dns]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DnsDiscoverySettings {
+    /// Nameservers as `"ip"` or `"ip:port"`; empty = the system's `/etc/resolv.conf`.
+    pub nameservers: Vec<String>,
+    /// Answers are reused for at most min(TTL, this).
+    pub cache_ttl_cap: Dur,
+}
+
+impl Default for DnsDiscoverySettings {
+    fn default() -> Self {
+        Self { nameservers: Vec::new(), cache_ttl_cap: Dur(Duration::from_secs(5)) }
+    }
+}
+
+/// `[discovery.kubernetes_api]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesApiDiscoverySettings {
+    /// The API server URL; `""` = `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`.
+    pub api_url: String,
+    /// The API server's CA; `""` = the service-account `ca.crt`.
+    pub api_ca_path: String,
+    /// The bearer token file; `""` = the service-account `token`.
+    pub api_token_path: String,
+    /// How often the token file is re-read (bound tokens expire).
+    pub token_reload_interval: Dur,
+    /// The namespace; `""` = `KUBERNETES_NAMESPACE`, then the service-account namespace file.
+    pub namespace: String,
+    /// The label selector; `%s` is replaced by the service name.
+    pub pod_label_selector: String,
+    /// The cluster domain of pod DNS names.
+    pub pod_domain: String,
+    /// Targets are pod IPs (`true`) or pod DNS names (`false`).
+    pub use_raw_ip: bool,
+    /// Skip pods whose container of this name is waiting; `""` = do not check.
+    pub container_name: String,
+}
+
+impl Default for KubernetesApiDiscoverySettings {
+    fn default() -> Self {
+        Self {
+            api_url: String::new(),
+            api_ca_path: String::new(),
+            api_token_path: String::new(),
+            token_reload_interval: Dur(Duration::from_secs(60)),
+            namespace: String::new(),
+            pod_label_selector: "app=%s".into(),
+            pod_domain: "cluster.local".into(),
+            use_raw_ip: true,
+            container_name: String::new(),
+        }
+    }
+}
+
+/// `[discovery.aggregate]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AggregateDiscoverySettings {
+    /// The methods tried in order (`config`, `dns`, `kubernetes-api`).
+    pub discovery_methods: Vec<String>,
+}
+
+impl Default for AggregateDiscoverySettings {
+    fn default() -> Self {
+        Self { discovery_methods: vec!["kubernetes-api".into(), "dns".into()] }
     }
 }
 
@@ -473,7 +621,11 @@ pub struct SettingsError {
 }
 
 impl SettingsError {
-    fn new(key: impl Into<String>, value: impl Into<String>, expected: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        key: impl Into<String>,
+        value: impl Into<String>,
+        expected: impl Into<String>,
+    ) -> Self {
         Self {
             key: key.into(),
             value: value.into(),

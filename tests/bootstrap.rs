@@ -1,0 +1,210 @@
+//! Cluster bootstrap end to end: `convoke run` processes with DNS discovery (a real DNS server on
+//! loopback) and no seed nodes, each on its own 127.0.N.x address with the standard ports, the
+//! way pods of a Kubernetes deployment see each other.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use convoke_discovery::testkit::{DnsRecords, TestDnsServer};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use support::process::Proc;
+
+const SERVICE: &str = "convoke.test";
+const MANAGEMENT_PORT: u16 = 8558;
+const T: Duration = Duration::from_secs(60);
+
+fn ip(net: u8, host: u8) -> IpAddr {
+    IpAddr::from([127, 0, net, host])
+}
+
+/// `--set` arguments of the node on `ip` that discovers its peers through the DNS server `dns`.
+fn sets(
+    ip: IpAddr,
+    dns: std::net::SocketAddr,
+    required: usize,
+    stable_margin: &str,
+) -> Vec<String> {
+    let mut sets: Vec<String> =
+        support::fast_sets().into_iter().filter(|s| !s.starts_with("management.enabled")).collect();
+    sets.extend([
+        format!("cluster.hostname=\"{ip}\""),
+        format!("management.hostname=\"{ip}\""),
+        format!("management.port={MANAGEMENT_PORT}"),
+        "discovery.method=\"dns\"".to_owned(),
+        format!("discovery.dns.nameservers=[\"{dns}\"]"),
+        format!("bootstrap.service_name=\"{SERVICE}\""),
+        format!("bootstrap.required_contact_point_nr={required}"),
+        format!("bootstrap.stable_margin=\"{stable_margin}\""),
+        "bootstrap.discovery_interval=\"500ms\"".to_owned(),
+        "bootstrap.contact_point.probe_interval=\"500ms\"".to_owned(),
+    ]);
+    sets
+}
+
+fn run(ip: IpAddr, dns: std::net::SocketAddr, required: usize, stable_margin: &str) -> Proc {
+    Proc::run(25520, &sets(ip, dns, required, stable_margin))
+}
+
+/// What one node's management API reports: its Up members and its leader.
+async fn view(client: &reqwest::Client, ip: IpAddr) -> Option<(BTreeSet<String>, String)> {
+    let url = format!("http://{ip}:{MANAGEMENT_PORT}/cluster/members");
+    let json: serde_json::Value = client.get(url).send().await.ok()?.json().await.ok()?;
+    let up = json["members"]
+        .as_array()?
+        .iter()
+        .filter(|m| m["status"] == "Up")
+        .filter_map(|m| m["node"].as_str().map(str::to_owned))
+        .collect();
+    Some((up, json["leader"].as_str().unwrap_or_default().to_owned()))
+}
+
+/// Waits until every node in `ips` reports the same `n` Up members; returns when that happened.
+/// Panics with each node's view if it does not happen within `timeout`.
+async fn wait_one_cluster(ips: &[IpAddr], n: usize, timeout: Duration) -> Instant {
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut views = Vec::new();
+        for ip in ips {
+            views.push(view(&client, *ip).await);
+        }
+        let first = views[0].as_ref().map(|v| &v.0);
+        if views.iter().all(|v| v.as_ref().is_some_and(|v| v.0.len() == n && Some(&v.0) == first)) {
+            return Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no single cluster of {n} within {timeout:?}: {views:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn self_joins(procs: &[Proc]) -> usize {
+    procs.iter().map(|p| p.count(&["bootstrap: forming a new cluster"])).sum()
+}
+
+/// Starts one node per address in random order, all within 100 ms (random gaps of up to 20 ms).
+async fn start_all(
+    ips: &[IpAddr],
+    dns: std::net::SocketAddr,
+    margin: &str,
+    rng: &mut impl Rng,
+) -> Vec<(IpAddr, Proc)> {
+    let mut order = ips.to_vec();
+    order.shuffle(rng);
+    let mut procs = Vec::new();
+    for ip in order {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..=20))).await;
+        procs.push((ip, run(ip, dns, ips.len(), margin)));
+    }
+    procs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_nodes_started_together_form_exactly_one_cluster_every_time() {
+    let runs: usize =
+        std::env::var("CONVOKE_BOOTSTRAP_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let margin = std::env::var("CONVOKE_BOOTSTRAP_MARGIN").unwrap_or_else(|_| "1s".into());
+    let ips: Vec<IpAddr> = (1..=5).map(|h| ip(1, h)).collect();
+    let (_dns, dns) =
+        TestDnsServer::start(DnsRecords::new().addresses(SERVICE, ips.clone())).await.unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(20);
+    let mut times = Vec::new();
+    for run_nr in 0..runs {
+        let started = Instant::now();
+        let procs = start_all(&ips, dns, &margin, &mut rng).await;
+        let spread = started.elapsed();
+        let formed = wait_one_cluster(&ips, 5, T).await;
+        let procs: Vec<Proc> = procs.into_iter().map(|(_, p)| p).collect();
+        assert_eq!(self_joins(&procs), 1, "run {run_nr}: exactly one node forms the cluster");
+        times.push(formed - started);
+        eprintln!(
+            "run {run_nr}: started within {spread:?}, one cluster of 5 after {:?}",
+            formed - started
+        );
+        drop(procs);
+        // The next run needs the ports again: wait until the killed processes released them.
+        wait_ports_free(&ips).await;
+    }
+    times.sort();
+    eprintln!(
+        "{runs} runs, stable margin {margin}: median {:?}, max {:?}, runs with more than one cluster: 0",
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
+}
+
+async fn wait_ports_free(ips: &[IpAddr]) {
+    for ip in ips {
+        for port in [25520, MANAGEMENT_PORT] {
+            let deadline = Instant::now() + T;
+            while std::net::TcpListener::bind((*ip, port)).is_err() {
+                assert!(Instant::now() < deadline, "{ip}:{port} stays bound");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_later_joins_the_existing_cluster_without_self_joining() {
+    let first: Vec<IpAddr> = (1..=4).map(|h| ip(2, h)).collect();
+    let late = ip(2, 5);
+    let (dns_server, dns) =
+        TestDnsServer::start(DnsRecords::new().addresses(SERVICE, first.clone())).await.unwrap();
+    let procs: Vec<Proc> = first.iter().map(|ip| run(*ip, dns, 4, "1s")).collect();
+    wait_one_cluster(&first, 4, T).await;
+    assert_eq!(self_joins(&procs), 1);
+
+    let all: Vec<IpAddr> = first.iter().copied().chain([late]).collect();
+    dns_server.set_records(DnsRecords::new().addresses(SERVICE, all.clone())).await;
+    let newcomer = run(late, dns, 4, "1s");
+    wait_one_cluster(&all, 5, T).await;
+    newcomer.wait_log(&["bootstrap: joining an existing cluster"], T).await;
+    assert_eq!(newcomer.count(&["bootstrap: forming a new cluster"]), 0, "{:#?}", newcomer.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_see_different_subsets_at_first_form_one_cluster_late_never_two() {
+    let ips: Vec<IpAddr> = (1..=5).map(|h| ip(3, h)).collect();
+    // For the first seconds {1,2} and {3,4,5} only see their own group; each group alone is
+    // enough contact points (2) and has its own lowest address.
+    let mut servers = Vec::new();
+    for (i, _) in ips.iter().enumerate() {
+        let group: Vec<IpAddr> = if i < 2 { ips[..2].to_vec() } else { ips[2..].to_vec() };
+        servers
+            .push(TestDnsServer::start(DnsRecords::new().addresses(SERVICE, group)).await.unwrap());
+    }
+    let margin = Duration::from_secs(4);
+    let started = Instant::now();
+    let procs: Vec<Proc> = ips
+        .iter()
+        .zip(&servers)
+        .map(|(ip, (_, dns))| {
+            Proc::run(25520, &{
+                let mut s = sets(*ip, *dns, 2, "4s");
+                s.push("bootstrap.required_contact_point_nr=2".into());
+                s
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let healed = Instant::now();
+    for (server, _) in &servers {
+        server.set_records(DnsRecords::new().addresses(SERVICE, ips.clone())).await;
+    }
+    assert!(healed - started < margin, "the partial views must end within the stable margin");
+    let formed = wait_one_cluster(&ips, 5, T).await;
+    assert_eq!(self_joins(&procs), 1, "exactly one node forms the cluster");
+    assert!(
+        formed - healed >= margin,
+        "formed {:?} after the views healed, before the stable margin",
+        formed - healed
+    );
+}
