@@ -51,21 +51,23 @@ fn run(ip: IpAddr, dns: std::net::SocketAddr, required: usize, stable_margin: &s
 }
 
 /// What one node's management API reports: its Up members and its leader.
-async fn view(client: &reqwest::Client, ip: IpAddr) -> Option<(BTreeSet<String>, String)> {
+async fn view(client: &reqwest::Client, ip: IpAddr) -> Result<(BTreeSet<String>, String), String> {
     let url = format!("http://{ip}:{MANAGEMENT_PORT}/cluster/members");
-    let json: serde_json::Value = client.get(url).send().await.ok()?.json().await.ok()?;
+    let response = client.get(&url).send().await.map_err(|e| format!("{url}: {e}"))?;
+    let json: serde_json::Value = response.json().await.map_err(|e| format!("{url}: {e}"))?;
     let up = json["members"]
-        .as_array()?
+        .as_array()
+        .ok_or_else(|| format!("{url}: no members in {json}"))?
         .iter()
         .filter(|m| m["status"] == "Up")
         .filter_map(|m| m["node"].as_str().map(str::to_owned))
         .collect();
-    Some((up, json["leader"].as_str().unwrap_or_default().to_owned()))
+    Ok((up, json["leader"].as_str().unwrap_or_default().to_owned()))
 }
 
 /// Waits until every node in `ips` reports the same `n` Up members; returns when that happened.
 /// Panics with each node's view if it does not happen within `timeout`.
-async fn wait_one_cluster(ips: &[IpAddr], n: usize, timeout: Duration) -> Instant {
+async fn wait_one_cluster(ips: &[IpAddr], n: usize, timeout: Duration, procs: &[&Proc]) -> Instant {
     let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
     let deadline = Instant::now() + timeout;
     loop {
@@ -73,14 +75,20 @@ async fn wait_one_cluster(ips: &[IpAddr], n: usize, timeout: Duration) -> Instan
         for ip in ips {
             views.push(view(&client, *ip).await);
         }
-        let first = views[0].as_ref().map(|v| &v.0);
-        if views.iter().all(|v| v.as_ref().is_some_and(|v| v.0.len() == n && Some(&v.0) == first)) {
+        let first = views[0].as_ref().ok().map(|v| &v.0);
+        if views.iter().all(|v| v.as_ref().is_ok_and(|v| v.0.len() == n && Some(&v.0) == first)) {
             return Instant::now();
         }
-        assert!(
-            Instant::now() < deadline,
-            "no single cluster of {n} within {timeout:?}: {views:#?}"
-        );
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = procs
+                .iter()
+                .map(|p| p.log().iter().rev().take(8).rev().cloned().collect::<Vec<_>>().join("\n"))
+                .collect();
+            panic!(
+                "no single cluster of {n} within {timeout:?}: {views:#?}\nlast log lines:\n{}",
+                logs.join("\n---\n")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -109,8 +117,8 @@ async fn start_all(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_started_together_form_exactly_one_cluster_every_time() {
     let runs: usize =
-        std::env::var("CONVOKE_BOOTSTRAP_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    let margin = std::env::var("CONVOKE_BOOTSTRAP_MARGIN").unwrap_or_else(|_| "1s".into());
+        std::env::var("BOOTSTRAP_E2E_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let margin = std::env::var("BOOTSTRAP_E2E_MARGIN").unwrap_or_else(|_| "1s".into());
     let ips: Vec<IpAddr> = (1..=5).map(|h| ip(1, h)).collect();
     let (_dns, dns) =
         TestDnsServer::start(DnsRecords::new().addresses(SERVICE, ips.clone())).await.unwrap();
@@ -120,8 +128,8 @@ async fn five_nodes_started_together_form_exactly_one_cluster_every_time() {
         let started = Instant::now();
         let procs = start_all(&ips, dns, &margin, &mut rng).await;
         let spread = started.elapsed();
-        let formed = wait_one_cluster(&ips, 5, T).await;
         let procs: Vec<Proc> = procs.into_iter().map(|(_, p)| p).collect();
+        let formed = wait_one_cluster(&ips, 5, T, &procs.iter().collect::<Vec<_>>()).await;
         assert_eq!(self_joins(&procs), 1, "run {run_nr}: exactly one node forms the cluster");
         times.push(formed - started);
         eprintln!(
@@ -159,13 +167,13 @@ async fn a_node_started_later_joins_the_existing_cluster_without_self_joining() 
     let (dns_server, dns) =
         TestDnsServer::start(DnsRecords::new().addresses(SERVICE, first.clone())).await.unwrap();
     let procs: Vec<Proc> = first.iter().map(|ip| run(*ip, dns, 4, "1s")).collect();
-    wait_one_cluster(&first, 4, T).await;
+    wait_one_cluster(&first, 4, T, &procs.iter().collect::<Vec<_>>()).await;
     assert_eq!(self_joins(&procs), 1);
 
     let all: Vec<IpAddr> = first.iter().copied().chain([late]).collect();
     dns_server.set_records(DnsRecords::new().addresses(SERVICE, all.clone())).await;
     let newcomer = run(late, dns, 4, "1s");
-    wait_one_cluster(&all, 5, T).await;
+    wait_one_cluster(&all, 5, T, &procs.iter().chain([&newcomer]).collect::<Vec<_>>()).await;
     newcomer.wait_log(&["bootstrap: joining an existing cluster"], T).await;
     assert_eq!(newcomer.count(&["bootstrap: forming a new cluster"]), 0, "{:#?}", newcomer.log());
 }
@@ -200,7 +208,7 @@ async fn nodes_that_see_different_subsets_at_first_form_one_cluster_late_never_t
         server.set_records(DnsRecords::new().addresses(SERVICE, ips.clone())).await;
     }
     assert!(healed - started < margin, "the partial views must end within the stable margin");
-    let formed = wait_one_cluster(&ips, 5, T).await;
+    let formed = wait_one_cluster(&ips, 5, T, &procs.iter().collect::<Vec<_>>()).await;
     assert_eq!(self_joins(&procs), 1, "exactly one node forms the cluster");
     assert!(
         formed - healed >= margin,

@@ -716,6 +716,22 @@ impl Settings {
                 "one of config, dns, kubernetes-api, aggregate",
             ));
         }
+        if self.discovery.method == "aggregate" {
+            let names = &self.discovery.aggregate.discovery_methods;
+            if names.is_empty()
+                || names.iter().any(|n| !matches!(n.as_str(), "config" | "dns" | "kubernetes-api"))
+            {
+                return Err(SettingsError::new(
+                    "discovery.aggregate.discovery_methods",
+                    format!("{names:?}"),
+                    "a non-empty list of config, dns and kubernetes-api",
+                ));
+            }
+        }
+        if let Ok(placeholder) = Address::new(&self.cluster.system_name, "127.0.0.1", 1) {
+            let management = std::net::SocketAddr::from(([127, 0, 0, 1], self.management.port));
+            crate::bootstrap::config(self, management, &placeholder)?;
+        }
         for (key, path) in [
             (
                 "management.health_checks.readiness_path",

@@ -144,3 +144,34 @@ fn the_printed_configuration_loads_back_to_the_same_settings() {
         Ok(())
     });
 }
+
+#[test]
+fn bootstrap_and_discovery_settings_are_read_and_bad_combinations_name_the_key() {
+    let s = load_sets(&[
+        "bootstrap.stable_margin=\"1s\"",
+        "bootstrap.contact_point.probe_timeout=\"500ms\"",
+        "discovery.method=\"dns\"",
+        "discovery.dns.nameservers=[\"127.0.0.1:5353\"]",
+        "discovery.kubernetes_api.pod_label_selector=\"role=%s\"",
+    ])
+    .unwrap();
+    s.validate().unwrap();
+    assert_eq!(s.bootstrap.stable_margin, Dur(Duration::from_secs(1)));
+    assert_eq!(s.discovery.dns.nameservers, ["127.0.0.1:5353"]);
+    assert_eq!(s.bootstrap.effective_service_name("My_Cluster system"), "my-cluster-system");
+
+    let slow_probe = load_sets(&["bootstrap.contact_point.probe_timeout=\"3s\""]).unwrap();
+    let e = slow_probe.validate().unwrap_err();
+    assert_eq!(e.key, "bootstrap.contact_point.probe_timeout");
+    assert!(e.expected.contains("probing_failure_timeout"), "{e}");
+
+    let aggregate = load_sets(&[
+        "discovery.method=\"aggregate\"",
+        "discovery.aggregate.discovery_methods=[\"dns\", \"consul\"]",
+    ])
+    .unwrap();
+    assert_eq!(aggregate.validate().unwrap_err().key, "discovery.aggregate.discovery_methods");
+
+    let unknown = load_sets(&["discovery.dns.servers=[]"]).unwrap_err();
+    assert!(unknown.to_string().contains("servers"), "{unknown}");
+}
