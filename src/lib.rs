@@ -12,6 +12,7 @@ pub use convoke_membership as membership;
 pub mod admin;
 pub mod demo;
 pub mod driver;
+mod lease;
 pub mod management;
 pub mod node;
 pub mod settings;
