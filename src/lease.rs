@@ -153,6 +153,8 @@ impl LeaseRuntime {
                     self.held = true;
                     self.next_renewal = Some(now + self.heartbeat_interval);
                 } else {
+                    self.held = false;
+                    self.next_renewal = None;
                     tracing::warn!(lease = %name, "the split-brain lease was not acquired (held by another node, or the lease store failed)");
                 }
                 Some((LeaseOp::Acquire, answer.granted))

@@ -41,9 +41,11 @@ fn start(net: &Network, i: usize) -> Proc {
     Proc::run_wrapped(&net.wrapper(i), PORT, &sets(net, i))
 }
 
-/// Node `i`'s view through its management API (`convoke members -o json`): member address and
-/// status, and the unreachable addresses.
-fn members(net: &Network, i: usize) -> Result<(Vec<(String, String)>, Vec<String>), String> {
+/// One node's view: every member's address and status, and the unreachable addresses.
+type View = (Vec<(String, String)>, Vec<String>);
+
+/// Node `i`'s view through its management API (`convoke members -o json`).
+fn members(net: &Network, i: usize) -> Result<View, String> {
     let bin = env!("CARGO_BIN_EXE_convoke");
     let out = net.output(i, &[bin, "members", "-o", "json", "--url", "http://127.0.0.1:8558"])?;
     let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;

@@ -664,7 +664,7 @@ pub fn parse_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     let scale = 10u128.pow(fraction.len() as u32);
     let fraction: u128 =
         if fraction.is_empty() { 0 } else { fraction.parse().map_err(|_| bad())? };
-    if fraction * unit_nanos % scale != 0 {
+    if !(fraction * unit_nanos).is_multiple_of(scale) {
         return Err(bad());
     }
     let nanos = whole
@@ -710,7 +710,8 @@ pub fn format_duration(d: Duration) -> String {
     if nanos == 0 {
         return "0s".to_owned();
     }
-    let (size, unit) = UNITS.into_iter().find(|(size, _)| nanos % size == 0).unwrap_or((1, "ns"));
+    let (size, unit) =
+        UNITS.into_iter().find(|(size, _)| nanos.is_multiple_of(*size)).unwrap_or((1, "ns"));
     format!("{}{unit}", nanos / size)
 }
 

@@ -187,10 +187,8 @@ impl LeaseMajoritySettings {
                 ),
             ));
         }
-        if !self.kubernetes_api_url.is_empty()
-            && !(self.kubernetes_api_url.starts_with("https://")
-                || self.kubernetes_api_url.starts_with("http://"))
-        {
+        let url = &self.kubernetes_api_url;
+        if !(url.is_empty() || url.starts_with("https://") || url.starts_with("http://")) {
             return Err(SettingsError::new(
                 key("kubernetes_api_url"),
                 format!("{:?}", self.kubernetes_api_url),

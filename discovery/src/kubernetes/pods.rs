@@ -78,14 +78,14 @@ pub(crate) fn targets(
             }
         }
     }
-    if let (true, Some(port_name)) = (targets.is_empty(), port_name) {
-        if !port_names_seen.is_empty() {
-            tracing::info!(
-                port_name,
-                ?port_names_seen,
-                "no targets found from the pod list; is the correct port name configured?"
-            );
-        }
+    if let (true, Some(port_name)) = (targets.is_empty(), port_name)
+        && !port_names_seen.is_empty()
+    {
+        tracing::info!(
+            port_name,
+            ?port_names_seen,
+            "no targets found from the pod list; is the correct port name configured?"
+        );
     }
     targets
 }
