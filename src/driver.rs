@@ -22,6 +22,8 @@ pub(crate) enum Command {
     PrepareForFullShutdown,
     Subscribe(oneshot::Sender<(Vec<ClusterEvent>, broadcast::Receiver<ClusterEvent>)>),
     Ping(oneshot::Sender<()>),
+    /// The lease worker's answer to a lease operation.
+    LeaseResult(crate::lease::LeaseAnswer),
     Stop,
 }
 
@@ -63,6 +65,11 @@ pub(crate) struct Driver {
     pub(crate) events: broadcast::Sender<ClusterEvent>,
     pub(crate) snapshots: watch::Sender<Arc<Snapshot>>,
     pub(crate) terminated: watch::Sender<Option<Termination>>,
+    /// The lease of the lease-majority strategy, when it is active.
+    pub(crate) lease: Option<crate::lease::LeaseRuntime>,
+    /// The command channel, for the lease worker's answers (weak: the driver stops when every
+    /// `Node` handle is gone).
+    pub(crate) self_commands: mpsc::WeakSender<Command>,
 }
 
 /// Milliseconds since the Unix epoch, for tombstone ages.
@@ -78,10 +85,20 @@ pub(crate) fn snapshot(core: &Cluster) -> Arc<Snapshot> {
 
 impl Driver {
     pub(crate) async fn run(mut self) {
+        if let Some(lease) = &mut self.lease {
+            lease.start(self.self_commands.clone());
+        }
         let termination = loop {
             let deadline = self.core.poll_timeout().map(Instant::from_std);
             let sleep = async {
                 match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let renewal = self.lease.as_ref().and_then(crate::lease::LeaseRuntime::next_renewal);
+            let renew = async {
+                match renewal {
                     Some(d) => tokio::time::sleep_until(d).await,
                     None => std::future::pending().await,
                 }
@@ -100,6 +117,11 @@ impl Driver {
                     self.core.handle_queued_message(now, inb.received_at.into_std(), inb.from, inb.message);
                 }
                 () = sleep => self.core.handle_timeout(Instant::now().into_std()),
+                () = renew => {
+                    if let Some(lease) = &mut self.lease {
+                        lease.renew();
+                    }
+                }
             }
             self.drain();
             if let Some(reason) = self.core.shutdown_reason() {
@@ -110,6 +132,9 @@ impl Driver {
             Termination::Core(ShutdownReason::Left) => tracing::info!("left the cluster"),
             Termination::Core(reason) => tracing::warn!(%reason, "cluster node shutting down"),
             Termination::Stopped => tracing::info!("cluster node stopped"),
+        }
+        if let Some(lease) = &mut self.lease {
+            lease.release_on_stop().await;
         }
         self.transport.shutdown(Duration::from_secs(2)).await;
         self.terminated.send_replace(Some(termination));
@@ -141,17 +166,32 @@ impl Driver {
             Command::Ping(reply) => {
                 let _ = reply.send(());
             }
+            Command::LeaseResult(answer) => {
+                let answered = self.lease.as_mut().and_then(|l| l.answered(answer, Instant::now()));
+                if let Some((op, granted)) = answered {
+                    self.core.handle_lease_result(now, op, granted);
+                }
+            }
             Command::Stop => {}
         }
     }
 
     fn drain(&mut self) {
-        // The settings refuse lease-majority until the runtime has a lease, so a request can only
-        // come from a core built by hand: refuse it, so the resolver falls back to its reverse
-        // decision instead of waiting forever.
+        // Every request is answered exactly once: a check at once, an acquire or release when the
+        // lease worker reports back. Without a lease (a core built by hand with lease-majority)
+        // the request is refused, so the resolver falls back to its reverse decision instead of
+        // waiting forever.
         while let Some(req) = self.core.poll_lease_request() {
-            tracing::warn!(lease = %req.lease_name, "no lease implementation in this runtime; refusing the lease request");
-            self.core.handle_lease_result(Instant::now().into_std(), req.op, false);
+            let answer = match &mut self.lease {
+                Some(lease) => lease.request(&req),
+                None => {
+                    tracing::warn!(lease = %req.lease_name, "no lease in this runtime; refusing the lease request");
+                    Some(false)
+                }
+            };
+            if let Some(granted) = answer {
+                self.core.handle_lease_result(Instant::now().into_std(), req.op, granted);
+            }
         }
         while let Some(decision) = self.core.poll_downing_decision() {
             if decision.nodes.is_empty() {

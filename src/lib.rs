@@ -13,6 +13,7 @@ pub mod admin;
 pub mod bootstrap;
 pub mod demo;
 pub mod driver;
+mod lease;
 pub mod management;
 pub mod node;
 pub mod settings;

@@ -135,6 +135,7 @@ impl Node {
         let now = tokio::time::Instant::now().into_std();
         let core = Cluster::new(core_config, self_node.clone(), now, wall_clock_ms())
             .map_err(SettingsError::from)?;
+        let lease = crate::lease::LeaseRuntime::from_settings(settings, &self_node)?;
 
         let transport_config =
             TransportConfig { system_name: c.system_name.clone(), settings: c.transport.clone() };
@@ -154,6 +155,8 @@ impl Node {
             events,
             snapshots: snapshots_tx,
             terminated: terminated_tx,
+            lease,
+            self_commands: commands_tx.downgrade(),
         };
         tokio::spawn(driver.run());
         tracing::info!(node = %self_node.address, uid = %self_node.uid, listen = %local, "cluster node started");

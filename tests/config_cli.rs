@@ -68,3 +68,38 @@ fn a_usage_error_exits_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn unusable_split_brain_settings_exit_2_naming_the_key() {
+    let strategy = |s: &str| format!("cluster.split_brain_resolver.active_strategy={s}");
+    let lease = strategy("lease-majority");
+    let prefix = "cluster.split_brain_resolver.lease_majority";
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec![strategy("static-quorum")],
+            "cluster.split_brain_resolver.static_quorum.quorum_size".into(),
+        ),
+        // Outside a pod (no KUBERNETES_SERVICE_HOST), lease-majority needs the API server's URL.
+        (vec![lease.clone()], format!("{prefix}.kubernetes_api_url")),
+        (
+            vec![
+                lease,
+                format!("{prefix}.kubernetes_api_url=\"https://127.0.0.1:6443\""),
+                format!("{prefix}.kubernetes_ca_path=\"/nonexistent/ca.crt\""),
+            ],
+            format!("{prefix}.kubernetes_ca_path"),
+        ),
+    ];
+    for (sets, key) in cases {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_convoke"));
+        cmd.args(["run", "--set", "cluster.port=0", "--set", "management.enabled=false"]);
+        for s in &sets {
+            cmd.arg("--set").arg(s);
+        }
+        cmd.env_remove("KUBERNETES_SERVICE_HOST").env_remove("KUBERNETES_SERVICE_PORT");
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{sets:?}: {stderr}");
+        assert!(stderr.contains(&key), "{sets:?}: {stderr}");
+    }
+}

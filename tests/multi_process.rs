@@ -1,4 +1,5 @@
-//! Several `convoke run` processes on 127.0.0.1: forming, kill -9, SIGTERM, restart.
+//! Several `convoke run` processes on 127.0.0.1: forming, kill -9 (and its automatic downing),
+//! SIGTERM, restart.
 
 mod support;
 
@@ -69,6 +70,88 @@ async fn a_process_restarted_on_the_same_port_joins_as_a_new_incarnation() {
         // Up once as the old incarnation, once more as the new one.
         p.wait_count(&["membership change: MemberUp", &address(port)], 2, T).await;
     }
+}
+
+async fn start_n(n: usize, sets: &[String], timeout: Duration) -> Vec<Proc> {
+    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    let mut sets = sets.to_vec();
+    sets.push(format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])));
+    let procs: Vec<Proc> = ports.iter().map(|p| Proc::run(*p, &sets)).collect();
+    for p in &procs {
+        for q in &ports {
+            p.wait_log(&["membership change: MemberUp", &address(*q)], timeout).await;
+        }
+    }
+    procs
+}
+
+/// Kills node `victim` with SIGKILL and waits until every other node has removed it; returns
+/// the time from the kill to the last removal.
+async fn kill_9_until_removed_everywhere(
+    procs: &mut [Proc],
+    victim: usize,
+    timeout: Duration,
+) -> Duration {
+    let address = address(procs[victim].port);
+    let killed = Instant::now();
+    procs[victim].kill9().await;
+    for (i, p) in procs.iter().enumerate().filter(|(i, _)| *i != victim) {
+        p.wait_log(&["membership change: MemberRemoved", &address], timeout).await;
+        assert!(
+            p.logged(&["membership change: MemberDowned", &address]),
+            "node {i} saw the killed node removed without it being downed"
+        );
+    }
+    killed.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_five_processes_one_killed_with_kill_9_is_downed_by_the_resolver_and_removed_on_the_other_four()
+ {
+    let mut sets = fast_sets();
+    sets.push("cluster.split_brain_resolver.stable_after=\"2s\"".into());
+    let mut procs = start_n(5, &sets, T).await;
+    let victim = address(procs[3].port);
+    let took = kill_9_until_removed_everywhere(&mut procs, 3, Duration::from_secs(60)).await;
+    eprintln!("kill -9 to Removed on the other four (stable_after 2s): {took:?}");
+    // The leader's resolver took the decision: down the unreachable side, which is the victim.
+    let deciders: Vec<u16> = procs
+        .iter()
+        .filter(|p| p.logged(&["split-brain resolver decision", "DownUnreachable", &victim]))
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(deciders.len(), 1, "exactly one node (the leader) decides: {deciders:?}");
+    for (i, p) in procs.iter_mut().enumerate().filter(|(i, _)| *i != 3) {
+        assert!(p.child.try_wait().unwrap().is_none(), "survivor {i} must keep running");
+        assert!(!p.logged(&["split-brain resolver decision", "DownReachable"]), "survivor {i}");
+    }
+}
+
+/// The time from `kill -9` of one of five nodes to its removal on all four others, with
+/// `stable_after = "5s"` and the default failure detector; run with
+/// `cargo test --release -p convoke --test multi_process measure_kill_9_to_removed -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: a few minutes"]
+async fn measure_kill_9_to_removed_everywhere_with_stable_after_5s() {
+    let sets = vec![
+        "management.enabled=false".to_owned(),
+        "cluster.split_brain_resolver.stable_after=\"5s\"".to_owned(),
+    ];
+    let mut times = Vec::new();
+    for run in 0..5 {
+        let mut procs = start_n(5, &sets, Duration::from_secs(120)).await;
+        // Let the detectors collect a few intervals beyond their bootstrap samples.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let took = kill_9_until_removed_everywhere(&mut procs, 4, Duration::from_secs(120)).await;
+        eprintln!("run {run}: kill -9 to Removed on the other four: {took:?}");
+        times.push(took);
+    }
+    times.sort();
+    eprintln!(
+        "kill -9 to Removed everywhere (5 nodes, stable_after 5s, default failure detector), 5 runs: \
+         {times:?}; median {:?}",
+        times[2]
+    );
 }
 
 /// Figures for the record, with the default failure-detector settings; run with

@@ -2,6 +2,7 @@
 //! overrides, later wins (layered with figment). Unknown keys are errors, and every bad value is
 //! reported with its dotted key, the value and what was expected.
 
+mod sbr;
 mod types;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,10 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+pub use sbr::{
+    KeepMajoritySettings, KeepOldestSettings, LeaseMajoritySettings, SplitBrainResolverSettings,
+    StaticQuorumSettings,
+};
 pub use types::{Dur, OptPort, Switch};
 
 /// The default cluster transport port.
@@ -171,29 +176,6 @@ impl Default for FailureDetectorSettings {
             max_sample_size: fd.max_sample_size,
             monitored_by_nr_of_members: fd.monitored_by_nr_of_members,
             expected_response_after: Dur(fd.expected_response_after),
-        }
-    }
-}
-
-/// `[cluster.split_brain_resolver]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SplitBrainResolverSettings {
-    /// keep-majority | static-quorum | keep-oldest | down-all | lease-majority | off.
-    pub active_strategy: String,
-    /// How long membership must be stable before deciding.
-    pub stable_after: Dur,
-    /// `"on"`, `"off"` or a duration.
-    pub down_all_when_unstable: Switch,
-}
-
-impl Default for SplitBrainResolverSettings {
-    fn default() -> Self {
-        let sbr = CoreConfig::default().split_brain_resolver;
-        Self {
-            active_strategy: sbr.active_strategy,
-            stable_after: Dur(sbr.stable_after),
-            down_all_when_unstable: Switch(sbr.down_all_when_unstable),
         }
     }
 }
@@ -801,13 +783,7 @@ impl Settings {
                 return Err(SettingsError::new(key, "0", "a number greater than 0"));
             }
         }
-        if self.cluster.split_brain_resolver.active_strategy == "lease-majority" {
-            return Err(SettingsError::new(
-                "cluster.split_brain_resolver.active_strategy",
-                "\"lease-majority\"",
-                "keep-majority, static-quorum, keep-oldest, down-all or off: the node runtime has no lease implementation yet",
-            ));
-        }
+        self.cluster.split_brain_resolver.validate()?;
         if self.bootstrap.required_contact_point_nr == 0 {
             return Err(SettingsError::new(
                 "bootstrap.required_contact_point_nr",
@@ -876,10 +852,7 @@ impl Settings {
         core.failure_detector.max_sample_size = fd.max_sample_size;
         core.failure_detector.monitored_by_nr_of_members = fd.monitored_by_nr_of_members;
         core.failure_detector.expected_response_after = fd.expected_response_after.0;
-        let sbr = &c.split_brain_resolver;
-        core.split_brain_resolver.active_strategy.clone_from(&sbr.active_strategy);
-        core.split_brain_resolver.stable_after = sbr.stable_after.0;
-        core.split_brain_resolver.down_all_when_unstable = sbr.down_all_when_unstable.0;
+        c.split_brain_resolver.apply_to(&mut core.split_brain_resolver);
         core.validate()?;
         Ok(core)
     }

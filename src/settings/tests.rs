@@ -160,8 +160,7 @@ fn bootstrap_and_discovery_settings_are_read_and_bad_combinations_name_the_key()
     assert_eq!(s.discovery.dns.nameservers, ["127.0.0.1:5353"]);
     assert_eq!(s.bootstrap.effective_service_name("My_Cluster system"), "my-cluster-system");
 
-    let slow_probe = load_sets(&["bootstrap.contact_point.probe_timeout=\"3s\""]).unwrap();
-    let e = slow_probe.validate().unwrap_err();
+    let e = load_sets(&["bootstrap.contact_point.probe_timeout=\"3s\""]).unwrap_err();
     assert_eq!(e.key, "bootstrap.contact_point.probe_timeout");
     assert!(e.expected.contains("probing_failure_timeout"), "{e}");
 
@@ -169,9 +168,190 @@ fn bootstrap_and_discovery_settings_are_read_and_bad_combinations_name_the_key()
         "discovery.method=\"aggregate\"",
         "discovery.aggregate.discovery_methods=[\"dns\", \"consul\"]",
     ])
-    .unwrap();
-    assert_eq!(aggregate.validate().unwrap_err().key, "discovery.aggregate.discovery_methods");
+    .unwrap_err();
+    assert_eq!(aggregate.key, "discovery.aggregate.discovery_methods");
 
     let unknown = load_sets(&["discovery.dns.servers=[]"]).unwrap_err();
     assert!(unknown.to_string().contains("servers"), "{unknown}");
+}
+
+#[test]
+fn every_split_brain_strategy_table_reaches_the_core_config() {
+    let s = load_sets(&[
+        "cluster.split_brain_resolver.active_strategy=\"static-quorum\"",
+        "cluster.split_brain_resolver.stable_after=\"7s\"",
+        "cluster.split_brain_resolver.down_all_when_unstable=\"off\"",
+        "cluster.split_brain_resolver.keep_majority.role=\"km\"",
+        "cluster.split_brain_resolver.static_quorum.quorum_size=3",
+        "cluster.split_brain_resolver.static_quorum.role=\"sq\"",
+        "cluster.split_brain_resolver.keep_oldest.down_if_alone=false",
+        "cluster.split_brain_resolver.keep_oldest.role=\"ko\"",
+        "cluster.split_brain_resolver.lease_majority.lease_name=\"orders-lease\"",
+        "cluster.split_brain_resolver.lease_majority.acquire_lease_delay_for_minority=\"3s\"",
+        "cluster.split_brain_resolver.lease_majority.release_after=\"50s\"",
+        "cluster.split_brain_resolver.lease_majority.role=\"lm\"",
+    ])
+    .unwrap();
+    let sbr = s.core_config().unwrap().split_brain_resolver;
+    assert_eq!(sbr.active_strategy, "static-quorum");
+    assert_eq!(sbr.stable_after, Duration::from_secs(7));
+    assert_eq!(sbr.down_all_when_unstable_after(), None);
+    assert_eq!(sbr.keep_majority.role, "km");
+    assert_eq!((sbr.static_quorum.quorum_size, sbr.static_quorum.role.as_str()), (3, "sq"));
+    assert!(!sbr.keep_oldest.down_if_alone);
+    assert_eq!(sbr.keep_oldest.role, "ko");
+    assert_eq!(sbr.lease_majority.effective_lease_name("convoke"), "orders-lease");
+    assert_eq!(sbr.lease_majority.acquire_lease_delay_for_minority, Duration::from_secs(3));
+    assert_eq!(sbr.lease_majority.release_after, Duration::from_secs(50));
+    assert_eq!(sbr.lease_majority.role, "lm");
+}
+
+#[test]
+fn split_brain_defaults_are_keep_majority_after_20s_with_the_documented_lease_timing() {
+    let s = Settings::default();
+    let sbr = &s.cluster.split_brain_resolver;
+    assert_eq!(sbr.stable_after.0, Duration::from_secs(20));
+    assert!(sbr.keep_oldest.down_if_alone);
+    assert_eq!(sbr.static_quorum.quorum_size, 0);
+    let l = &sbr.lease_majority;
+    assert_eq!(l.heartbeat_interval.0, Duration::from_secs(12));
+    assert_eq!(l.heartbeat_timeout.0, Duration::from_secs(120));
+    assert_eq!(l.lease_operation_timeout.0, Duration::from_secs(5));
+    assert_eq!(l.acquire_lease_delay_for_minority.0, Duration::from_secs(2));
+    assert_eq!(l.release_after.0, Duration::from_secs(40));
+    assert_eq!(l.kubernetes_api_url, "");
+    assert_eq!(l.kubernetes_token_path, "/var/run/secrets/kubernetes.io/serviceaccount/token");
+    let core = s.core_config().unwrap().split_brain_resolver;
+    assert_eq!(core.down_all_when_unstable_after(), Some(Duration::from_secs(15)));
+    assert_eq!(core.lease_majority.effective_lease_name("orders"), "orders-convoke-sbr");
+}
+
+#[test]
+fn active_strategy_off_turns_automatic_downing_off() {
+    let s = load_sets(&["cluster.split_brain_resolver.active_strategy=\"off\""]).unwrap();
+    let core = s.core_config().unwrap();
+    assert!(!core.split_brain_resolver.is_active());
+    let node = convoke_membership::UniqueAddress::new(
+        "convoke://convoke@127.0.0.1:25520".parse().unwrap(),
+        convoke_membership::Uid::new(7).unwrap(),
+    );
+    let cluster =
+        convoke_membership::Cluster::new(core, node, std::time::Instant::now(), 0).unwrap();
+    assert!(cluster.split_brain_resolver().is_none());
+}
+
+#[test]
+fn lease_majority_is_accepted_with_its_lease_settings() {
+    let s = load_sets(&[
+        "cluster.split_brain_resolver.active_strategy=\"lease-majority\"",
+        "cluster.split_brain_resolver.lease_majority.heartbeat_interval=\"1s\"",
+        "cluster.split_brain_resolver.lease_majority.heartbeat_timeout=\"3s\"",
+        "cluster.split_brain_resolver.lease_majority.lease_operation_timeout=\"2s\"",
+        "cluster.split_brain_resolver.lease_majority.kubernetes_api_url=\"https://10.96.0.1:443\"",
+        "cluster.split_brain_resolver.lease_majority.kubernetes_namespace=\"orders\"",
+        "cluster.split_brain_resolver.lease_majority.kubernetes_ca_path=\"\"",
+    ])
+    .unwrap();
+    assert_eq!(s.core_config().unwrap().split_brain_resolver.active_strategy, "lease-majority");
+    let l = &s.cluster.split_brain_resolver.lease_majority;
+    assert_eq!(l.heartbeat_timeout.0, Duration::from_secs(3));
+    assert_eq!(l.kubernetes_namespace, "orders");
+}
+
+#[test]
+fn every_bad_split_brain_value_names_its_key_and_what_was_expected() {
+    const P: &str = "cluster.split_brain_resolver";
+    let lease = format!("{P}.active_strategy=\"lease-majority\"");
+    let quorum = format!("{P}.active_strategy=\"static-quorum\"");
+    let cases: Vec<(Vec<String>, String, &str)> = vec![
+        (vec![quorum.clone()], format!("{P}.static_quorum.quorum_size"), "at least 1"),
+        (
+            vec![quorum, format!("{P}.static_quorum.quorum_size=-1")],
+            format!("{P}.static_quorum.quorum_size"),
+            "whole number",
+        ),
+        (
+            vec![format!("{P}.keep_oldest.down_if_alone=\"maybe\"")],
+            format!("{P}.keep_oldest.down_if_alone"),
+            "true or false",
+        ),
+        (
+            vec![format!("{P}.keep_oldest.oldest=1")],
+            format!("{P}.keep_oldest.oldest"),
+            "known keys",
+        ),
+        (
+            vec![format!("{P}.lease_majority.lease_implementation=\"x\"")],
+            format!("{P}.lease_majority.lease_implementation"),
+            "known keys",
+        ),
+        (
+            vec![format!("{P}.lease_majority.lease_name=\"a b\"")],
+            format!("{P}.lease_majority.lease_name"),
+            "without spaces",
+        ),
+        (
+            vec![format!("{P}.lease_majority.release_after=\"soon\"")],
+            format!("{P}.lease_majority.release_after"),
+            "duration",
+        ),
+        (
+            vec![lease.clone(), format!("{P}.lease_majority.heartbeat_interval=\"70s\"")],
+            format!("{P}.lease_majority.heartbeat_interval"),
+            "at most half of heartbeat_timeout (2m)",
+        ),
+        (
+            vec![lease.clone(), format!("{P}.lease_majority.heartbeat_timeout=\"0s\"")],
+            format!("{P}.lease_majority.heartbeat_timeout"),
+            "greater than 0",
+        ),
+        (
+            vec![lease.clone(), format!("{P}.lease_majority.lease_operation_timeout=\"2m\"")],
+            format!("{P}.lease_majority.lease_operation_timeout"),
+            "less than heartbeat_timeout",
+        ),
+        (
+            vec![lease, format!("{P}.lease_majority.kubernetes_api_url=\"10.96.0.1\"")],
+            format!("{P}.lease_majority.kubernetes_api_url"),
+            "a URL",
+        ),
+    ];
+    for (sets, key, expected) in cases {
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let err = load_sets(&sets).expect_err(&format!("{sets:?}"));
+        assert_eq!(err.key, key, "{sets:?}: {err}");
+        assert!(err.expected.contains(expected), "{sets:?}: {err}");
+        assert!(!err.value.is_empty(), "{sets:?}: {err}");
+    }
+}
+
+#[test]
+fn split_brain_tables_load_from_a_file_and_print_back() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "node.toml",
+            "[cluster.split_brain_resolver]\nactive_strategy = \"keep-oldest\"\n\n\
+             [cluster.split_brain_resolver.keep_oldest]\ndown_if_alone = false\nrole = \"backend\"\n",
+        )?;
+        let s = Settings::load(&Sources {
+            file: Some(Path::new("node.toml")),
+            env: false,
+            sets: vec![],
+        })
+        .map_err(|e| e.to_string())?;
+        let ko = &s.cluster.split_brain_resolver.keep_oldest;
+        assert!(!ko.down_if_alone);
+        assert_eq!(ko.role, "backend");
+        let printed = s.to_toml();
+        assert!(printed.contains("[cluster.split_brain_resolver.lease_majority]"), "{printed}");
+        jail.create_file("printed.toml", &printed)?;
+        let back = Settings::load(&Sources {
+            file: Some(Path::new("printed.toml")),
+            env: false,
+            sets: vec![],
+        })
+        .map_err(|e| e.to_string())?;
+        assert_eq!(back, s);
+        Ok(())
+    });
 }

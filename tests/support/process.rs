@@ -19,7 +19,21 @@ pub struct Proc {
 impl Proc {
     /// Starts `convoke run` with `--set` arguments.
     pub fn run(port: u16, sets: &[String]) -> Proc {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_convoke"));
+        Proc::run_wrapped(&[], port, sets)
+    }
+
+    /// Starts `convoke run` through `wrapper` (a command that ends by exec-ing its arguments,
+    /// like `nsenter -t PID -n --`), so that the child process is the node itself.
+    pub fn run_wrapped(wrapper: &[String], port: u16, sets: &[String]) -> Proc {
+        let bin = env!("CARGO_BIN_EXE_convoke");
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(bin);
+                cmd
+            }
+            None => Command::new(bin),
+        };
         cmd.arg("run");
         for s in sets {
             cmd.arg("--set").arg(s);

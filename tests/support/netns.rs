@@ -1,0 +1,162 @@
+//! A private routed network for multi-process fault injection: one network namespace per node
+//! and one router namespace joining them, each node on its own subnet (`10.77.<k>.2/24`, router
+//! `10.77.<k>.1`). A partition is a set of iptables DROP rules in the router's FORWARD chain;
+//! healing flushes them. Nothing outside these namespaces is touched, and they disappear with
+//! their processes.
+//!
+//! Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), `unshare`/`nsenter` (util-linux), `ip`
+//! (iproute2) and `iptables`; `.ci/install-test-deps` installs the last two on Debian. Without
+//! them the tests using this fail, naming what is missing: they never skip.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A namespace kept alive by a `sleep` process that `unshare -n` started inside it.
+struct Namespace {
+    holder: Child,
+}
+
+impl Namespace {
+    fn new() -> Namespace {
+        let holder = Command::new("unshare")
+            .args(["--net", "--", "sleep", "100000"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run unshare (util-linux): {e}"));
+        let ns = Namespace { holder };
+        // `unshare` enters the new namespace and then execs sleep; wait until it has.
+        let own = std::fs::read_link("/proc/self/ns/net").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let theirs = std::fs::read_link(format!("/proc/{}/ns/net", ns.pid()));
+            if theirs.as_ref().is_ok_and(|t| *t != own) {
+                return ns;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "unshare --net did not create a network namespace ({theirs:?}); this test needs \
+                 root (CAP_SYS_ADMIN and CAP_NET_ADMIN)"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.holder.id()
+    }
+
+    /// `nsenter` arguments that run a command inside this namespace.
+    fn enter(&self) -> Vec<String> {
+        ["nsenter", "-t", &self.pid().to_string(), "-n", "--"].map(str::to_owned).to_vec()
+    }
+
+    /// Runs `cmd` inside this namespace; panics with its output when it fails.
+    fn run(&self, cmd: &[&str]) -> String {
+        let enter = self.enter();
+        let out = Command::new(&enter[0])
+            .args(&enter[1..])
+            .args(cmd)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run nsenter (util-linux): {e}"));
+        assert!(
+            out.status.success(),
+            "{cmd:?} failed in the test network ({}): {}{}; the partition tests need root, `ip` \
+             (iproute2) and `iptables`, see .ci/install-test-deps",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
+
+/// `n` nodes behind one router. Node `i` (from 0) has the address [`Network::ip`]`(i)`.
+pub struct Network {
+    router: Namespace,
+    nodes: Vec<Namespace>,
+}
+
+impl Network {
+    /// Creates the namespaces, links and routes, and checks that every node reaches every other.
+    pub fn new(n: usize) -> Network {
+        assert!(n < 250);
+        let router = Namespace::new();
+        let nodes: Vec<Namespace> = (0..n).map(|_| Namespace::new()).collect();
+        router.run(&["ip", "link", "set", "lo", "up"]);
+        router.run(&["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"]);
+        for (i, node) in nodes.iter().enumerate() {
+            let k = i + 1;
+            let link = format!("r{k}");
+            let pid = node.pid().to_string();
+            router.run(&[
+                "ip", "link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &pid,
+            ]);
+            router.run(&["ip", "addr", "add", &format!("10.77.{k}.1/24"), "dev", &link]);
+            router.run(&["ip", "link", "set", &link, "up"]);
+            node.run(&["ip", "link", "set", "lo", "up"]);
+            node.run(&["ip", "addr", "add", &format!("10.77.{k}.2/24"), "dev", "eth0"]);
+            node.run(&["ip", "link", "set", "eth0", "up"]);
+            node.run(&["ip", "route", "add", "default", "via", &format!("10.77.{k}.1")]);
+        }
+        // iptables must work before the test relies on it for a partition.
+        router.run(&["iptables", "-S", "FORWARD"]);
+        Network { router, nodes }
+    }
+
+    /// The address of node `i`.
+    pub fn ip(&self, i: usize) -> String {
+        format!("10.77.{}.2", i + 1)
+    }
+
+    /// A wrapper running a command inside node `i`'s namespace (for [`super::process::Proc`]).
+    pub fn wrapper(&self, i: usize) -> Vec<String> {
+        self.nodes[i].enter()
+    }
+
+    /// Runs `cmd` inside node `i`'s namespace and returns its standard output, or the error.
+    pub fn output(&self, i: usize, cmd: &[&str]) -> Result<String, String> {
+        let enter = self.nodes[i].enter();
+        let out = Command::new(&enter[0])
+            .args(&enter[1..])
+            .args(cmd)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    /// Drops every packet between a node of `a` and a node of `b`, both ways.
+    pub fn partition(&self, a: &[usize], b: &[usize]) {
+        for &x in a {
+            for &y in b {
+                for (from, to) in [(x, y), (y, x)] {
+                    let (s, d) = (self.ip(from), self.ip(to));
+                    self.router
+                        .run(&["iptables", "-I", "FORWARD", "-s", &s, "-d", &d, "-j", "DROP"]);
+                }
+            }
+        }
+    }
+
+    /// Removes every partition.
+    pub fn heal(&self) {
+        self.router.run(&["iptables", "-F", "FORWARD"]);
+    }
+
+    /// The router's FORWARD rules, for the record.
+    pub fn rules(&self) -> String {
+        self.router.run(&["iptables", "-S", "FORWARD"])
+    }
+}
