@@ -89,6 +89,7 @@ impl Network {
     /// Creates the namespaces, links and routes, and checks that every node reaches every other.
     pub fn new(n: usize) -> Network {
         assert!(n < 250);
+        install_tools();
         let router = Namespace::new();
         let nodes: Vec<Namespace> = (0..n).map(|_| Namespace::new()).collect();
         router.run(&["ip", "link", "set", "lo", "up"]);
@@ -159,4 +160,22 @@ impl Network {
     pub fn rules(&self) -> String {
         self.router.run(&["iptables", "-S", "FORWARD"])
     }
+}
+
+/// Installs `ip` and `iptables` through the project's script when they are missing, so the README's
+/// test command works on a fresh Debian machine (as root, which the namespaces need anyway).
+fn install_tools() {
+    let present = |tool: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if ["ip", "iptables", "nsenter"].iter().all(|t| present(t)) {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/install-test-deps");
+    let status = std::process::Command::new("bash").arg(script).status().expect("run bash");
+    assert!(status.success(), "{script} could not install ip/iptables (needs root and apt-get)");
 }
