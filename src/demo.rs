@@ -27,6 +27,8 @@ pub async fn run(n: usize) -> ExitCode {
     settings.management.enabled = true;
     settings.bootstrap.required_contact_point_nr = n;
     settings.bootstrap.stable_margin = Dur(Duration::from_secs(2));
+    // Every contact point is on 127.0.0.1, so they must not be filtered down to one port per host.
+    settings.bootstrap.contact_point.filter_on_fallback_port = false;
     settings.discovery.method = "config".into();
     let endpoints =
         ports.iter().map(|p| Endpoint { host: "127.0.0.1".into(), port: Some(*p) }).collect();
