@@ -43,6 +43,9 @@ enum Command {
         /// Skip the invariant checkers (faster, for measuring the core alone).
         #[arg(long)]
         no_checks: bool,
+        /// Encode every gossip to size it, instead of once per gossip version (slow).
+        #[arg(long)]
+        exact_sizes: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -148,13 +151,24 @@ fn print_json<T: Serialize>(v: &T) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Converge { nodes, seed, join_mode, target_preference, no_checks, json } => {
+        Command::Converge {
+            nodes,
+            seed,
+            join_mode,
+            target_preference,
+            no_checks,
+            exact_sizes,
+            json,
+        } => {
             let mut o = ConvergeOptions::new(nodes, seed);
             o.join_mode = join_mode;
             if let Some(p) = target_preference {
                 o.preference = p;
             }
             o.check_invariants = !no_checks;
+            if exact_sizes {
+                o.size_mode = convoke_sim::counters::SizeMode::Exact;
+            }
             let r = converge::run(&o);
             if json {
                 print_json(&r);
@@ -224,8 +238,8 @@ fn print_converge(r: &converge::ConvergeReport) {
         None => println!("  no invariant violated"),
     }
     println!(
-        "  {} steps, {} messages, trace {}, {:.1} s wall",
-        r.steps, r.messages_delivered, r.trace_hash, r.wall_s
+        "  {} steps, {} messages, {} gossips encoded ({:?} sizes), trace {}, {:.1} s wall",
+        r.steps, r.messages_delivered, r.gossips_encoded, r.size_mode, r.trace_hash, r.wall_s
     );
 }
 

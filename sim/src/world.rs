@@ -28,7 +28,7 @@ use convoke_membership::{Address, Cluster, ShutdownReason, Uid, UniqueAddress};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::counters::{NodeCounters, Sizer, kind_index};
+use crate::counters::{NodeCounters, SizeMode, Sizer, kind_index};
 use crate::faults::Nemesis;
 use crate::invariants::{Cause, Checkers, Delivered, Observation, Violation, WorldView};
 use crate::net::{Links, NetConfig};
@@ -85,6 +85,8 @@ pub struct SimOptions {
     pub check_invariants: bool,
     /// How many of the latest steps to keep as text, for failure reports (0: none).
     pub log_steps: usize,
+    /// How gossip sizes are computed for the counters.
+    pub size_mode: SizeMode,
 }
 
 impl SimOptions {
@@ -100,6 +102,7 @@ impl SimOptions {
             operator: OperatorConfig::off(),
             check_invariants: true,
             log_steps: 0,
+            size_mode: SizeMode::default(),
         }
     }
 }
@@ -348,7 +351,7 @@ impl Sim {
             rng_operator: rng(opts.seed, Stream::Operator),
             trace: TraceHash::new(),
             counters: vec![NodeCounters::default(); n],
-            sizer: Sizer::new(n),
+            sizer: Sizer::new(n, opts.size_mode),
             checkers,
             violation: None,
             operator: Operator::new(opts.operator.clone()),
@@ -439,6 +442,11 @@ impl Sim {
     /// Per-slot traffic counters.
     pub fn counters(&self) -> &[NodeCounters] {
         &self.counters
+    }
+
+    /// Gossip messages encoded to size them so far.
+    pub fn gossips_encoded(&self) -> u64 {
+        self.sizer.encoded
     }
 
     /// Resets the traffic counters (e.g. to measure a steady state).

@@ -16,6 +16,7 @@ use rand::seq::SliceRandom;
 use serde::Serialize;
 
 use super::{all_up_converged, secs, start_bulk};
+use crate::counters::SizeMode;
 use crate::faults::{ChaosConfig, FaultRecord, Nemesis};
 use crate::invariants::Violation;
 use crate::liveness;
@@ -150,6 +151,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         operator,
         check_invariants: true,
         log_steps: o.log_steps,
+        size_mode: SizeMode::default(),
     };
     let mut sim = Sim::new(opts);
     let mut liveness_s = None;
