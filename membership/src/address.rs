@@ -45,6 +45,12 @@ impl Address {
         Ok(Self { system: system.into(), host: host.into(), port })
     }
 
+    /// The same system and host on another port, sharing their strings (cheaper to clone and to
+    /// compare than an address built from scratch).
+    pub fn with_port(&self, port: u16) -> Self {
+        Self { system: self.system.clone(), host: self.host.clone(), port }
+    }
+
     /// The actor-system-like cluster name; nodes of different systems never join.
     pub fn system(&self) -> &str {
         &self.system

@@ -298,6 +298,9 @@ impl Sim {
     /// A world with `opts.nodes` idle slots.
     pub fn new(opts: SimOptions) -> Self {
         let mut clocks = rng(opts.seed, Stream::Clocks);
+        // Every slot's address shares the system and host strings.
+        let first = Address::new(&opts.config.system_name, HOST, BASE_PORT)
+            .expect("valid simulated address");
         let slots = (0..opts.nodes)
             .map(|i| {
                 let port = u16::try_from(i).ok().and_then(|i| BASE_PORT.checked_add(i));
@@ -311,8 +314,7 @@ impl Sim {
                 let wall_offset_ms =
                     if max_off > 0 { clocks.random_range(-max_off..=max_off) } else { 0 };
                 Slot {
-                    address: Address::new(&opts.config.system_name, HOST, port)
-                        .expect("valid simulated address"),
+                    address: first.with_port(port),
                     clock: Clock::new(drift),
                     wall_offset_ms,
                     state: SlotState::Idle,
