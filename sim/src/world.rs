@@ -30,7 +30,9 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::counters::{NodeCounters, SizeMode, Sizer, kind_index};
 use crate::faults::Nemesis;
-use crate::invariants::{Cause, Checkers, Delivered, Observation, Violation, WorldView};
+use crate::invariants::{
+    Cause, Checkers, Delivered, Observation, SbrDecision, Violation, WorldView,
+};
 use crate::net::{Links, NetConfig};
 use crate::operator::{Operator, OperatorConfig};
 use crate::time::Clock;
@@ -271,6 +273,7 @@ pub struct Sim {
     up: UpTracker,
     log: VecDeque<String>,
     delivered: u64,
+    decisions: u64,
 }
 
 /// Who has seen whom Up, for the convergence figures.
@@ -361,6 +364,7 @@ impl Sim {
             up: UpTracker { target: n, ..UpTracker::default() },
             log: VecDeque::new(),
             delivered: 0,
+            decisions: 0,
             opts,
         };
         if sim.operator.config().is_active() {
@@ -444,6 +448,11 @@ impl Sim {
     /// Per-slot traffic counters.
     pub fn counters(&self) -> &[NodeCounters] {
         &self.counters
+    }
+
+    /// Split-brain resolver decisions taken so far, by all nodes.
+    pub fn decisions(&self) -> u64 {
+        self.decisions
     }
 
     /// Gossip messages encoded to size them so far.
@@ -816,7 +825,17 @@ impl Sim {
         while let Some(e) = core.poll_event() {
             self.on_event(slot, &e);
         }
-        let changed = !Arc::ptr_eq(&before, core.gossip());
+        // No strategy the simulator configures asks for a lease; a request is dropped, so a
+        // lease-majority decision would wait for ever (and the liveness phase would say so).
+        while core.poll_lease_request().is_some() {}
+        let mut decisions = Vec::new();
+        while let Some(d) = core.poll_downing_decision() {
+            "decision".hash(&mut self.trace);
+            self.note(|| format!("slot {slot} {d}"));
+            self.decisions += 1;
+            decisions.push(SbrDecision::from(&d));
+        }
+        let changed = !Arc::ptr_eq(&before, core.gossip()) || !decisions.is_empty();
         let confirms = matches!(cause, Cause::Message(Delivered::Other("ExitingConfirmed")));
         if (changed || confirms) && !self.checkers.is_empty() && self.violation.is_none() {
             let leader = core.membership().leader().cloned();
@@ -829,6 +848,7 @@ impl Sim {
                 &before,
                 leader.as_ref(),
                 &self.slots[slot].confirmed,
+                &decisions,
             );
             if let Some(v) = self.checkers.check_step(&obs) {
                 self.note(|| format!("VIOLATION {v}"));
@@ -1074,5 +1094,9 @@ impl WorldView for Sim {
 
     fn link_open(&self, from: usize, to: usize) -> bool {
         self.links.is_open(from, to) && !self.links.is_clogged(from) && !self.links.is_clogged(to)
+    }
+
+    fn is_running(&self, slot: usize) -> bool {
+        self.slots[slot].state == SlotState::Running
     }
 }
