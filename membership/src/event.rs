@@ -119,6 +119,12 @@ pub fn diff(old: &MembershipState<'_>, new: &MembershipState<'_>) -> Vec<Cluster
         }
     }
     removed.extend(olds);
+    // Reachability and leaders are functions of the member set, the statuses and the
+    // reachability table; a change to the seen set or the clock alone leaves them as they were.
+    let same_reachability = old.gossip.reachability() == new.gossip.reachability();
+    if removed.is_empty() && changed.is_empty() && same_reachability {
+        return changed;
+    }
     let mut out: Vec<ClusterEvent> = removed
         .into_iter()
         .map(|m| ClusterEvent::MemberRemoved {
