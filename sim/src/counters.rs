@@ -9,8 +9,8 @@
 //! - a gossip (`Arc`) a node sends again has the size it had: the copies differ only in the
 //!   receiver's address, whose encoded length is the same for every simulated node (five-digit
 //!   ports, uids with the top bit set);
-//! - in [`SizeMode::PerVersion`] (the default), a gossip whose vector clock was already encoded
-//!   once, by any node, is given that size. Equal clocks carry equal members, reachability and
+//! - in [`SizeMode::PerVersion`] (the default), a gossip (or welcome) whose vector clock was
+//!   already encoded once in that message type, by any node, is given that size. Equal clocks carry equal members, reachability and
 //!   tombstones (S11), so such gossips differ only in their seen sets, a list of small integers;
 //!   it is encoded again once its seen set has grown or shrunk by more than a quarter of the
 //!   members since. Compare with `converge --exact-sizes` for the error (see the closing figures).
@@ -173,8 +173,8 @@ pub struct Sizer {
     /// Per sending node: the last gossip version sized, and the message size it gave. Keeping the
     /// `Arc` keeps its address from being reused by another gossip.
     last: Vec<Option<(Arc<Gossip>, usize)>>,
-    /// Per vector clock (by hash): the size of the latest Gossip message encoded with it, and the
-    /// size of its seen set.
+    /// Per message type (Gossip or Welcome) and vector clock (by hash): the size of the latest
+    /// message encoded with it, and the size of its seen set.
     by_version: BTreeMap<u64, (usize, usize)>,
     /// Gossip messages encoded so far.
     pub encoded: u64,
@@ -198,9 +198,7 @@ impl Sizer {
         {
             return (*size, Some(gossip.len()));
         }
-        if matches!(m, Message::Welcome { .. }) {
-            return (wire::encode(m).len(), Some(gossip.len()));
-        }
+        let welcome = matches!(m, Message::Welcome { .. });
         let size = match self.mode {
             SizeMode::Exact => {
                 self.encoded += 1;
@@ -208,6 +206,7 @@ impl Sizer {
             }
             SizeMode::PerVersion => {
                 let mut h = DefaultHasher::new();
+                welcome.hash(&mut h);
                 gossip.version().hash(&mut h);
                 let seen = gossip.seen().len();
                 let slack = gossip.len() / 4;
@@ -222,7 +221,9 @@ impl Sizer {
                 }
             }
         };
-        self.last[from] = Some((gossip.clone(), size));
+        if !welcome {
+            self.last[from] = Some((gossip.clone(), size));
+        }
         (size, Some(gossip.len()))
     }
 }
