@@ -40,6 +40,26 @@ const CASES: &[Case] = &[
         why: "103 faults and 24 resolver decisions",
     },
     Case {
+        seed: 176,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S5: a node removed while paused before its Welcome retried its join with the same \
+              uid and was admitted again (fixed in the core's join handling)",
+    },
+    Case {
+        seed: 60,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S5: the same removed-incarnation rejoin, late in the run (t = 580 s)",
+    },
+    Case {
+        seed: 9,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "a side decided on stale reachability that the other two were indirectly connected \
+              while they downed it: S2 had paired decisions taken on different information",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,
