@@ -4,6 +4,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::num::NonZeroU64;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// The URI scheme of every convoke address.
 pub const SCHEME: &str = "convoke";
@@ -14,10 +15,13 @@ pub const SCHEME: &str = "convoke";
 /// do on every node), then port, then system name. The order decides the leader, the up-number
 /// assignment order and split-brain tie-breaks, so it must be the same on every node: it depends on
 /// nothing but the three fields.
+///
+/// The strings are shared (`Arc<str>`): every gossip holds every member's address, and cloning a
+/// gossip for a merge would otherwise allocate two strings per member.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Address {
-    system: String,
-    host: String,
+    system: Arc<str>,
+    host: Arc<str>,
     port: u16,
 }
 
@@ -38,7 +42,13 @@ impl Address {
         }
         validate_system(&system)?;
         validate_host(&host)?;
-        Ok(Self { system, host, port })
+        Ok(Self { system: system.into(), host: host.into(), port })
+    }
+
+    /// The same system and host on another port, sharing their strings (cheaper to clone and to
+    /// compare than an address built from scratch).
+    pub fn with_port(&self, port: u16) -> Self {
+        Self { system: self.system.clone(), host: self.host.clone(), port }
     }
 
     /// The actor-system-like cluster name; nodes of different systems never join.
@@ -90,11 +100,13 @@ fn validate_host(host: &str) -> Result<(), AddressError> {
 
 impl Ord for Address {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.host
-            .as_bytes()
-            .cmp(other.host.as_bytes())
+        // A shared string is equal to itself without looking at its bytes.
+        let cmp = |a: &Arc<str>, b: &Arc<str>| {
+            if Arc::ptr_eq(a, b) { Ordering::Equal } else { a.as_bytes().cmp(b.as_bytes()) }
+        };
+        cmp(&self.host, &other.host)
             .then(self.port.cmp(&other.port))
-            .then_with(|| self.system.cmp(&other.system))
+            .then_with(|| cmp(&self.system, &other.system))
     }
 }
 

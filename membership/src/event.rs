@@ -105,26 +105,34 @@ impl ClusterEvent {
 /// The events that lead from `old` to `new` (spec §8): removals, then member status changes, then
 /// unreachable, reachable, leader and role-leader changes.
 pub fn diff(old: &MembershipState<'_>, new: &MembershipState<'_>) -> Vec<ClusterEvent> {
-    let mut out = Vec::new();
-    for m in old.gossip.members().filter(|m| !new.gossip.has_member(m.node())) {
-        let removed = Member::from_parts(
-            m.node().clone(),
-            m.up_number(),
-            MemberStatus::Removed,
-            m.roles().clone(),
-            m.app_version().clone(),
-        );
-        out.push(ClusterEvent::MemberRemoved { member: removed, previous_status: m.status() });
-    }
+    // Both member maps iterate in member order: walk them side by side.
+    let mut removed = Vec::new();
+    let mut changed = Vec::new();
+    let mut olds = old.gossip.members().peekable();
     for m in new.gossip.members() {
-        let changed = old
-            .gossip
-            .member(m.node())
-            .is_none_or(|o| o.status() != m.status() || o.up_number() != m.up_number());
-        if changed {
-            out.extend(ClusterEvent::for_status(m));
+        while let Some(o) = olds.next_if(|o| o.node() < m.node()) {
+            removed.push(o);
+        }
+        let before = olds.next_if(|o| o.node() == m.node());
+        if before.is_none_or(|o| o.status() != m.status() || o.up_number() != m.up_number()) {
+            changed.extend(ClusterEvent::for_status(m));
         }
     }
+    removed.extend(olds);
+    // Reachability and leaders are functions of the member set, the statuses and the
+    // reachability table; a change to the seen set or the clock alone leaves them as they were.
+    let same_reachability = old.gossip.reachability() == new.gossip.reachability();
+    if removed.is_empty() && changed.is_empty() && same_reachability {
+        return changed;
+    }
+    let mut out: Vec<ClusterEvent> = removed
+        .into_iter()
+        .map(|m| ClusterEvent::MemberRemoved {
+            member: m.as_removed(),
+            previous_status: m.status(),
+        })
+        .collect();
+    out.append(&mut changed);
 
     let old_unreachable = old.unreachable_members();
     let new_unreachable = new.unreachable_members();

@@ -1,6 +1,7 @@
 //! The replicated cluster state: members, seen set, reachability, vector clock and tombstones.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use sha1::{Digest, Sha1};
 
@@ -20,7 +21,9 @@ pub type WallMillis = u64;
 /// members plus tombstoned nodes pruned since.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gossip {
-    members: BTreeMap<UniqueAddress, Member>,
+    /// Shared between copies until one changes it: a node takes in a received gossip by copying it
+    /// and adding itself to the seen set, which leaves the members as they were.
+    members: Arc<BTreeMap<UniqueAddress, Member>>,
     seen: BTreeSet<UniqueAddress>,
     reachability: Reachability,
     version: VectorClock,
@@ -41,7 +44,7 @@ impl Gossip {
     /// A gossip with these members and nothing else.
     pub fn with_members(members: impl IntoIterator<Item = Member>) -> Self {
         Self {
-            members: members.into_iter().map(|m| (m.node().clone(), m)).collect(),
+            members: Arc::new(members.into_iter().map(|m| (m.node().clone(), m)).collect()),
             ..Self::default()
         }
     }
@@ -55,7 +58,7 @@ impl Gossip {
         tombstones: BTreeMap<UniqueAddress, WallMillis>,
     ) -> Self {
         Self {
-            members: members.into_iter().map(|m| (m.node().clone(), m)).collect(),
+            members: Arc::new(members.into_iter().map(|m| (m.node().clone(), m)).collect()),
             seen,
             reachability,
             version,
@@ -161,7 +164,7 @@ impl Gossip {
     /// Adds or replaces members (by identity).
     pub fn update(&mut self, changed: impl IntoIterator<Item = Member>) {
         for m in changed {
-            self.members.insert(m.node().clone(), m);
+            Arc::make_mut(&mut self.members).insert(m.node().clone(), m);
         }
     }
 
@@ -173,7 +176,7 @@ impl Gossip {
             return false;
         }
         let Ok(down) = m.with_status(MemberStatus::Down) else { return false };
-        self.members.insert(node.clone(), down);
+        Arc::make_mut(&mut self.members).insert(node.clone(), down);
         self.seen.remove(node);
         true
     }
@@ -181,7 +184,7 @@ impl Gossip {
     /// Removes `node` for good: from members, seen, reachability and the vector clock, leaving a
     /// tombstone stamped `at`.
     pub fn remove(&mut self, node: &UniqueAddress, at: WallMillis) {
-        self.members.remove(node);
+        Arc::make_mut(&mut self.members).remove(node);
         self.seen.remove(node);
         self.reachability.remove([node]);
         self.version.prune(node);
@@ -236,7 +239,13 @@ impl Gossip {
 
         let allowed: BTreeSet<UniqueAddress> = members.keys().cloned().collect();
         let reachability = self.reachability.merge(&allowed, &that.reachability);
-        Gossip { members, seen: BTreeSet::new(), reachability, version, tombstones }
+        Gossip {
+            members: Arc::new(members),
+            seen: BTreeSet::new(),
+            reachability,
+            version,
+            tombstones,
+        }
     }
 
     /// A digest of the seen set, so two nodes can tell cheaply whether they agree on who has seen.

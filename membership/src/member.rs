@@ -3,6 +3,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::address::{Address, UniqueAddress};
 use crate::version::AppVersion;
@@ -187,13 +188,22 @@ pub struct InvalidTransition {
 }
 
 /// One member of the cluster. Equality and ordering are those of its [`UniqueAddress`] alone.
+///
+/// Roles and app version never change for a member and are shared between its copies, so cloning
+/// a gossip does not copy them.
 #[derive(Clone, Debug)]
 pub struct Member {
     node: UniqueAddress,
     up_number: UpNumber,
     status: MemberStatus,
-    roles: BTreeSet<String>,
-    app_version: AppVersion,
+    roles: Arc<BTreeSet<String>>,
+    /// The suffix of the `dc-` role, read off `roles` once: every view filters by it.
+    data_center: Arc<str>,
+    app_version: Arc<AppVersion>,
+}
+
+fn data_center_of(roles: &BTreeSet<String>) -> Arc<str> {
+    roles.iter().find_map(|r| r.strip_prefix(DC_ROLE_PREFIX)).unwrap_or("default").into()
 }
 
 impl Member {
@@ -203,8 +213,9 @@ impl Member {
             node,
             up_number: UpNumber::UNASSIGNED,
             status: MemberStatus::Joining,
-            roles,
-            app_version,
+            data_center: data_center_of(&roles),
+            roles: Arc::new(roles),
+            app_version: Arc::new(app_version),
         }
     }
 
@@ -216,7 +227,14 @@ impl Member {
         roles: BTreeSet<String>,
         app_version: AppVersion,
     ) -> Self {
-        Self { node, up_number, status, roles, app_version }
+        Self {
+            node,
+            up_number,
+            status,
+            data_center: data_center_of(&roles),
+            roles: Arc::new(roles),
+            app_version: Arc::new(app_version),
+        }
     }
 
     /// The synthetic Removed member reported for a node no longer in the gossip.
@@ -225,9 +243,15 @@ impl Member {
             node,
             up_number: UpNumber::UNASSIGNED,
             status: MemberStatus::Removed,
-            roles: BTreeSet::from([format!("{DC_ROLE_PREFIX}N/A")]),
-            app_version: AppVersion::default(),
+            roles: Arc::new(BTreeSet::from([format!("{DC_ROLE_PREFIX}N/A")])),
+            data_center: "N/A".into(),
+            app_version: Arc::default(),
         }
+    }
+
+    /// A copy with status Removed and everything else kept, for the event reporting its removal.
+    pub(crate) fn as_removed(&self) -> Member {
+        Member { status: MemberStatus::Removed, ..self.clone() }
     }
 
     /// Its identity.
@@ -262,7 +286,7 @@ impl Member {
 
     /// Its data center: the suffix of its `dc-` role, `"default"` if it has none.
     pub fn data_center(&self) -> &str {
-        self.roles.iter().find_map(|r| r.strip_prefix(DC_ROLE_PREFIX)).unwrap_or("default")
+        &self.data_center
     }
 
     /// Its application version.

@@ -112,14 +112,20 @@ impl<'a> MembershipState<'a> {
         candidates: impl Iterator<Item = &'m Member>,
     ) -> Option<&'m Member> {
         let r = self.leader_reachability();
-        let pool: Vec<&Member> = candidates
+        let pool = candidates
             .filter(|m| m.data_center() == self.self_dc && m.status() != MemberStatus::Down)
-            .filter(|m| r.is_empty() || r.is_reachable(m.node()) || m.node() == self.self_node)
-            .collect();
-        pool.iter()
-            .find(|m| m.status().is_leader_eligible())
-            .copied()
-            .or_else(|| pool.iter().copied().min_by(|a, b| leader_status_cmp(a, b)))
+            .filter(|m| r.is_empty() || r.is_reachable(m.node()) || m.node() == self.self_node);
+        // The first eligible member, else the first of the lowest leader-status ordering.
+        let mut fallback: Option<&Member> = None;
+        for m in pool {
+            if m.status().is_leader_eligible() {
+                return Some(m);
+            }
+            if fallback.is_none_or(|f| leader_status_cmp(m, f) == std::cmp::Ordering::Less) {
+                fallback = Some(m);
+            }
+        }
+        fallback
     }
 
     /// The leader of this data center as this node sees it.
@@ -139,7 +145,14 @@ impl<'a> MembershipState<'a> {
 
     /// Every role of every member, including `dc-` roles.
     pub fn all_roles(&self) -> BTreeSet<&'a str> {
-        self.gossip.members().flat_map(|m| m.roles().iter().map(String::as_str)).collect()
+        // Few distinct roles among many members: collect them in a short list first.
+        let mut roles: Vec<&'a str> = Vec::new();
+        for r in self.gossip.members().flat_map(|m| m.roles().iter()) {
+            if !roles.contains(&r.as_str()) {
+                roles.push(r);
+            }
+        }
+        roles.into_iter().collect()
     }
 
     /// The oldest member of this data center whose status is Up or later (Up, Leaving, preparing for

@@ -18,7 +18,9 @@ use convoke_membership::UniqueAddress;
 use convoke_membership::config::Config;
 use convoke_membership::member::MemberStatus;
 
-use crate::operator::OperatorConfig;
+use convoke_membership::sbr::TICK_INTERVAL;
+
+use crate::operator::{Downing, OperatorConfig};
 use crate::world::Sim;
 
 /// The first unmet liveness property: its id and what is wrong.
@@ -96,7 +98,9 @@ pub fn check(sim: &Sim, late: &BTreeSet<usize>) -> Result<(), Unmet> {
 ///   (≈ 5.3 s with defaults) plus a reaper tick, to see a dead node unreachable or a healed one
 ///   reachable; counted twice (a restarted node's old incarnation, then anything a late heartbeat
 ///   upset);
-/// - `down` = the operator's `down_after` + its tick + two leader ticks, to down and remove;
+/// - `down` = the time to decide (the oracle's `down_after` and tick, or the resolver's
+///   `stable_after`, down-all-when-unstable and tick) + two leader ticks, to down and remove;
+/// - `bootstrap` = the operator's `bootstrap_after` and tick, when every member was downed;
 /// - `restart` = the longest supervisor restart delay;
 /// - `join` = `seed_node_timeout + retry_unsuccessful_join_after`: a restarted node may need a
 ///   second attempt, after its old incarnation is removed; counted twice;
@@ -108,12 +112,19 @@ pub fn check(sim: &Sim, late: &BTreeSet<usize>) -> Result<(), Unmet> {
 pub fn bound(config: &Config, n: usize, operator: &OperatorConfig, max_drift_ppm: i32) -> Duration {
     let fd = config.failure_detector.acceptable_heartbeat_pause
         + config.failure_detector.heartbeat_interval * 3;
-    let down = operator.down_after + operator.tick + config.leader_actions_interval * 2;
+    let sbr = &config.split_brain_resolver;
+    let decide = if operator.downing == Downing::Oracle {
+        operator.down_after + operator.tick
+    } else {
+        sbr.stable_after + sbr.down_all_when_unstable_after().unwrap_or_default() + TICK_INTERVAL
+    };
+    let down = decide + config.leader_actions_interval * 2;
+    let bootstrap = operator.bootstrap_after.map_or(Duration::ZERO, |b| b + operator.tick);
     let restart = operator.restart_after.map_or(Duration::ZERO, |(_, hi)| hi);
     let join = config.seed_node_timeout
         + config.retry_unsuccessful_join_after.unwrap_or(Duration::from_secs(10));
     let log2 = usize::BITS - n.max(1).leading_zeros();
     let spread = config.gossip_interval * (2 * log2 + 5);
-    let total = fd * 2 + down + restart + join * 2 + spread * 3;
+    let total = fd * 2 + down + restart + bootstrap + join * 2 + spread * 3;
     total.mul_f64(1.0 + f64::from(max_drift_ppm.unsigned_abs()) / 1e6)
 }

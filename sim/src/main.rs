@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use convoke_membership::config::{TargetPreference, parse_duration};
-use convoke_sim::commands::chaos::{ChaosOptions, Nodes, SeedReport, run_seed};
+use convoke_sim::commands::chaos::{ChaosDowning, ChaosOptions, Nodes, SeedReport, run_seed};
 use convoke_sim::commands::converge::{self, ConvergeOptions, JoinMode};
 use convoke_sim::commands::detect::{self, DetectOptions};
 use serde::Serialize;
@@ -43,6 +43,9 @@ enum Command {
         /// Skip the invariant checkers (faster, for measuring the core alone).
         #[arg(long)]
         no_checks: bool,
+        /// Encode every gossip to size it, instead of once per gossip version (slow).
+        #[arg(long)]
+        exact_sizes: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -85,6 +88,10 @@ enum Command {
         /// On failure, print this many of the last steps.
         #[arg(long, default_value_t = 0)]
         log: usize,
+        /// Who downs unreachable nodes: the split-brain resolver in the cores, or the simulator's
+        /// oracle with the resolver off.
+        #[arg(long, value_enum, default_value_t = ChaosDowning::Resolver)]
+        downing: ChaosDowning,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -148,13 +155,24 @@ fn print_json<T: Serialize>(v: &T) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Converge { nodes, seed, join_mode, target_preference, no_checks, json } => {
+        Command::Converge {
+            nodes,
+            seed,
+            join_mode,
+            target_preference,
+            no_checks,
+            exact_sizes,
+            json,
+        } => {
             let mut o = ConvergeOptions::new(nodes, seed);
             o.join_mode = join_mode;
             if let Some(p) = target_preference {
                 o.preference = p;
             }
             o.check_invariants = !no_checks;
+            if exact_sizes {
+                o.size_mode = convoke_sim::counters::SizeMode::Exact;
+            }
             let r = converge::run(&o);
             if json {
                 print_json(&r);
@@ -183,8 +201,8 @@ fn main() -> ExitCode {
                 r.crashes.len() < crashes || r.crashes.iter().any(|c| c.all_detect_s.is_none());
             if r.violation.is_some() || incomplete { ExitCode::FAILURE } else { ExitCode::SUCCESS }
         }
-        Command::Chaos { nodes, seeds, duration, twice, jobs, log, json } => {
-            chaos(nodes, seeds, duration, twice, jobs, log, json)
+        Command::Chaos { nodes, seeds, duration, twice, jobs, log, downing, json } => {
+            chaos(nodes, seeds, ChaosRun { duration, twice, jobs, log, downing }, json)
         }
     }
 }
@@ -224,8 +242,8 @@ fn print_converge(r: &converge::ConvergeReport) {
         None => println!("  no invariant violated"),
     }
     println!(
-        "  {} steps, {} messages, trace {}, {:.1} s wall",
-        r.steps, r.messages_delivered, r.trace_hash, r.wall_s
+        "  {} steps, {} messages, {} gossips encoded ({:?} sizes), trace {}, {:.1} s wall",
+        r.steps, r.messages_delivered, r.gossips_encoded, r.size_mode, r.trace_hash, r.wall_s
     );
 }
 
@@ -260,15 +278,16 @@ struct ChaosSummary {
     failed: usize,
 }
 
-fn chaos(
-    nodes: Nodes,
-    seeds: SeedRange,
+struct ChaosRun {
     duration: Duration,
     twice: bool,
     jobs: Option<usize>,
     log: usize,
-    json: bool,
-) -> ExitCode {
+    downing: ChaosDowning,
+}
+
+fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode {
+    let ChaosRun { duration, twice, jobs, log, downing } = run;
     let list: Vec<u64> = (seeds.0..seeds.1).collect();
     let jobs = jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
@@ -277,7 +296,9 @@ fn chaos(
     let results: Mutex<Vec<Option<SeedReport>>> = Mutex::new(vec![None; list.len()]);
     let printed = Mutex::new(0usize);
     let run_one = |seed: u64| {
-        let o = ChaosOptions { seed, nodes: nodes.for_seed(seed), duration, log_steps: log };
+        let mut o = ChaosOptions::new(seed, nodes.for_seed(seed), duration);
+        o.log_steps = log;
+        o.downing = downing;
         let mut r = run_seed(&o);
         if twice {
             let again = run_seed(&o);
@@ -333,10 +354,11 @@ fn chaos(
 fn print_seed(r: &SeedReport) {
     match &r.violation {
         None => println!(
-            "seed {} (N={}): pass  [{} faults, liveness {:.1}s of {:.0}s, {:.0}s simulated, {:.1}s wall]",
+            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, {:.0}s simulated, {:.1}s wall]",
             r.seed,
             r.nodes,
             r.faults,
+            r.sbr_decisions,
             r.liveness_s.unwrap_or(0.0),
             r.liveness_bound_s,
             r.simulated_s,

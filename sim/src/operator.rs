@@ -1,18 +1,20 @@
 //! The operator: downing, quarantine and process restarts, done by the simulator on behalf of
 //! the parts of a deployment that do not exist yet.
 //!
-//! The core has no split-brain resolver yet, so nothing downs a crashed node and the cluster could
-//! never converge again. Until the resolver lands (and replaces [`Downing::Oracle`]), the operator
-//! does it, modelled on Akka's test-only AutoDowning (membership.md §10.5): once the leader, in its
-//! own view, has seen a member unreachable for `down_after`, it downs it; Reachable or Removed
-//! cancels. Unlike AutoDowning, which downs whatever is unreachable on both sides of a partition
-//! and so makes split brains, the operator is an *oracle*: it downs only incarnations that really
-//! are gone — crashed processes, and nodes a fault deliberately cut off *and* that the fault marks
-//! for downing ([`Operator::down_isolated`]). For such an isolated node it also downs the node from
-//! itself, as a resolver's minority side would, so that it stops rather than lingering as a
-//! zombie.
+//! **Downing.** The cores run the split-brain resolver (keep-majority by default), which downs
+//! crashed and cut-off nodes on its own; chaos runs use it by default (`--downing resolver`), and
+//! then the operator downs nothing. With `--downing oracle` the resolver is switched off and the
+//! operator downs instead, modelled on Akka's test-only AutoDowning (membership.md §10.5): once
+//! the leader, in its own view, has seen a member unreachable for `down_after`, it downs it;
+//! Reachable or Removed cancels. Unlike AutoDowning, which downs whatever is unreachable on both
+//! sides of a partition and so makes split brains, the operator is an *oracle*: it downs only
+//! incarnations that really are gone — crashed processes, and nodes a fault deliberately cut off
+//! *and* that the fault marks for downing ([`Operator::down_isolated`]). For such an isolated node
+//! it also downs the node from itself, as a resolver's minority side would, so that it stops
+//! rather than lingering as a zombie. Running both at once would let the oracle pre-empt most of
+//! the resolver's decisions, so a run picks one.
 //!
-//! Two more duties stand in for the runtime and its environment:
+//! Three more duties stand in for the runtime and its environment:
 //! - **Quarantine.** A transport refuses a removed incarnation (Akka quarantines it), and such a
 //!   process can never rejoin; it must be restarted. The operator stops a running incarnation once
 //!   a node that removed it (holds its tombstone) can reach it, so a node downed and removed while
@@ -20,6 +22,8 @@
 //! - **Supervision.** A process that stopped (shut down by its core, or quarantined) is restarted
 //!   after a random delay, as Kubernetes would, with a new uid on the same address, joining through
 //!   every other slot.
+//! - **Bootstrap.** When no process is a member of any cluster any more, the lowest running slot
+//!   forms a new one (see [`bootstrap_tick`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -53,6 +57,9 @@ pub struct OperatorConfig {
     pub quarantine: bool,
     /// Restart stopped processes after a delay drawn uniformly from this range; `None`: never.
     pub restart_after: Option<(Duration, Duration)>,
+    /// When no process has been a member of any cluster for this long, the lowest running slot
+    /// joins itself (see [`bootstrap_tick`]); `None`: never.
+    pub bootstrap_after: Option<Duration>,
 }
 
 impl OperatorConfig {
@@ -64,6 +71,20 @@ impl OperatorConfig {
             tick: Duration::from_secs(1),
             quarantine: false,
             restart_after: None,
+            bootstrap_after: None,
+        }
+    }
+
+    /// No downing (the split-brain resolver in the cores does it): quarantine, restarts after
+    /// 1–10 s, and a bootstrap after 10 s without any cluster.
+    pub fn supervisor() -> Self {
+        Self {
+            downing: Downing::Off,
+            down_after: Duration::ZERO,
+            tick: Duration::from_secs(1),
+            quarantine: true,
+            restart_after: Some((Duration::from_secs(1), Duration::from_secs(10))),
+            bootstrap_after: Some(Duration::from_secs(10)),
         }
     }
 
@@ -75,12 +96,13 @@ impl OperatorConfig {
             tick: Duration::from_secs(1),
             quarantine: true,
             restart_after: Some((Duration::from_secs(1), Duration::from_secs(10))),
+            bootstrap_after: Some(Duration::from_secs(10)),
         }
     }
 
     /// Whether the operator needs its periodic tick.
     pub fn is_active(&self) -> bool {
-        self.downing != Downing::Off || self.quarantine
+        self.downing != Downing::Off || self.quarantine || self.bootstrap_after.is_some()
     }
 }
 
@@ -104,12 +126,23 @@ pub struct Operator {
     pub downs: Vec<(UniqueAddress, usize, Duration)>,
     /// Incarnations stopped by quarantine.
     pub quarantined: Vec<UniqueAddress>,
+    /// Since when no process has been a member of a cluster.
+    no_cluster_since: Option<Duration>,
+    /// Bootstraps done (slot, time), for reports.
+    pub bootstraps: Vec<(usize, Duration)>,
 }
 
 impl Operator {
     /// An operator with these settings.
     pub fn new(config: OperatorConfig) -> Self {
-        Self { config, pending: BTreeMap::new(), downs: Vec::new(), quarantined: Vec::new() }
+        Self {
+            config,
+            pending: BTreeMap::new(),
+            downs: Vec::new(),
+            quarantined: Vec::new(),
+            no_cluster_since: None,
+            bootstraps: Vec::new(),
+        }
     }
 
     /// The settings.
@@ -149,6 +182,33 @@ pub(crate) fn tick(sim: &mut Sim) {
     }
     if sim.operator.config.quarantine {
         quarantine_tick(sim);
+    }
+    if sim.operator.config.bootstrap_after.is_some() {
+        bootstrap_tick(sim);
+    }
+}
+
+/// What Cluster Bootstrap does in a deployment (reliability S15): when the resolver downed every
+/// member (down-all, or each side of a partition downing itself), the restarted processes all try
+/// to join some other slot, and nobody would ever form a cluster again. Once no process (running or
+/// paused) has been a member of any cluster for `bootstrap_after`, the lowest running slot joins
+/// itself; the others' join attempts then find it. As the operator sees the whole world, this never
+/// makes a second cluster.
+fn bootstrap_tick(sim: &mut Sim) {
+    let now = sim.now();
+    let any_member =
+        (0..sim.len()).any(|i| sim.core(i).is_some_and(|c| c.gossip().has_member(c.self_node())));
+    let first_running = sim.running().next();
+    let (Some(slot), false) = (first_running, any_member) else {
+        sim.operator.no_cluster_since = None;
+        return;
+    };
+    let since = *sim.operator.no_cluster_since.get_or_insert(now);
+    let wait = sim.operator.config.bootstrap_after.unwrap_or(Duration::MAX);
+    if now.saturating_sub(since) >= wait {
+        sim.operator.no_cluster_since = None;
+        sim.operator.bootstraps.push((slot, now));
+        sim.join(slot, slot);
     }
 }
 

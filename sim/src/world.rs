@@ -28,9 +28,11 @@ use convoke_membership::{Address, Cluster, ShutdownReason, Uid, UniqueAddress};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::counters::{NodeCounters, Sizer, kind_index};
+use crate::counters::{NodeCounters, SizeMode, Sizer, kind_index};
 use crate::faults::Nemesis;
-use crate::invariants::{Cause, Checkers, Delivered, Observation, Violation, WorldView};
+use crate::invariants::{
+    Cause, Checkers, Delivered, Observation, SbrDecision, Violation, WorldView,
+};
 use crate::net::{Links, NetConfig};
 use crate::operator::{Operator, OperatorConfig};
 use crate::time::Clock;
@@ -85,6 +87,8 @@ pub struct SimOptions {
     pub check_invariants: bool,
     /// How many of the latest steps to keep as text, for failure reports (0: none).
     pub log_steps: usize,
+    /// How gossip sizes are computed for the counters.
+    pub size_mode: SizeMode,
 }
 
 impl SimOptions {
@@ -100,6 +104,7 @@ impl SimOptions {
             operator: OperatorConfig::off(),
             check_invariants: true,
             log_steps: 0,
+            size_mode: SizeMode::default(),
         }
     }
 }
@@ -268,6 +273,7 @@ pub struct Sim {
     up: UpTracker,
     log: VecDeque<String>,
     delivered: u64,
+    decisions: u64,
 }
 
 /// Who has seen whom Up, for the convergence figures.
@@ -295,6 +301,9 @@ impl Sim {
     /// A world with `opts.nodes` idle slots.
     pub fn new(opts: SimOptions) -> Self {
         let mut clocks = rng(opts.seed, Stream::Clocks);
+        // Every slot's address shares the system and host strings.
+        let first = Address::new(&opts.config.system_name, HOST, BASE_PORT)
+            .expect("valid simulated address");
         let slots = (0..opts.nodes)
             .map(|i| {
                 let port = u16::try_from(i).ok().and_then(|i| BASE_PORT.checked_add(i));
@@ -308,8 +317,7 @@ impl Sim {
                 let wall_offset_ms =
                     if max_off > 0 { clocks.random_range(-max_off..=max_off) } else { 0 };
                 Slot {
-                    address: Address::new(&opts.config.system_name, HOST, port)
-                        .expect("valid simulated address"),
+                    address: first.with_port(port),
                     clock: Clock::new(drift),
                     wall_offset_ms,
                     state: SlotState::Idle,
@@ -348,7 +356,7 @@ impl Sim {
             rng_operator: rng(opts.seed, Stream::Operator),
             trace: TraceHash::new(),
             counters: vec![NodeCounters::default(); n],
-            sizer: Sizer::new(n),
+            sizer: Sizer::new(n, opts.size_mode),
             checkers,
             violation: None,
             operator: Operator::new(opts.operator.clone()),
@@ -356,6 +364,7 @@ impl Sim {
             up: UpTracker { target: n, ..UpTracker::default() },
             log: VecDeque::new(),
             delivered: 0,
+            decisions: 0,
             opts,
         };
         if sim.operator.config().is_active() {
@@ -439,6 +448,16 @@ impl Sim {
     /// Per-slot traffic counters.
     pub fn counters(&self) -> &[NodeCounters] {
         &self.counters
+    }
+
+    /// Split-brain resolver decisions taken so far, by all nodes.
+    pub fn decisions(&self) -> u64 {
+        self.decisions
+    }
+
+    /// Gossip messages encoded to size them so far.
+    pub fn gossips_encoded(&self) -> u64 {
+        self.sizer.encoded
     }
 
     /// Resets the traffic counters (e.g. to measure a steady state).
@@ -806,7 +825,17 @@ impl Sim {
         while let Some(e) = core.poll_event() {
             self.on_event(slot, &e);
         }
-        let changed = !Arc::ptr_eq(&before, core.gossip());
+        // No strategy the simulator configures asks for a lease; a request is dropped, so a
+        // lease-majority decision would wait for ever (and the liveness phase would say so).
+        while core.poll_lease_request().is_some() {}
+        let mut decisions = Vec::new();
+        while let Some(d) = core.poll_downing_decision() {
+            "decision".hash(&mut self.trace);
+            self.note(|| format!("slot {slot} {d}"));
+            self.decisions += 1;
+            decisions.push(SbrDecision::from(&d));
+        }
+        let changed = !Arc::ptr_eq(&before, core.gossip()) || !decisions.is_empty();
         let confirms = matches!(cause, Cause::Message(Delivered::Other("ExitingConfirmed")));
         if (changed || confirms) && !self.checkers.is_empty() && self.violation.is_none() {
             let leader = core.membership().leader().cloned();
@@ -819,6 +848,7 @@ impl Sim {
                 &before,
                 leader.as_ref(),
                 &self.slots[slot].confirmed,
+                &decisions,
             );
             if let Some(v) = self.checkers.check_step(&obs) {
                 self.note(|| format!("VIOLATION {v}"));
@@ -1064,5 +1094,9 @@ impl WorldView for Sim {
 
     fn link_open(&self, from: usize, to: usize) -> bool {
         self.links.is_open(from, to) && !self.links.is_clogged(from) && !self.links.is_clogged(to)
+    }
+
+    fn is_running(&self, slot: usize) -> bool {
+        self.slots[slot].state == SlotState::Running
     }
 }

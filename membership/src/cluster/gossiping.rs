@@ -12,6 +12,7 @@ use crate::config::TargetPreference;
 use crate::gossip::Gossip;
 use crate::member::MemberStatus;
 use crate::message::Message;
+use crate::state::MembershipState;
 use crate::vclock::{Ordering, VectorClock};
 
 impl Cluster {
@@ -47,34 +48,48 @@ impl Cluster {
         }
     }
 
-    fn valid_targets(&self) -> Vec<UniqueAddress> {
-        let state = self.membership();
-        state
-            .dc_members()
+    /// The members gossip may go to, in member order: those of this data center that are valid
+    /// gossip targets (see [`MembershipState::is_valid_gossip_target`]).
+    fn valid_targets<'g>(&self, g: &'g Gossip) -> Vec<&'g UniqueAddress> {
+        let state = MembershipState::new(g, &self.self_node, &self.config.data_center);
+        g.members()
+            .filter(|m| m.data_center() == self.config.data_center)
             .map(|m| m.node())
             .filter(|n| state.is_valid_gossip_target(n))
-            .cloned()
             .collect()
     }
 
     /// Picks the gossip target (spec §2.8): with the configured probability a member that has not
     /// seen the current version, otherwise (or when all have) any valid member.
     fn select_gossip_target(&mut self) -> Option<UniqueAddress> {
-        let candidates = self.valid_targets();
+        let latest = self.latest.clone();
+        let candidates = self.valid_targets(&latest);
         let p = match self.config.gossip_target_preference {
             TargetPreference::AlwaysPreferUnseen => 1.0,
             TargetPreference::ReducedProbability => {
-                self.config.different_view_probability(self.latest.len())
+                self.config.different_view_probability(latest.len())
             }
         };
         if p >= 1.0 || self.rng.random::<f64>() < p {
             let unseen: Vec<&UniqueAddress> =
-                candidates.iter().filter(|n| !self.latest.seen_by(n)).collect();
+                candidates.iter().copied().filter(|n| !latest.seen_by(n)).collect();
             if let Some(n) = unseen.choose(&mut self.rng) {
                 return Some((*n).clone());
             }
         }
-        candidates.choose(&mut self.rng).cloned()
+        candidates.choose(&mut self.rng).map(|n| (*n).clone())
+    }
+
+    /// The digest of the current seen set, computed once per gossip version.
+    fn current_seen_digest(&mut self) -> [u8; 20] {
+        match &self.seen_digest {
+            Some((g, digest)) if Arc::ptr_eq(g, &self.latest) => *digest,
+            _ => {
+                let digest = self.latest.seen_digest();
+                self.seen_digest = Some((self.latest.clone(), digest));
+                digest
+            }
+        }
     }
 
     /// Sends the full gossip to `node` if it is a valid target.
@@ -97,15 +112,19 @@ impl Cluster {
         let msg = Message::GossipStatus {
             from: self.self_node.clone(),
             version: self.latest.version().clone(),
-            seen_digest: self.latest.seen_digest().to_vec(),
+            seen_digest: self.current_seen_digest().to_vec(),
         };
         self.send(node.address.clone(), msg);
     }
 
     /// Sends the full gossip to up to `n` random valid members.
     pub(super) fn gossip_random_n(&mut self, n: usize) {
-        let targets: Vec<UniqueAddress> =
-            self.valid_targets().choose_multiple(&mut self.rng, n).cloned().collect();
+        let latest = self.latest.clone();
+        let targets: Vec<UniqueAddress> = self
+            .valid_targets(&latest)
+            .choose_multiple(&mut self.rng, n)
+            .map(|n| (*n).clone())
+            .collect();
         for t in targets {
             self.gossip_to(&t);
         }
@@ -123,7 +142,7 @@ impl Cluster {
         {
             return;
         }
-        let seen_same = seen_digest.is_empty() || seen_digest == self.latest.seen_digest();
+        let seen_same = seen_digest.is_empty() || seen_digest == self.current_seen_digest();
         if !seen_same {
             self.gossip_to(from);
             return;

@@ -231,6 +231,12 @@ impl Cluster {
         if self.latest.has_member(&self.self_node) && self.self_status().is_down_or_exiting() {
             return;
         }
+        // A removed incarnation never comes back (reliability S5): it must restart with a new uid.
+        // It can still ask, when it was removed while it waited for its Welcome (paused, or cut
+        // off), and then retries its join.
+        if self.latest.tombstones().contains_key(&node) {
+            return;
+        }
         let existing = self.latest.members().find(|m| m.address() == &node.address).cloned();
         match existing {
             Some(m) if *m.node() == node => {

@@ -194,6 +194,9 @@ pub struct Cluster {
     phase: Phase,
     latest: Arc<Gossip>,
     published: Arc<Gossip>,
+    /// The seen digest of a gossip version, kept because every gossip status sent or received
+    /// needs the current one.
+    seen_digest: Option<(Arc<Gossip>, [u8; 20])>,
     seed_nodes: Vec<Address>,
     seed_process: Option<SeedProcess>,
     exiting_confirmed: BTreeSet<UniqueAddress>,
@@ -271,6 +274,7 @@ impl Cluster {
             phase: Phase::Uninitialized,
             latest: empty.clone(),
             published: empty,
+            seen_digest: None,
             seed_nodes: Vec::new(),
             seed_process: None,
             exiting_confirmed: BTreeSet::new(),
@@ -548,9 +552,14 @@ impl Cluster {
             return;
         }
         let state = self.membership();
+        let unreachable = state.unreachable_members();
+        // Most changes (seen sets, statuses) leave the ring's input as it was.
+        let same_members = state.dc_members().map(|m| m.node()).eq(self.heartbeat_members.iter());
+        if same_members && unreachable == self.heartbeat_unreachable {
+            return;
+        }
         let members: BTreeSet<UniqueAddress> =
             state.dc_members().map(|m| m.node().clone()).collect();
-        let unreachable = state.unreachable_members();
         let added: Vec<_> = members.difference(&self.heartbeat_members).cloned().collect();
         let removed: Vec<_> = self.heartbeat_members.difference(&members).cloned().collect();
         let now_unreachable: Vec<_> =

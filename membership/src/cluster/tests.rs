@@ -474,6 +474,22 @@ fn join_from_a_new_incarnation_terminates_and_downs_the_old_one_without_adding_t
 }
 
 #[test]
+fn join_from_a_removed_incarnation_is_ignored() {
+    // Found by the simulator (chaos seed 176, 5 nodes): a node removed while it was paused before
+    // its Welcome arrived retried its join with the same uid, and was admitted again.
+    let t = t0();
+    let mut g = gossip([up(1, 1), up(2, 2), up(3, 3)], &[2, 3]);
+    g.remove(&n(3), WALL);
+    let mut c = member_core(1, cfg(), t, 2, g);
+    let before = c.gossip().clone();
+    c.handle_message(t, n(3), join_msg(n(3)));
+    assert!(!c.gossip().has_member(&n(3)));
+    assert!(Arc::ptr_eq(c.gossip(), &before), "the gossip changed");
+    assert!(of_kind(&transmits(&mut c), "Welcome").is_empty());
+    assert!(c.gossip().check_invariants().is_ok());
+}
+
+#[test]
 fn join_is_ignored_while_preparing_for_full_shutdown() {
     let t = t0();
     let g = gossip([up(1, 1), up(2, 2)], &[2]);

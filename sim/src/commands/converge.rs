@@ -8,7 +8,7 @@ use convoke_membership::member::MemberStatus;
 use serde::Serialize;
 
 use super::{all_up_converged, secs, start_bulk};
-use crate::counters::TrafficReport;
+use crate::counters::{SizeMode, TrafficReport};
 use crate::invariants::Violation;
 use crate::stats::Summary;
 use crate::world::{Sim, SimOptions};
@@ -40,6 +40,8 @@ pub struct ConvergeOptions {
     pub max_time: Duration,
     /// The steady-state window measured after convergence.
     pub steady: Duration,
+    /// How gossip sizes are computed.
+    pub size_mode: SizeMode,
 }
 
 impl ConvergeOptions {
@@ -53,6 +55,7 @@ impl ConvergeOptions {
             check_invariants: true,
             max_time: Duration::from_secs(3600),
             steady: Duration::from_secs(30),
+            size_mode: SizeMode::default(),
         }
     }
 }
@@ -100,6 +103,10 @@ pub struct ConvergeReport {
     pub messages_delivered: u64,
     /// The trace hash.
     pub trace_hash: String,
+    /// How gossip sizes were computed.
+    pub size_mode: SizeMode,
+    /// Gossip messages encoded to size them.
+    pub gossips_encoded: u64,
     /// Wall-clock seconds the run took.
     pub wall_s: f64,
 }
@@ -110,6 +117,7 @@ pub fn run(o: &ConvergeOptions) -> ConvergeReport {
     let mut opts = SimOptions::new(o.seed, o.nodes);
     opts.config.gossip_target_preference = o.preference;
     opts.check_invariants = o.check_invariants;
+    opts.size_mode = o.size_mode;
     let gossip_interval = opts.config.gossip_interval;
     let mut sim = Sim::new(opts);
     let all: Vec<usize> = (0..o.nodes).collect();
@@ -196,6 +204,8 @@ pub fn run(o: &ConvergeOptions) -> ConvergeReport {
         steps: sim.steps(),
         messages_delivered: sim.delivered(),
         trace_hash: format!("{:016x}", sim.trace_hash()),
+        size_mode: o.size_mode,
+        gossips_encoded: sim.gossips_encoded(),
         wall_s: wall.elapsed().as_secs_f64(),
     }
 }

@@ -15,9 +15,15 @@
 //! step fed the core something the checkers track besides the gossip (an `ExitingConfirmed`).
 //! Every checker is O(members) per call, about what the core itself spent on the change.
 //!
-//! Registered now: S5–S13 ([`registry`]). S1–S4 and S14 belong to the split-brain resolver and are
-//! added through [`split_brain`] when it exists; that file describes the seam.
+//! Registered ([`registry`]): S5–S13 on the membership core; S1–S4 and S14 on the split-brain
+//! resolver: S2, S3 and S4 judge each decision a resolver acted on (it reaches them in
+//! [`Observation::decisions`]), S1 and S14 look at the whole world every half second of virtual
+//! time.
 
+mod s01_one_live_cluster;
+mod s02_complementary_decisions;
+mod s03_indirectly_connected_downed;
+mod s04_down_all_when_unstable;
 mod s05_no_resurrection;
 mod s06_transitions;
 mod s07_structure;
@@ -27,7 +33,7 @@ mod s10_single_leader;
 mod s11_monotonic_versions;
 mod s12_no_silent_disappearance;
 mod s13_gossip_acceptance;
-pub mod split_brain;
+mod s14_downed_node_stops;
 pub mod view;
 
 use std::collections::BTreeSet;
@@ -36,9 +42,14 @@ use std::time::Duration;
 
 use convoke_membership::config::Config;
 use convoke_membership::gossip::Gossip;
+use convoke_membership::sbr::{Decision, DecisionTrigger, DowningDecision};
 use convoke_membership::{Cluster, UniqueAddress};
 use serde::Serialize;
 
+pub use s01_one_live_cluster::OneLiveCluster;
+pub use s02_complementary_decisions::ComplementaryDecisions;
+pub use s03_indirectly_connected_downed::IndirectlyConnectedDowned;
+pub use s04_down_all_when_unstable::DownAllWhenUnstable;
 pub use s05_no_resurrection::NoResurrection;
 pub use s06_transitions::AllowedTransitions;
 pub use s07_structure::GossipStructure;
@@ -48,6 +59,7 @@ pub use s10_single_leader::SingleLeader;
 pub use s11_monotonic_versions::MonotonicVersions;
 pub use s12_no_silent_disappearance::NoSilentDisappearance;
 pub use s13_gossip_acceptance::GossipAcceptance;
+pub use s14_downed_node_stops::DownedNodeStops;
 
 /// What made a node's core take a step.
 #[derive(Clone, Debug)]
@@ -114,6 +126,35 @@ pub struct Observation<'a> {
     pub exiting_confirmed: &'a BTreeSet<UniqueAddress>,
     /// The node's configuration.
     pub config: &'a Config,
+    /// The split-brain resolver's decisions taken in this step, in order.
+    pub decisions: &'a [SbrDecision],
+}
+
+/// A decision the split-brain resolver acted on, as the checkers see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SbrDecision {
+    /// The decision.
+    pub decision: Decision,
+    /// Why it was taken then.
+    pub trigger: DecisionTrigger,
+    /// The members it downs.
+    pub nodes: BTreeSet<UniqueAddress>,
+    /// Whether the deciding node downs itself.
+    pub downs_self: bool,
+    /// The members it found indirectly connected.
+    pub indirectly_connected: BTreeSet<UniqueAddress>,
+}
+
+impl From<&DowningDecision> for SbrDecision {
+    fn from(d: &DowningDecision) -> Self {
+        Self {
+            decision: d.decision,
+            trigger: d.trigger,
+            nodes: d.nodes.clone(),
+            downs_self: d.downs_self,
+            indirectly_connected: d.indirectly_connected.clone(),
+        }
+    }
 }
 
 impl<'a> Observation<'a> {
@@ -128,6 +169,7 @@ impl<'a> Observation<'a> {
         before: &'a Gossip,
         leader: Option<&'a UniqueAddress>,
         exiting_confirmed: &'a BTreeSet<UniqueAddress>,
+        decisions: &'a [SbrDecision],
     ) -> Self {
         Self {
             step,
@@ -141,6 +183,7 @@ impl<'a> Observation<'a> {
             leader,
             exiting_confirmed,
             config: core.config(),
+            decisions,
         }
     }
 }
@@ -157,6 +200,8 @@ pub trait WorldView {
     fn is_stopped(&self, slot: usize) -> bool;
     /// Whether the network currently delivers messages from `from` to `to`.
     fn link_open(&self, from: usize, to: usize) -> bool;
+    /// Whether the process in `slot` runs (neither paused nor stopped).
+    fn is_running(&self, slot: usize) -> bool;
 }
 
 /// A safety invariant.
@@ -290,10 +335,15 @@ impl Checkers {
     }
 }
 
-/// The checkers for S5–S13, in order. The split-brain resolver's S1–S4 and S14 are appended by
-/// [`split_brain::register`].
+/// The checkers for S1–S14, in order: S5–S13 check the membership core, S1–S4 and S14 the
+/// split-brain resolver and what it leads to (S15 and S16 concern the bootstrap and the transport,
+/// which the simulator does not model).
 pub fn registry() -> Vec<Box<dyn Invariant>> {
-    let mut v: Vec<Box<dyn Invariant>> = vec![
+    vec![
+        Box::new(OneLiveCluster::default()),
+        Box::new(ComplementaryDecisions::default()),
+        Box::new(IndirectlyConnectedDowned),
+        Box::new(DownAllWhenUnstable),
         Box::new(NoResurrection::default()),
         Box::new(AllowedTransitions),
         Box::new(GossipStructure),
@@ -303,7 +353,9 @@ pub fn registry() -> Vec<Box<dyn Invariant>> {
         Box::new(MonotonicVersions::default()),
         Box::new(NoSilentDisappearance),
         Box::new(GossipAcceptance),
-    ];
-    split_brain::register(&mut v);
-    v
+        Box::new(DownedNodeStops::default()),
+    ]
 }
+
+#[cfg(test)]
+mod tests;

@@ -72,10 +72,9 @@ impl Invariant for NoResurrection {
                 .map(|m| m.node().clone()),
         );
         gone.extend(
-            obs.before
-                .members()
-                .filter(|m| !obs.after.has_member(m.node()))
-                .map(|m| m.node().clone()),
+            super::view::before_and_after(obs.before, obs.after)
+                .filter(|(_, now)| now.is_none())
+                .map(|(m, _)| m.node().clone()),
         );
         Ok(())
     }

@@ -53,8 +53,8 @@ impl Invariant for AllowedTransitions {
     }
 
     fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
-        for old in obs.before.members() {
-            let Some(new) = obs.after.member(old.node()) else { continue };
+        for (old, new) in super::view::before_and_after(obs.before, obs.after) {
+            let Some(new) = new else { continue };
             if !reachable(old.status(), new.status()) {
                 return Err(format!(
                     "{} saw {} move {} -> {}",

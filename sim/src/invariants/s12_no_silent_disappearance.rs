@@ -18,7 +18,9 @@ impl Invariant for NoSilentDisappearance {
     }
 
     fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
-        for m in obs.before.members().filter(|m| !obs.after.has_member(m.node())) {
+        let vanished = super::view::before_and_after(obs.before, obs.after)
+            .filter_map(|(m, now)| now.is_none().then_some(m));
+        for m in vanished {
             let removed = obs.after.tombstones().contains_key(m.node());
             if !removed && !matches!(m.status(), MemberStatus::Down | MemberStatus::Exiting) {
                 return Err(format!(

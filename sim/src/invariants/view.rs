@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use convoke_membership::UniqueAddress;
 use convoke_membership::gossip::Gossip;
-use convoke_membership::member::MemberStatus;
+use convoke_membership::member::{Member, MemberStatus};
 use convoke_membership::reachability::ReachabilityStatus;
 
 /// Statuses whose members must have seen a gossip for it to converge, and that may lead.
@@ -85,4 +85,17 @@ pub fn leader<'g>(g: &'g Gossip, self_node: &UniqueAddress) -> Option<&'g Unique
     };
     pool.min_by(|a, b| rank(a.status()).cmp(&rank(b.status())).then_with(|| a.node().cmp(b.node())))
         .map(|m| m.node())
+}
+
+/// Every member of `before` with its record in `after`, if any: both gossips walked side by side
+/// in member order, without a lookup per member.
+pub fn before_and_after<'g>(
+    before: &'g Gossip,
+    after: &'g Gossip,
+) -> impl Iterator<Item = (&'g Member, Option<&'g Member>)> {
+    let mut later = after.members().peekable();
+    before.members().map(move |old| {
+        while later.next_if(|m| m.node() < old.node()).is_some() {}
+        (old, later.next_if(|m| m.node() == old.node()))
+    })
 }

@@ -1,0 +1,132 @@
+//! S1: no two live sub-clusters once the split-brain resolver has had time to decide.
+//!
+//! Two running processes whose own status is a live one (WeaklyUp, Up, Leaving, preparing for
+//! shutdown) and that each hold the other as Down or not a member at all are in two different live
+//! clusters: each side kept itself and gave the other up. That may last while a decision is under
+//! way (the failure detector's verdict, `stable_after`, down-all-when-unstable, the losing side's
+//! Down spreading and its processes stopping), but not longer: the checker fails once one such pair
+//! has lasted longer than [`bound`]. A side that downed itself does not count: its members see
+//! themselves Down, and S14 demands that they stop.
+//!
+//! The check is O(n²) per look, so it looks every half second of virtual time, and only once some
+//! member has been downed (before that no side can have given the other up).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use convoke_membership::config::Config;
+use convoke_membership::member::MemberStatus;
+use convoke_membership::{Cluster, UniqueAddress};
+
+use super::{Invariant, Observation, WorldView};
+
+/// How often the world is looked at.
+pub(super) const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+/// The S1 checker.
+#[derive(Debug, Default)]
+pub struct OneLiveCluster {
+    armed: bool,
+    last_look: Option<Duration>,
+    /// Pairs (lower, higher) of live nodes that hold each other Down or gone, and since when.
+    split_since: BTreeMap<(UniqueAddress, UniqueAddress), Duration>,
+}
+
+/// How long two live clusters may coexist: a failure detector's verdict, `stable_after`,
+/// down-all-when-unstable, two resolver ticks, and the losing side's Down spreading (up to five
+/// leader ticks before a Down node shuts down anyway, plus ten seconds of dissemination under
+/// loss), stretched by 10 % for clock drift.
+pub(super) fn bound(config: &Config) -> Duration {
+    let fd = &config.failure_detector;
+    let sbr = &config.split_brain_resolver;
+    let detect = fd.acceptable_heartbeat_pause + fd.heartbeat_interval * 3;
+    let decide = sbr.stable_after
+        + sbr.down_all_when_unstable_after().unwrap_or(Duration::ZERO)
+        + Duration::from_secs(2);
+    let stop = config.leader_actions_interval * 5 + Duration::from_secs(10);
+    (detect + decide + stop).mul_f64(1.1)
+}
+
+/// Whether `status` is that of a live member of a cluster.
+pub(super) fn is_live(status: MemberStatus) -> bool {
+    use MemberStatus::*;
+    matches!(status, WeaklyUp | Up | Leaving | PreparingForShutdown | ReadyForShutdown)
+}
+
+/// Whether `core` holds `other` as Down or not a member.
+fn gives_up(core: &Cluster, other: &UniqueAddress) -> bool {
+    core.gossip().member(other).is_none_or(|m| m.status() == MemberStatus::Down)
+}
+
+/// The live pairs of `world` that hold each other Down or gone.
+pub(super) fn split_pairs(world: &dyn WorldView) -> Vec<(UniqueAddress, UniqueAddress)> {
+    let live: Vec<&Cluster> = (0..world.slots())
+        .filter(|&i| world.is_running(i))
+        .filter_map(|i| world.core(i))
+        .filter(|c| is_live(c.self_status()))
+        .collect();
+    let mut pairs = Vec::new();
+    for (k, a) in live.iter().enumerate() {
+        for b in &live[k + 1..] {
+            if gives_up(a, b.self_node()) && gives_up(b, a.self_node()) {
+                let (x, y) = (a.self_node().clone(), b.self_node().clone());
+                pairs.push(if x < y { (x, y) } else { (y, x) });
+            }
+        }
+    }
+    pairs
+}
+
+impl OneLiveCluster {
+    /// A checker that looks from the start, as if a member had been downed already.
+    #[cfg(test)]
+    pub(super) fn armed() -> Self {
+        Self { armed: true, ..Self::default() }
+    }
+}
+
+impl Invariant for OneLiveCluster {
+    fn id(&self) -> &'static str {
+        "S1"
+    }
+
+    fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
+        if !self.armed {
+            self.armed = obs.after.members().any(|m| m.status() == MemberStatus::Down);
+        }
+        Ok(())
+    }
+
+    fn wants_world(&self) -> bool {
+        true
+    }
+
+    fn check_world(&mut self, world: &dyn WorldView) -> Result<(), String> {
+        let now = world.now();
+        if !self.armed || self.last_look.is_some_and(|t| now < t + LOOK_EVERY) {
+            return Ok(());
+        }
+        self.last_look = Some(now);
+        let Some(config) = (0..world.slots()).find_map(|i| world.core(i)).map(Cluster::config)
+        else {
+            return Ok(());
+        };
+        let bound = bound(config);
+        let pairs = split_pairs(world);
+        self.split_since.retain(|p, _| pairs.contains(p));
+        for p in pairs {
+            let since = *self.split_since.entry(p.clone()).or_insert(now);
+            if now.saturating_sub(since) > bound {
+                return Err(format!(
+                    "{} and {} are both live and each holds the other Down or removed, for {:.1} s \
+                     (bound {:.1} s): two live clusters",
+                    p.0,
+                    p.1,
+                    (now - since).as_secs_f64(),
+                    bound.as_secs_f64()
+                ));
+            }
+        }
+        Ok(())
+    }
+}

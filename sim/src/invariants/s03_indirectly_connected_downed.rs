@@ -1,0 +1,71 @@
+//! S3: indirectly connected nodes are downed, never kept.
+//!
+//! Whenever a node's resolver acts on a decision, the checker recomputes from the gossip the
+//! resolver saw (the node's gossip before the step) which members are indirectly connected, with
+//! its own code: those that both observe a member unreachable and are observed so (a cycle), and
+//! both ends of an unreachability record whose subject has seen the current gossip. Every one of
+//! them that could still be downed must be among the nodes the decision downs (or already Down
+//! after the step). A decision to down everyone, or a node downing itself because it was
+//! quarantined, is not about them.
+
+use std::collections::BTreeSet;
+
+use convoke_membership::UniqueAddress;
+use convoke_membership::gossip::Gossip;
+use convoke_membership::member::MemberStatus;
+use convoke_membership::reachability::ReachabilityStatus;
+use convoke_membership::sbr::Decision;
+
+use super::{Invariant, Observation};
+
+/// The S3 checker.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IndirectlyConnectedDowned;
+
+/// The indirectly connected members of `g` (see the module docs).
+pub(super) fn indirectly_connected(g: &Gossip) -> BTreeSet<UniqueAddress> {
+    let records: Vec<_> = g
+        .reachability()
+        .records()
+        .filter(|r| r.status != ReachabilityStatus::Reachable)
+        .filter(|r| g.has_member(&r.observer) && g.has_member(&r.subject))
+        .collect();
+    let observers: BTreeSet<&UniqueAddress> = records.iter().map(|r| &r.observer).collect();
+    let subjects: BTreeSet<&UniqueAddress> = records.iter().map(|r| &r.subject).collect();
+    let mut out: BTreeSet<UniqueAddress> =
+        observers.intersection(&subjects).map(|n| (*n).clone()).collect();
+    for r in records.iter().filter(|r| g.seen_by(&r.subject)) {
+        out.insert(r.observer.clone());
+        out.insert(r.subject.clone());
+    }
+    out
+}
+
+impl Invariant for IndirectlyConnectedDowned {
+    fn id(&self) -> &'static str {
+        "S3"
+    }
+
+    fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
+        let relevant =
+            |d: &Decision| !matches!(d, Decision::DownAll | Decision::DownSelfQuarantinedByRemote);
+        for d in obs.decisions.iter().filter(|d| relevant(&d.decision)) {
+            let indirect = indirectly_connected(obs.before);
+            let kept = indirect.iter().find(|n| {
+                let downable =
+                    obs.before.member(n).is_some_and(|m| !m.status().is_down_or_exiting());
+                let still_up =
+                    obs.after.member(n).is_some_and(|m| m.status() != MemberStatus::Down);
+                downable && still_up && !d.nodes.contains(*n)
+            });
+            if let Some(n) = kept {
+                return Err(format!(
+                    "{} decided {:?} and kept {n}, which is indirectly connected in the gossip it \
+                     decided on",
+                    obs.self_node, d.decision
+                ));
+            }
+        }
+        Ok(())
+    }
+}

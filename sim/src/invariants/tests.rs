@@ -1,0 +1,440 @@
+//! Each checker fires on a deliberately broken input, and stays quiet on the correct counterpart
+//! (so a checker that always fires would fail too).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use convoke_membership::config::Config;
+use convoke_membership::gossip::Gossip;
+use convoke_membership::member::{Member, MemberStatus, UpNumber};
+use convoke_membership::reachability::Reachability;
+use convoke_membership::vclock::VectorClock;
+use convoke_membership::version::AppVersion;
+use convoke_membership::{Address, Uid, UniqueAddress};
+
+use super::*;
+use MemberStatus::*;
+
+fn node(port: u16, uid: u64) -> UniqueAddress {
+    let address = Address::new("convoke", crate::world::HOST, port).expect("valid");
+    UniqueAddress::new(address, Uid::new(uid).expect("nonzero"))
+}
+
+fn a() -> UniqueAddress {
+    node(10_000, 1)
+}
+fn b() -> UniqueAddress {
+    node(10_001, 2)
+}
+fn c() -> UniqueAddress {
+    node(10_002, 3)
+}
+
+fn member(n: &UniqueAddress, status: MemberStatus, up: u32) -> Member {
+    let roles = BTreeSet::from(["dc-default".to_owned()]);
+    let up = if up == 0 { UpNumber::UNASSIGNED } else { UpNumber(up) };
+    Member::from_parts(n.clone(), up, status, roles, AppVersion::default())
+}
+
+/// A gossip with these members, seen by `seen`, unreachability `(observer, subject)`, the clock
+/// `version` and tombstones.
+fn gossip(
+    members: &[(UniqueAddress, MemberStatus)],
+    seen: &[UniqueAddress],
+    unreachable: &[(UniqueAddress, UniqueAddress)],
+    version: &[(UniqueAddress, u64)],
+    tombstones: &[UniqueAddress],
+) -> Gossip {
+    let mut r = Reachability::new();
+    for (o, s) in unreachable {
+        r.unreachable(o, s);
+    }
+    let members = members.iter().enumerate().map(|(i, (n, s))| {
+        let up = if matches!(s, Joining | WeaklyUp) { 0 } else { u32::try_from(i).unwrap() + 1 };
+        member(n, *s, up)
+    });
+    Gossip::from_parts(
+        members,
+        seen.iter().cloned().collect(),
+        r,
+        VectorClock::from_entries(version.iter().cloned()),
+        tombstones.iter().map(|n| (n.clone(), 1)).collect::<BTreeMap<_, _>>(),
+    )
+}
+
+/// Three Up members, seen by all, nothing unreachable, clock `{a: v}`.
+fn all_up(v: u64) -> Gossip {
+    gossip(&[(a(), Up), (b(), Up), (c(), Up)], &[a(), b(), c()], &[], &[(a(), v)], &[])
+}
+
+struct Step {
+    cause: Cause,
+    before: Gossip,
+    after: Gossip,
+    converged: bool,
+    leader: Option<UniqueAddress>,
+    confirmed: BTreeSet<UniqueAddress>,
+    config: Config,
+    self_node: UniqueAddress,
+    decisions: Vec<SbrDecision>,
+}
+
+impl Step {
+    fn new(cause: Cause, before: Gossip, after: Gossip) -> Self {
+        Self {
+            cause,
+            before,
+            after,
+            converged: false,
+            leader: None,
+            confirmed: BTreeSet::new(),
+            config: Config::default(),
+            self_node: a(),
+            decisions: Vec::new(),
+        }
+    }
+
+    fn by(mut self, n: UniqueAddress) -> Self {
+        self.self_node = n;
+        self
+    }
+
+    fn converged(mut self, leader: Option<UniqueAddress>) -> Self {
+        self.converged = true;
+        self.leader = leader;
+        self
+    }
+
+    fn check(&self, checker: &mut dyn Invariant) -> Result<(), String> {
+        let obs = Observation {
+            step: 1,
+            now: Duration::from_secs(1),
+            slot: 0,
+            self_node: &self.self_node,
+            cause: &self.cause,
+            before: &self.before,
+            after: &self.after,
+            converged: self.converged,
+            leader: self.leader.as_ref(),
+            exiting_confirmed: &self.confirmed,
+            config: &self.config,
+            decisions: &self.decisions,
+        };
+        checker.check_step(&obs)
+    }
+}
+
+fn received_from(from: UniqueAddress, g: &Gossip) -> Cause {
+    Cause::Message(Delivered::Gossip {
+        from,
+        to: a(),
+        gossip: Arc::new(g.clone()),
+        queued_for: Duration::ZERO,
+    })
+}
+
+#[test]
+fn s5_fires_when_a_member_seen_down_comes_back_up() {
+    let mut s5 = NoResurrection::default();
+    let up = all_up(1);
+    let b_down = gossip(&[(a(), Up), (b(), Down), (c(), Up)], &[a()], &[], &[(a(), 2)], &[]);
+    assert_eq!(Step::new(Cause::Timer, up.clone(), b_down.clone()).check(&mut s5), Ok(()));
+    let back = all_up(3);
+    let err = Step::new(Cause::Timer, b_down, back).check(&mut s5).unwrap_err();
+    assert!(err.contains("Down or removed"), "{err}");
+}
+
+#[test]
+fn s5_fires_when_two_incarnations_of_one_address_are_up() {
+    let mut s5 = NoResurrection::default();
+    let b2 = node(10_001, 22);
+    let both = gossip(&[(a(), Up), (b(), Up), (b2, Up)], &[a()], &[], &[(a(), 2)], &[]);
+    let err = Step::new(Cause::Timer, all_up(1), both).check(&mut s5).unwrap_err();
+    assert!(err.contains("two incarnations"), "{err}");
+    let mut s5 = NoResurrection::default();
+    let joining =
+        gossip(&[(a(), Up), (b(), Up), (node(10_001, 22), Joining)], &[a()], &[], &[], &[]);
+    assert_eq!(Step::new(Cause::Timer, all_up(1), joining).check(&mut s5), Ok(()));
+}
+
+#[test]
+fn s6_fires_on_a_transition_outside_the_graph() {
+    let down = gossip(&[(a(), Up), (b(), Down), (c(), Up)], &[a()], &[], &[(a(), 2)], &[]);
+    let leaving = gossip(&[(a(), Up), (b(), Leaving), (c(), Up)], &[a()], &[], &[(a(), 3)], &[]);
+    let err = Step::new(Cause::Timer, down.clone(), leaving).check(&mut AllowedTransitions);
+    assert!(err.unwrap_err().contains("Down -> Leaving"));
+    let exiting = gossip(&[(a(), Up), (b(), Exiting), (c(), Up)], &[a()], &[], &[(a(), 3)], &[]);
+    let up_to_exiting = Step::new(Cause::Timer, all_up(1), exiting).check(&mut AllowedTransitions);
+    assert_eq!(up_to_exiting, Ok(()), "Up reaches Exiting through Leaving");
+    assert_eq!(Step::new(Cause::Timer, all_up(1), down).check(&mut AllowedTransitions), Ok(()));
+}
+
+#[test]
+fn s7_fires_on_a_seen_node_that_is_not_a_member() {
+    let bad = gossip(&[(a(), Up), (b(), Up)], &[a(), c()], &[], &[(a(), 2)], &[]);
+    let err = Step::new(Cause::Timer, all_up(1), bad).check(&mut GossipStructure).unwrap_err();
+    assert!(err.contains("seen node"), "{err}");
+    assert_eq!(Step::new(Cause::Timer, all_up(1), all_up(2)).check(&mut GossipStructure), Ok(()));
+}
+
+#[test]
+fn s7_fires_on_a_tombstoned_member_and_a_clock_entry_for_a_removed_node() {
+    let tombstoned = gossip(&[(a(), Up), (b(), Up)], &[a()], &[], &[(a(), 2)], &[b()]);
+    let err = Step::new(Cause::Timer, all_up(1), tombstoned).check(&mut GossipStructure);
+    assert!(err.unwrap_err().contains("also tombstoned"));
+    let stale_clock = gossip(&[(a(), Up)], &[a()], &[], &[(a(), 2), (b(), 1)], &[b()]);
+    let err = Step::new(Cause::Timer, all_up(1), stale_clock).check(&mut GossipStructure);
+    assert!(err.unwrap_err().contains("vector clock"));
+}
+
+#[test]
+fn s8_fires_when_a_leader_moves_a_joiner_up_without_convergence() {
+    let before = gossip(&[(a(), Up), (b(), Up), (c(), Joining)], &[a(), c()], &[], &[], &[]);
+    let after = gossip(&[(a(), Up), (b(), Up), (c(), Up)], &[a()], &[], &[(a(), 1)], &[]);
+    let err =
+        Step::new(Cause::Timer, before, after.clone()).check(&mut LeaderActionsNeedConvergence);
+    assert!(err.unwrap_err().contains("without convergence"));
+    let seen = gossip(&[(a(), Up), (b(), Up), (c(), Joining)], &[a(), b()], &[], &[], &[]);
+    let ok = Step::new(Cause::Timer, seen.clone(), after.clone());
+    assert_eq!(ok.check(&mut LeaderActionsNeedConvergence), Ok(()));
+    // The same step by a node that is not the leader.
+    let err = Step::new(Cause::Timer, seen, after).by(b()).check(&mut LeaderActionsNeedConvergence);
+    assert!(err.unwrap_err().contains("the leader of that gossip is"));
+}
+
+#[test]
+fn s9_fires_when_the_core_reports_convergence_with_an_unreachable_member() {
+    let g = gossip(&[(a(), Up), (b(), Up), (c(), Up)], &[a(), b(), c()], &[(b(), c())], &[], &[]);
+    let step = Step::new(Cause::Timer, all_up(1), g.clone()).converged(Some(a()));
+    let err = step.check(&mut NoConvergenceWhileUnreachable).unwrap_err();
+    assert!(err.contains("is unreachable"), "{err}");
+    let not_claimed = Step::new(Cause::Timer, all_up(1), g);
+    assert_eq!(not_claimed.check(&mut NoConvergenceWhileUnreachable), Ok(()));
+    let downed = gossip(&[(a(), Up), (b(), Up), (c(), Down)], &[a(), b()], &[(b(), c())], &[], &[]);
+    let step = Step::new(Cause::Timer, all_up(1), downed).converged(Some(a()));
+    assert_eq!(step.check(&mut NoConvergenceWhileUnreachable), Ok(()));
+}
+
+#[test]
+fn s10_fires_when_two_holders_of_one_converged_gossip_name_different_leaders() {
+    let mut s10 = SingleLeader::default();
+    let first = Step::new(Cause::Timer, all_up(1), all_up(2)).converged(Some(a()));
+    assert_eq!(first.check(&mut s10), Ok(()));
+    let agrees = Step::new(Cause::Timer, all_up(1), all_up(2)).by(b()).converged(Some(a()));
+    assert_eq!(agrees.check(&mut s10), Ok(()));
+    let other = Step::new(Cause::Timer, all_up(1), all_up(2)).by(c()).converged(Some(b()));
+    assert!(other.check(&mut s10).unwrap_err().contains("compute leaders"));
+}
+
+#[test]
+fn s11_fires_when_a_clock_entry_goes_back() {
+    let mut s11 = MonotonicVersions::default();
+    let err = Step::new(Cause::Timer, all_up(5), all_up(4)).check(&mut s11).unwrap_err();
+    assert!(err.contains("went back from 5 to 4"), "{err}");
+    assert_eq!(Step::new(Cause::Timer, all_up(4), all_up(5)).check(&mut s11), Ok(()));
+}
+
+#[test]
+fn s11_fires_when_one_clock_carries_two_different_states() {
+    let mut s11 = MonotonicVersions::default();
+    assert_eq!(Step::new(Cause::Timer, all_up(1), all_up(2)).check(&mut s11), Ok(()));
+    let same_clock_b_down =
+        gossip(&[(a(), Up), (b(), Down), (c(), Up)], &[a()], &[], &[(a(), 2)], &[]);
+    let err = Step::new(Cause::Timer, all_up(1), same_clock_b_down).by(b()).check(&mut s11);
+    assert!(err.unwrap_err().contains("same vector clock"));
+}
+
+#[test]
+fn s12_fires_when_an_up_member_vanishes_without_a_tombstone() {
+    let gone = gossip(&[(a(), Up), (c(), Up)], &[a()], &[], &[(a(), 2)], &[]);
+    let err = Step::new(Cause::Timer, all_up(1), gone).check(&mut NoSilentDisappearance);
+    assert!(err.unwrap_err().contains("without a tombstone"));
+    let removed = gossip(&[(a(), Up), (c(), Up)], &[a()], &[], &[(a(), 2)], &[b()]);
+    let ok = Step::new(Cause::Timer, all_up(1), removed).check(&mut NoSilentDisappearance);
+    assert_eq!(ok, Ok(()));
+}
+
+#[test]
+fn s13_fires_when_a_gossip_for_another_incarnation_is_taken_in() {
+    let incoming = all_up(2);
+    let cause = Cause::Message(Delivered::Gossip {
+        from: b(),
+        to: node(10_000, 99),
+        gossip: Arc::new(incoming.clone()),
+        queued_for: Duration::ZERO,
+    });
+    let err = Step::new(cause, all_up(1), incoming.clone()).check(&mut GossipAcceptance);
+    assert!(err.unwrap_err().contains("addressed to uid 99"));
+    let ok = Step::new(received_from(b(), &incoming), all_up(1), incoming);
+    assert_eq!(ok.check(&mut GossipAcceptance), Ok(()));
+}
+
+#[test]
+fn s13_fires_when_a_gossip_from_an_unreachable_sender_is_taken_in() {
+    let before = gossip(&[(a(), Up), (b(), Up), (c(), Up)], &[a()], &[(a(), b())], &[], &[]);
+    let incoming = all_up(2);
+    let step = Step::new(received_from(b(), &incoming), before, incoming);
+    assert!(step.check(&mut GossipAcceptance).unwrap_err().contains("marks the sender"));
+}
+
+#[test]
+fn s13_fires_when_a_new_incarnation_is_admitted_next_to_the_old_one() {
+    let b2 = node(10_001, 22);
+    let after =
+        gossip(&[(a(), Up), (b(), Up), (b2.clone(), Joining), (c(), Up)], &[a()], &[], &[], &[]);
+    let step = Step::new(Cause::Message(Delivered::Join { node: b2 }), all_up(1), after);
+    assert!(step.check(&mut GossipAcceptance).unwrap_err().contains("previous incarnation"));
+}
+
+// ---- the split-brain resolver's invariants ----------------------------------------------------
+
+use convoke_membership::sbr::{Decision, DecisionTrigger};
+
+use crate::commands::{all_up_converged, start_bulk};
+use crate::world::{Action, Sim, SimOptions};
+
+fn decision(decision: Decision, trigger: DecisionTrigger, nodes: &[UniqueAddress]) -> SbrDecision {
+    let nodes: BTreeSet<UniqueAddress> = nodes.iter().cloned().collect();
+    SbrDecision {
+        decision,
+        trigger,
+        downs_self: false,
+        nodes,
+        indirectly_connected: BTreeSet::new(),
+    }
+}
+
+fn deciding(by: UniqueAddress, d: SbrDecision, before: Gossip, after: Gossip) -> Step {
+    let mut step = Step::new(Cause::Timer, before, after).by(by.clone());
+    step.decisions = vec![SbrDecision { downs_self: d.nodes.contains(&by), ..d }];
+    step
+}
+
+#[test]
+fn s2_fires_when_two_nodes_each_keep_themselves_and_down_the_other() {
+    use DecisionTrigger::Stable;
+    let mut s2 = ComplementaryDecisions::default();
+    let a_downs_c = decision(Decision::DownUnreachable, Stable, &[c()]);
+    assert_eq!(deciding(a(), a_downs_c, all_up(1), all_up(2)).check(&mut s2), Ok(()));
+    let c_gives_up = decision(Decision::DownReachable, Stable, &[c()]);
+    assert_eq!(deciding(c(), c_gives_up, all_up(1), all_up(2)).check(&mut s2), Ok(()));
+    let c_downs_a = decision(Decision::DownUnreachable, Stable, &[a(), b()]);
+    let err = deciding(c(), c_downs_a, all_up(1), all_up(2)).check(&mut s2).unwrap_err();
+    assert!(err.contains("both sides survive"), "{err}");
+}
+
+#[test]
+fn s3_fires_when_a_decision_keeps_an_indirectly_connected_node() {
+    use DecisionTrigger::Stable;
+    // a sees b unreachable and b sees c unreachable: b is in a cycle, indirectly connected.
+    let cycle = gossip(
+        &[(a(), Up), (b(), Up), (c(), Up)],
+        &[a()],
+        &[(a(), b()), (b(), c())],
+        &[(a(), 1)],
+        &[],
+    );
+    let keeps_b = decision(Decision::DownUnreachable, Stable, &[c()]);
+    let err =
+        deciding(a(), keeps_b, cycle.clone(), cycle.clone()).check(&mut IndirectlyConnectedDowned);
+    assert!(err.unwrap_err().contains("kept convoke://convoke@sim:10001"));
+    let downs_b = decision(Decision::DownIndirectlyConnected, Stable, &[b(), c()]);
+    let ok = deciding(a(), downs_b, cycle.clone(), cycle).check(&mut IndirectlyConnectedDowned);
+    assert_eq!(ok, Ok(()));
+}
+
+#[test]
+fn s4_fires_when_an_instability_decision_spares_a_member() {
+    use DecisionTrigger::Unstable;
+    let spares_c = decision(Decision::DownAll, Unstable, &[a(), b()]);
+    let err = deciding(a(), spares_c, all_up(1), all_up(2)).check(&mut DownAllWhenUnstable);
+    assert!(err.unwrap_err().contains("spared convoke://convoke@sim:10002"));
+    let keeps_majority = decision(Decision::DownUnreachable, Unstable, &[c()]);
+    let err = deciding(a(), keeps_majority, all_up(1), all_up(2)).check(&mut DownAllWhenUnstable);
+    assert!(err.unwrap_err().contains("unstable but decided"));
+    let all = decision(Decision::DownAll, Unstable, &[a(), b(), c()]);
+    assert_eq!(deciding(a(), all, all_up(1), all_up(2)).check(&mut DownAllWhenUnstable), Ok(()));
+}
+
+/// A world seen `later` after the simulator's present, with nothing having happened meanwhile: a
+/// core that should have acted did not.
+struct Later<'a>(&'a Sim, Duration);
+
+impl WorldView for Later<'_> {
+    fn now(&self) -> Duration {
+        self.0.now() + self.1
+    }
+    fn slots(&self) -> usize {
+        WorldView::slots(self.0)
+    }
+    fn core(&self, slot: usize) -> Option<&convoke_membership::Cluster> {
+        WorldView::core(self.0, slot)
+    }
+    fn is_stopped(&self, slot: usize) -> bool {
+        self.0.is_stopped(slot)
+    }
+    fn link_open(&self, from: usize, to: usize) -> bool {
+        self.0.link_open(from, to)
+    }
+    fn is_running(&self, slot: usize) -> bool {
+        WorldView::is_running(self.0, slot)
+    }
+}
+
+/// `slots` formed into one cluster (checkers off: these tests feed the checker by hand).
+fn formed(nodes: usize, clusters: &[&[usize]]) -> Sim {
+    let mut opts = SimOptions::new(7, nodes);
+    opts.check_invariants = false;
+    let mut sim = Sim::new(opts);
+    for slots in clusters {
+        start_bulk(&mut sim, slots);
+    }
+    let all_formed = sim.run_until_pred(Duration::from_secs(60), Duration::from_millis(500), |s| {
+        clusters.iter().all(|c| all_up_converged(s, c))
+    });
+    assert!(all_formed);
+    sim
+}
+
+#[test]
+fn s1_fires_when_two_live_clusters_outlast_the_bound() {
+    let sim = formed(4, &[&[0, 1], &[2, 3]]);
+    let bound = s01_one_live_cluster::bound(&Config::default());
+    let mut s1 = OneLiveCluster::armed();
+    assert_eq!(s1.check_world(&sim), Ok(()));
+    assert_eq!(s1.check_world(&Later(&sim, bound / 2)), Ok(()));
+    let err = s1.check_world(&Later(&sim, bound + Duration::from_secs(1))).unwrap_err();
+    assert!(err.contains("two live clusters"), "{err}");
+}
+
+#[test]
+fn s1_stays_quiet_with_one_cluster() {
+    let sim = formed(4, &[&[0, 1, 2, 3]]);
+    let mut s1 = OneLiveCluster::armed();
+    assert_eq!(s1.check_world(&sim), Ok(()));
+    assert_eq!(s1.check_world(&Later(&sim, Duration::from_secs(600))), Ok(()));
+}
+
+#[test]
+fn s14_fires_when_a_node_that_holds_itself_down_keeps_running() {
+    let mut sim = formed(3, &[&[0, 1, 2]]);
+    sim.apply(Action::Down { from: 1, target: 1 });
+    assert_eq!(WorldView::core(&sim, 1).map(|c| c.self_status()), Some(Down));
+    let mut s14 = DownedNodeStops::default();
+    assert_eq!(s14.check_world(&sim), Ok(()));
+    assert_eq!(s14.check_world(&Later(&sim, Duration::from_secs(2))), Ok(()));
+    let err = s14.check_world(&Later(&sim, Duration::from_secs(10))).unwrap_err();
+    assert!(err.contains("still runs"), "{err}");
+}
+
+#[test]
+fn s14_stays_quiet_when_the_downed_node_stops() {
+    let mut sim = formed(3, &[&[0, 1, 2]]);
+    sim.apply(Action::Down { from: 1, target: 1 });
+    let mut s14 = DownedNodeStops::default();
+    assert_eq!(s14.check_world(&sim), Ok(()));
+    sim.run_for(Duration::from_secs(10));
+    assert!(sim.is_stopped(1));
+    assert_eq!(s14.check_world(&sim), Ok(()));
+}

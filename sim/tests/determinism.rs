@@ -1,0 +1,48 @@
+//! A run is a pure function of its seed and options: the same seed gives the same trace hash, and
+//! another seed another one.
+
+use std::time::Duration;
+
+use convoke_sim::commands::chaos::{ChaosOptions, run_seed};
+use convoke_sim::commands::converge::{self, ConvergeOptions};
+
+#[test]
+fn a_chaos_seed_run_twice_gives_the_same_trace_hash() {
+    let o = ChaosOptions::new(3, 7, Duration::from_secs(120));
+    let (first, second) = (run_seed(&o), run_seed(&o));
+    assert!(first.pass, "{:?}", first.violation);
+    assert!(first.faults > 0, "the run injected no faults, so it proves little");
+    assert_eq!(first.trace_hash, second.trace_hash);
+    assert_eq!(first.steps, second.steps);
+    assert_eq!(first.fault_log.len(), second.fault_log.len());
+}
+
+#[test]
+fn different_chaos_seeds_give_different_trace_hashes() {
+    let hashes: Vec<String> = (10..14)
+        .map(|seed| run_seed(&ChaosOptions::new(seed, 5, Duration::from_secs(60))).trace_hash)
+        .collect();
+    for (i, h) in hashes.iter().enumerate() {
+        assert!(!hashes[i + 1..].contains(h), "seed {} repeats a hash: {hashes:?}", 10 + i);
+    }
+}
+
+#[test]
+fn a_converge_run_is_the_same_twice_and_differs_by_seed() {
+    let run = |seed| converge::run(&ConvergeOptions::new(20, seed));
+    let (a, b, c) = (run(1), run(1), run(2));
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.all_up_s, b.all_up_s);
+    assert_eq!(a.steady_bytes_per_node_per_s, b.steady_bytes_per_node_per_s);
+    assert_ne!(a.trace_hash, c.trace_hash);
+}
+
+#[test]
+fn switching_the_checkers_off_does_not_change_the_run() {
+    let mut o = ConvergeOptions::new(12, 5);
+    let checked = converge::run(&o);
+    o.check_invariants = false;
+    let unchecked = converge::run(&o);
+    assert!(checked.violation.is_none());
+    assert_eq!(checked.trace_hash, unchecked.trace_hash);
+}
