@@ -228,6 +228,15 @@ impl Coordinator {
             };
             if verdict.reason != last_reason {
                 match verdict.decision {
+                    Decision::KeepProbing
+                        if observation.is_some() && !verdict.self_in_contact_points =>
+                    {
+                        tracing::warn!(
+                            self_contact_point = %self.config.self_contact_point,
+                            reason = %verdict.reason,
+                            "bootstrap: this node is not among the discovered contact points, so it cannot form a cluster"
+                        );
+                    }
                     Decision::KeepProbing => {
                         tracing::info!(reason = %verdict.reason, "bootstrap: keep probing")
                     }
