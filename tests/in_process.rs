@@ -11,48 +11,36 @@ use support::{all_up, fast_settings, wait_for};
 
 const T: Duration = Duration::from_secs(30);
 
-async fn start_cluster(n: usize) -> Vec<Node> {
-    let mut nodes = Vec::new();
-    for _ in 0..n {
-        nodes.push(Node::start(&fast_settings()).await.unwrap());
-    }
-    let seed = nodes[0].self_address().clone();
-    for node in &nodes {
-        node.join_seed_nodes(vec![seed.clone()]).await.unwrap();
-    }
-    for node in &nodes {
-        wait_for(node, T, "all members Up", |s| all_up(s, n)).await;
-    }
-    nodes
+async fn cluster(n: usize) -> Vec<Node> {
+    support::start_cluster(&fast_settings(), n).await
 }
 
 fn leaders(nodes: &[Node]) -> Vec<Option<String>> {
     nodes.iter().map(|n| n.state().leader.map(|a| a.to_string())).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_nodes_form_a_cluster_through_a_static_seed_with_one_leader() {
-    let nodes = start_cluster(3).await;
+async fn nodes_form_a_cluster_with_one_leader(n: usize) {
+    let nodes = cluster(n).await;
     let l = leaders(&nodes);
     assert!(l.iter().all(|x| x.is_some() && *x == l[0]), "{l:?}");
     for n in &nodes {
         n.stop().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_form_a_cluster_through_a_static_seed_with_one_leader() {
+    nodes_form_a_cluster_with_one_leader(3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_nodes_form_a_cluster_through_a_static_seed_with_one_leader() {
-    let nodes = start_cluster(10).await;
-    let l = leaders(&nodes);
-    assert!(l.iter().all(|x| x.is_some() && *x == l[0]), "{l:?}");
-    for n in &nodes {
-        n.stop().await;
-    }
+    nodes_form_a_cluster_with_one_leader(10).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_leave_ends_removed_everywhere_without_unreachable_events() {
-    let nodes = start_cluster(3).await;
+    let nodes = cluster(3).await;
     let mut subs = Vec::new();
     for n in &nodes[..2] {
         subs.push(n.subscribe().await.unwrap());
@@ -83,7 +71,7 @@ async fn a_graceful_leave_ends_removed_everywhere_without_unreachable_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abrupt_drop_becomes_unreachable_and_down_removes_it() {
-    let nodes = start_cluster(3).await;
+    let nodes = cluster(3).await;
     let dropped = nodes[2].self_address().clone();
     nodes[2].stop().await;
     for n in &nodes[..2] {
@@ -103,7 +91,7 @@ async fn an_abrupt_drop_becomes_unreachable_and_down_removes_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_incarnation_on_the_same_port_rejoins_after_the_old_one_is_downed() {
-    let nodes = start_cluster(3).await;
+    let nodes = cluster(3).await;
     let old = nodes[2].self_node().clone();
     nodes[2].stop().await;
     let mut settings = fast_settings();
@@ -126,7 +114,7 @@ async fn a_new_incarnation_on_the_same_port_rejoins_after_the_old_one_is_downed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downed_node_shuts_itself_down_and_says_why() {
-    let nodes = start_cluster(3).await;
+    let nodes = cluster(3).await;
     nodes[0].down(nodes[2].self_address().clone()).await.unwrap();
     let t = tokio::time::timeout(T, nodes[2].terminated()).await.unwrap();
     assert_eq!(t.to_string(), "this node was downed");

@@ -14,7 +14,7 @@ use convoke::settings::{Dur, Settings};
 use convoke_discovery::kubernetes::{ApiServerSettings, KubernetesLease};
 use convoke_discovery::testkit::FakeApiServer;
 use serde_json::Value;
-use support::{all_up, fast_settings, wait_for};
+use support::{all_up, fast_settings, start_cluster, wait_for};
 
 const T: Duration = Duration::from_secs(60);
 const TOKEN: &str = "lease-test-token";
@@ -75,21 +75,6 @@ impl Api {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
-
-async fn start_cluster(settings: &Settings, n: usize) -> Vec<Node> {
-    let mut nodes = Vec::new();
-    for _ in 0..n {
-        nodes.push(Node::start(settings).await.unwrap());
-    }
-    let seed = nodes[0].self_address().clone();
-    for node in &nodes {
-        node.join_seed_nodes(vec![seed.clone()]).await.unwrap();
-    }
-    for node in &nodes {
-        wait_for(node, T, "all members Up", |s| all_up(s, n)).await;
-    }
-    nodes
 }
 
 fn host_port(node: &Node) -> String {

@@ -26,21 +26,7 @@ fn url(node: &Node) -> String {
 }
 
 async fn start(n: usize) -> Vec<Node> {
-    let mut nodes = Vec::new();
-    for _ in 0..n {
-        nodes.push(Node::start(&settings()).await.unwrap());
-    }
-    nodes
-}
-
-async fn join_all(nodes: &[Node]) {
-    let seed = nodes[0].self_address().clone();
-    for n in nodes {
-        n.join_seed_nodes(vec![seed.clone()]).await.unwrap();
-    }
-    for n in nodes {
-        wait_for(n, T, "all Up", |s| all_up(s, nodes.len())).await;
-    }
+    support::start_nodes(&settings(), n).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +42,7 @@ async fn ready_flips_to_200_when_up_and_a_put_down_removes_the_member_everywhere
     let mut sse =
         http.get(format!("{}/cluster/domain-events", url(&nodes[0]))).send().await.unwrap();
     assert_eq!(sse.status(), 200);
-    join_all(&nodes).await;
+    support::join_through_first(&nodes).await;
     for n in &nodes {
         let r = http.get(format!("{}/ready", url(n))).send().await.unwrap();
         assert_eq!(r.status(), 200);
@@ -101,7 +87,7 @@ async fn ready_flips_to_200_when_up_and_a_put_down_removes_the_member_everywhere
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_sending_headers_one_byte_per_second_is_cut_off_while_others_are_served() {
     let nodes = start(1).await;
-    join_all(&nodes).await;
+    support::join_through_first(&nodes).await;
     let addr = nodes[0].management_addr().unwrap();
     let slow = tokio::spawn(async move {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -139,7 +125,7 @@ async fn a_client_sending_headers_one_byte_per_second_is_cut_off_while_others_ar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_cli_prints_tables_and_json_and_explains_errors() {
     let nodes = start(2).await;
-    join_all(&nodes).await;
+    support::join_through_first(&nodes).await;
     let bin = env!("CARGO_BIN_EXE_convoke");
     let u = url(&nodes[0]);
     let run = |args: &[&str]| {

@@ -48,17 +48,7 @@ async fn closed_by_peer(mut s: TcpStream) {
 async fn a_node_keeps_its_membership_while_clients_send_garbage_and_hold_idle_connections() {
     let mut settings = fast_settings();
     settings.cluster.transport.handshake_timeout = convoke::settings::Dur(Duration::from_secs(3));
-    let mut nodes = Vec::new();
-    for _ in 0..3 {
-        nodes.push(Node::start(&settings).await.unwrap());
-    }
-    let seed = nodes[0].self_address().clone();
-    for n in &nodes {
-        n.join_seed_nodes(vec![seed.clone()]).await.unwrap();
-    }
-    for n in &nodes {
-        wait_for(n, T, "3 Up", |s| all_up(s, 3)).await;
-    }
+    let nodes = support::start_cluster(&settings, 3).await;
     let target = nodes[1].clone();
     let mut watchers = Vec::new();
     for n in [&nodes[0], &nodes[2]] {

@@ -84,3 +84,33 @@ pub fn all_up(s: &Snapshot, n: usize) -> bool {
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
+
+/// How long the helpers below wait for a cluster to form.
+pub const FORM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Starts `n` nodes with `settings`, without joining them.
+pub async fn start_nodes(settings: &Settings, n: usize) -> Vec<Node> {
+    let mut nodes = Vec::with_capacity(n);
+    for _ in 0..n {
+        nodes.push(Node::start(settings).await.unwrap());
+    }
+    nodes
+}
+
+/// Joins every node through the first one as seed and waits until each sees all of them Up.
+pub async fn join_through_first(nodes: &[Node]) {
+    let seed = nodes[0].self_address().clone();
+    for node in nodes {
+        node.join_seed_nodes(vec![seed.clone()]).await.unwrap();
+    }
+    for node in nodes {
+        wait_for(node, FORM_TIMEOUT, "all members Up", |s| all_up(s, nodes.len())).await;
+    }
+}
+
+/// Starts `n` nodes with `settings` and forms one cluster of them.
+pub async fn start_cluster(settings: &Settings, n: usize) -> Vec<Node> {
+    let nodes = start_nodes(settings, n).await;
+    join_through_first(&nodes).await;
+    nodes
+}
