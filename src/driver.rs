@@ -1,7 +1,6 @@
 //! The driver task: the one owner of the membership core. Inbound messages, commands and timers
 //! go in; transmits go to the transport, events to a broadcast channel, snapshots to a `watch`.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -89,20 +88,9 @@ impl Driver {
             lease.start(self.self_commands.clone());
         }
         let termination = loop {
-            let deadline = self.core.poll_timeout().map(Instant::from_std);
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let renewal = self.lease.as_ref().and_then(crate::lease::LeaseRuntime::next_renewal);
-            let renew = async {
-                match renewal {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let sleep = sleep_until(self.core.poll_timeout().map(Instant::from_std));
+            let renew =
+                sleep_until(self.lease.as_ref().and_then(crate::lease::LeaseRuntime::next_renewal));
             tokio::select! {
                 biased;
                 cmd = self.commands.recv() => match cmd {
@@ -204,11 +192,7 @@ impl Driver {
             self.transport.send(&t.to, t.message);
         }
         let mut changed = false;
-        let mut events = VecDeque::new();
         while let Some(e) = self.core.poll_event() {
-            events.push_back(e);
-        }
-        for e in events {
             log_event(&e);
             changed = true;
             let _ = self.events.send(e);
@@ -217,6 +201,14 @@ impl Driver {
         if changed || !Arc::ptr_eq(&current, self.core.gossip()) {
             self.snapshots.send_replace(snapshot(&self.core));
         }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 
