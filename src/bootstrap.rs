@@ -12,8 +12,8 @@ use convoke_membership::Address;
 use crate::node::Node;
 use crate::settings::{Settings, SettingsError};
 
-/// The discovery methods this build knows.
-pub const METHODS: &[&str] = &["config", "dns", "kubernetes-api", "aggregate"];
+/// The single discovery methods, which `aggregate` combines.
+pub const METHODS: &[&str] = &["config", "dns", "kubernetes-api"];
 
 /// The discovery method `[discovery] method` names. Must run inside a tokio runtime (the
 /// Kubernetes client needs one).
@@ -22,16 +22,12 @@ pub const METHODS: &[&str] = &["config", "dns", "kubernetes-api", "aggregate"];
 /// An unknown method, a method this build leaves out, or a bad method setting.
 pub fn discovery(settings: &Settings) -> Result<Arc<dyn ServiceDiscovery>, SettingsError> {
     let method = settings.discovery.method.as_str();
+    // `Settings::validate` has checked the method names.
     if method == "aggregate" {
-        let names = &settings.discovery.aggregate.discovery_methods;
-        if names.is_empty() || names.iter().any(|n| n == "aggregate") {
-            return Err(SettingsError::new(
-                "discovery.aggregate.discovery_methods",
-                format!("{names:?}"),
-                "a non-empty list of config, dns and kubernetes-api",
-            ));
-        }
-        let methods = names
+        let methods = settings
+            .discovery
+            .aggregate
+            .discovery_methods
             .iter()
             .map(|n| Ok((n.clone(), single(settings, n, "discovery.aggregate.discovery_methods")?)))
             .collect::<Result<Vec<_>, SettingsError>>()?;
@@ -190,10 +186,7 @@ pub fn config(
     c.probe_timeout = cp.probe_timeout.0;
     c.scheme = if settings.management.tls.is_some() { "https" } else { "http" }.into();
     c.base_path = settings.management.base_path.trim_end_matches('/').to_owned();
-    c.validate().map_err(|why| {
-        let key = why.split_whitespace().next().unwrap_or("bootstrap").to_owned();
-        SettingsError::new(key, "(see the message)", why)
-    })?;
+    c.validate().map_err(|e| SettingsError::new(e.key, e.value, e.expected))?;
     Ok(c)
 }
 
@@ -244,16 +237,11 @@ pub(crate) fn start(node: &Node, settings: &Settings) -> Result<(), crate::node:
         let joined_otherwise = {
             let node = node.clone();
             async move {
-                let mut watch = node.watch();
                 let me = node.self_address().clone();
-                loop {
-                    if watch.borrow_and_update().state.members.iter().any(|m| *m.address() == me) {
-                        return;
-                    }
-                    if watch.changed().await.is_err() {
-                        return;
-                    }
-                }
+                let mut watch = node.watch();
+                // An error means the node stopped: bootstrap stops too.
+                let _ =
+                    watch.wait_for(|s| s.state.members.iter().any(|m| *m.address() == me)).await;
             }
         };
         let Some(decision) = coordinator.run_until(joined_otherwise).await else {

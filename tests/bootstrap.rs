@@ -194,13 +194,7 @@ async fn nodes_that_see_different_subsets_at_first_form_one_cluster_late_never_t
     let procs: Vec<Proc> = ips
         .iter()
         .zip(&servers)
-        .map(|(ip, (_, dns))| {
-            Proc::run(25520, &{
-                let mut s = sets(*ip, *dns, 2, "4s");
-                s.push("bootstrap.required_contact_point_nr=2".into());
-                s
-            })
-        })
+        .map(|(ip, (_, dns))| Proc::run(25520, &sets(*ip, *dns, 2, "4s")))
         .collect();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let healed = Instant::now();

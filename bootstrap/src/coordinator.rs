@@ -46,11 +46,10 @@ impl Coordinator {
         discovery: Arc<dyn ServiceDiscovery>,
         prober: Arc<dyn Prober>,
     ) -> (Self, watch::Receiver<BootstrapStatus>) {
-        let mut status = BootstrapStatus::not_used("");
-        status.phase = Phase::Probing;
-        status.note = None;
-        status.lookup = lookup_of(&config).to_string();
-        status.self_contact_point = config.self_contact_point.to_string();
+        let status = BootstrapStatus::probing(
+            lookup_of(&config).to_string(),
+            config.self_contact_point.to_string(),
+        );
         let (tx, rx) = watch::channel(status);
         let seed = config.seed.unwrap_or_else(|| getrandom::u64().unwrap_or(0x5eed));
         let rng = ChaCha8Rng::seed_from_u64(seed);

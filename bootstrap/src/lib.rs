@@ -30,5 +30,5 @@ pub use contact_point::{ContactPoint, SelfContactPoint};
 pub use coordinator::Coordinator;
 pub use decider::{Decision, Verdict};
 pub use probe::{HttpProber, ProbeError, Prober, SeedNode, SeedNodes};
-pub use settings::BootstrapConfig;
+pub use settings::{BootstrapConfig, InvalidConfig};
 pub use status::{BootstrapStatus, StatusView};

@@ -107,35 +107,56 @@ impl BootstrapConfig {
         self.discovery_interval.saturating_mul(factor).min(self.discovery_backoff_max)
     }
 
-    /// Checks the relations between settings; the message names the keys.
+    /// Checks the relations between settings.
     ///
     /// # Errors
-    /// When the probe timeout is not shorter than the probing failure timeout, the backoff cap
-    /// is below the interval, or a jitter factor is negative.
-    pub fn validate(&self) -> Result<(), String> {
+    /// The first offending setting, by its key: a probe timeout not shorter than the probing
+    /// failure timeout, a backoff cap below the interval, a jitter factor outside 0..=10, or an
+    /// empty service name.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        let invalid = |key: &'static str, value: String, expected: String| {
+            Err(InvalidConfig { key, value, expected })
+        };
         if self.probe_timeout >= self.probing_failure_timeout {
-            return Err(format!(
-                "bootstrap.contact_point.probe_timeout ({:?}) must be shorter than bootstrap.contact_point.probing_failure_timeout ({:?})",
-                self.probe_timeout, self.probing_failure_timeout
-            ));
+            return invalid(
+                "bootstrap.contact_point.probe_timeout",
+                format!("{:?}", self.probe_timeout),
+                format!(
+                    "shorter than bootstrap.contact_point.probing_failure_timeout ({:?})",
+                    self.probing_failure_timeout
+                ),
+            );
         }
         if self.discovery_backoff_max < self.discovery_interval {
-            return Err(format!(
-                "bootstrap.discovery_backoff_max ({:?}) must be at least bootstrap.discovery_interval ({:?})",
-                self.discovery_backoff_max, self.discovery_interval
-            ));
+            return invalid(
+                "bootstrap.discovery_backoff_max",
+                format!("{:?}", self.discovery_backoff_max),
+                format!("at least bootstrap.discovery_interval ({:?})", self.discovery_interval),
+            );
         }
         for (key, v) in [
             ("bootstrap.discovery_backoff_random_factor", self.discovery_backoff_random_factor),
             ("bootstrap.contact_point.probe_interval_jitter", self.probe_interval_jitter),
         ] {
             if !(0.0..=10.0).contains(&v) {
-                return Err(format!("{key} ({v}) must be between 0 and 10"));
+                return invalid(key, v.to_string(), "a factor between 0 and 10".into());
             }
         }
         if self.service_name.is_empty() {
-            return Err("bootstrap.service_name is empty".into());
+            return invalid("bootstrap.service_name", "\"\"".into(), "a service name".into());
         }
         Ok(())
     }
+}
+
+/// A bootstrap setting that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{key} = {value}: expected {expected}")]
+pub struct InvalidConfig {
+    /// The dotted key of the node's settings.
+    pub key: &'static str,
+    /// The value given.
+    pub value: String,
+    /// What would be accepted.
+    pub expected: String,
 }

@@ -88,6 +88,17 @@ impl BootstrapStatus {
         }
     }
 
+    /// The status of a coordinator that starts looking up `lookup`.
+    pub fn probing(lookup: impl Into<String>, self_contact_point: impl Into<String>) -> Self {
+        Self {
+            phase: Phase::Probing,
+            note: None,
+            lookup: lookup.into(),
+            self_contact_point: self_contact_point.into(),
+            ..Self::not_used("")
+        }
+    }
+
     /// The JSON view at `now` (ages in milliseconds).
     pub fn view(&self, now: Instant) -> StatusView {
         let age = |at: Instant| {

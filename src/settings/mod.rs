@@ -688,25 +688,23 @@ impl Settings {
                 ));
             }
         }
-        if !matches!(
-            self.discovery.method.as_str(),
-            "config" | "dns" | "kubernetes-api" | "aggregate"
-        ) {
+        let methods = crate::bootstrap::METHODS;
+        if self.discovery.method != "aggregate"
+            && !methods.contains(&self.discovery.method.as_str())
+        {
             return Err(SettingsError::new(
                 "discovery.method",
                 format!("{:?}", self.discovery.method),
-                "one of config, dns, kubernetes-api, aggregate",
+                format!("one of {}, aggregate", methods.join(", ")),
             ));
         }
         if self.discovery.method == "aggregate" {
             let names = &self.discovery.aggregate.discovery_methods;
-            if names.is_empty()
-                || names.iter().any(|n| !matches!(n.as_str(), "config" | "dns" | "kubernetes-api"))
-            {
+            if names.is_empty() || names.iter().any(|n| !methods.contains(&n.as_str())) {
                 return Err(SettingsError::new(
                     "discovery.aggregate.discovery_methods",
                     format!("{names:?}"),
-                    "a non-empty list of config, dns and kubernetes-api",
+                    format!("a non-empty list of {}", methods.join(", ")),
                 ));
             }
         }
