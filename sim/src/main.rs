@@ -236,15 +236,19 @@ fn print_converge(r: &converge::ConvergeReport) {
         "  largest gossip message: {} bytes ({} members)",
         r.largest_gossip_bytes, r.largest_gossip_members
     );
-    println!("  invariants checked every step: {}", r.invariants.join(" "));
-    match &r.violation {
-        Some(v) => println!("  VIOLATION: {v}"),
-        None => println!("  no invariant violated"),
-    }
+    print_invariants(&r.invariants, r.violation.as_ref());
     println!(
         "  {} steps, {} messages, {} gossips encoded ({:?} sizes), trace {}, {:.1} s wall",
         r.steps, r.messages_delivered, r.gossips_encoded, r.size_mode, r.trace_hash, r.wall_s
     );
+}
+
+fn print_invariants(invariants: &[&str], violation: Option<&impl std::fmt::Display>) {
+    println!("  invariants checked every step: {}", invariants.join(" "));
+    match violation {
+        Some(v) => println!("  VIOLATION: {v}"),
+        None => println!("  no invariant violated"),
+    }
 }
 
 fn print_detect(r: &detect::DetectReport) {
@@ -263,11 +267,7 @@ fn print_detect(r: &detect::DetectReport) {
         "  phi bound (threshold reached after the last heartbeat): {:.2} s steady, {:.2} s bootstrap",
         r.phi_bound_steady_s, r.phi_bound_bootstrap_s
     );
-    println!("  invariants checked every step: {}", r.invariants.join(" "));
-    match &r.violation {
-        Some(v) => println!("  VIOLATION: {v}"),
-        None => println!("  no invariant violated"),
-    }
+    print_invariants(&r.invariants, r.violation.as_ref());
     println!("  {} steps, trace {}, {:.1} s wall", r.steps, r.trace_hash, r.wall_s);
 }
 
