@@ -271,7 +271,9 @@ mod kubernetes {
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
 
-    use convoke_discovery::kubernetes::{ApiServerSettings, KubernetesLease};
+    use convoke_discovery::kubernetes::{
+        ApiServerSettings, KubernetesLease, SERVICE_HOST_ENV, SERVICE_PORT_ENV,
+    };
     use convoke_membership::UniqueAddress;
     use convoke_membership::sbr::{Lease, LeaseSettings};
 
@@ -291,7 +293,7 @@ mod kubernetes {
         let mut api = ApiServerSettings::in_cluster();
         if l.kubernetes_api_url.is_empty() {
             let set = |v: &str| std::env::var(v).is_ok_and(|v| !v.is_empty());
-            if !(set("KUBERNETES_SERVICE_HOST") && set("KUBERNETES_SERVICE_PORT")) {
+            if !(set(SERVICE_HOST_ENV) && set(SERVICE_PORT_ENV)) {
                 return Err(settings_error(
                     key("kubernetes_api_url"),
                     "\"\"",

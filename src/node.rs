@@ -111,6 +111,9 @@ impl Node {
     /// # Errors
     /// Invalid settings, a port that cannot be bound, or seed nodes of another system.
     pub async fn start(settings: &Settings) -> Result<Node, StartError> {
+        let mut resolved = settings.clone();
+        resolved.resolve_host_address()?;
+        let settings = &resolved;
         settings.validate()?;
         let c = &settings.cluster;
         let bind_host = if c.bind_hostname.is_empty() { &c.hostname } else { &c.bind_hostname };

@@ -61,6 +61,22 @@ fn print_config_shows_the_effective_settings() {
 }
 
 #[test]
+fn the_admin_clients_variables_are_not_settings_keys() {
+    let out = Command::new(env!("CARGO_BIN_EXE_convoke"))
+        .args(["run", "--print-config"])
+        .env("CONVOKE_URL", "http://10.0.0.7:8558")
+        .env("CONVOKE_TOKEN", "secret")
+        .env("CONVOKE_CLUSTER__PORT", "4321")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let parsed: toml::Table = String::from_utf8_lossy(&out.stdout).parse().unwrap();
+    assert_eq!(parsed["cluster"]["port"].as_integer(), Some(4321));
+    assert!(!parsed.contains_key("url") && !parsed.contains_key("token"));
+}
+
+#[test]
 fn a_usage_error_exits_2() {
     let out = Command::new(env!("CARGO_BIN_EXE_convoke"))
         .args(["run", "--no-such-flag"])
@@ -102,4 +118,22 @@ fn unusable_split_brain_settings_exit_2_naming_the_key() {
         assert_eq!(out.status.code(), Some(2), "{sets:?}: {stderr}");
         assert!(stderr.contains(&key), "{sets:?}: {stderr}");
     }
+}
+
+#[test]
+fn the_readme_lists_every_key_with_its_default() {
+    let out = Command::new(env!("CARGO_BIN_EXE_convoke"))
+        .args(["run", "--print-config"])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let (_, after) = readme
+        .split_once("Every key with its default")
+        .expect("README has the configuration reference");
+    let block = after.split("```toml\n").nth(1).and_then(|b| b.split("```").next()).unwrap();
+    assert_eq!(block.trim(), printed.trim(), "README.md's defaults differ from --print-config");
 }

@@ -15,10 +15,17 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
-pub use self::client::{ApiServerSettings, SERVICE_ACCOUNT_DIR, api_client};
-pub use self::lease::KubernetesLease;
+pub use self::client::{
+    ApiServerSettings, ENV_VARS, NAMESPACE_ENV, SERVICE_ACCOUNT_DIR, SERVICE_HOST_ENV,
+    SERVICE_PORT_ENV, api_client,
+};
+pub use self::lease::{KubernetesLease, LEASE_VERBS};
 use self::pods::HostStyle;
 use crate::{DiscoveryError, Lookup, Resolved, ServiceDiscovery, with_timeout};
+
+/// The RBAC verbs pod discovery needs on `pods` (core API group): it lists the pods matching its
+/// label selector. `k8s/role.yaml` grants exactly these.
+pub const POD_VERBS: [&str; 1] = ["list"];
 
 /// Settings of [`KubernetesApiDiscovery`].
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use convoke_discovery::kubernetes::{KubernetesApiDiscovery, KubernetesSettings};
+use convoke_discovery::kubernetes::{KubernetesApiDiscovery, KubernetesSettings, POD_VERBS};
 use convoke_discovery::testkit::FakeApiServer;
 use convoke_discovery::{DiscoveryError, Lookup, ResolvedTarget, ServiceDiscovery};
 use serde_json::Value;
@@ -142,4 +142,20 @@ async fn a_rotated_token_is_picked_up_by_later_lookups() {
     let tokens: Vec<_> = server.requests().into_iter().map(|r| (r.token, r.status)).collect();
     let some = |t: &str| Some(t.to_owned());
     assert_eq!(tokens, [(some("token-1"), 200), (some("token-1"), 401), (some("token-2"), 200)]);
+}
+
+#[tokio::test]
+async fn discovery_uses_exactly_the_rbac_verbs_it_declares() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, settings) = setup(&dir).await;
+    let discovery = KubernetesApiDiscovery::new(settings).unwrap();
+    let lookup = Lookup::new("orders").with_port_name("management").with_protocol("tcp");
+    discovery.lookup(&lookup, TIMEOUT).await.unwrap();
+    discovery.lookup(&Lookup::new("orders"), TIMEOUT).await.unwrap();
+
+    let mut used: Vec<(String, String)> = server.requests().iter().map(|r| r.rbac()).collect();
+    used.dedup();
+    let declared: Vec<(String, String)> =
+        POD_VERBS.iter().map(|v| ("pods".to_owned(), (*v).to_owned())).collect();
+    assert_eq!(used, declared);
 }

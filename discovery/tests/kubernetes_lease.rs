@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use convoke_discovery::kubernetes::KubernetesLease;
 use convoke_discovery::kubernetes::lease::WallClock;
+use convoke_discovery::kubernetes::{KubernetesLease, LEASE_VERBS};
 use convoke_discovery::testkit::FakeApiServer;
 use convoke_membership::sbr::{Lease, LeaseError, LeaseSettings};
 use k8s_openapi::jiff::Timestamp;
@@ -182,4 +182,23 @@ async fn contenders_racing_for_an_absent_lease_end_with_exactly_one_holder() {
     let winner = if a { "10.0.0.1:25520" } else { "10.0.0.2:25520" };
     assert_eq!(s.holder(), winner);
     assert_eq!((s.a.check_lease(), s.b.check_lease()), (a, b));
+}
+
+#[tokio::test]
+async fn the_lease_uses_exactly_the_rbac_verbs_it_declares() {
+    let s = setup().await;
+    assert!(s.a.acquire().await.unwrap()); // create
+    s.clock.advance(Duration::from_secs(4));
+    assert!(s.a.acquire().await.unwrap()); // get, update
+    assert!(!s.b.acquire().await.unwrap());
+    assert!(s.a.release().await.unwrap());
+    assert!(s.b.acquire().await.unwrap());
+
+    let mut used: Vec<(String, String)> = s.server.requests().iter().map(|r| r.rbac()).collect();
+    used.sort();
+    used.dedup();
+    let mut declared: Vec<(String, String)> =
+        LEASE_VERBS.iter().map(|v| ("leases".to_owned(), (*v).to_owned())).collect();
+    declared.sort();
+    assert_eq!(used, declared);
 }

@@ -2,6 +2,7 @@
 //! overrides, later wins (layered with figment). Unknown keys are errors, and every bad value is
 //! reported with its dotted key, the value and what was expected.
 
+mod host;
 mod sbr;
 mod types;
 
@@ -17,6 +18,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+pub use host::{HOST_ADDRESS, host_address};
 pub use sbr::{
     KeepMajoritySettings, KeepOldestSettings, LeaseMajoritySettings, SplitBrainResolverSettings,
     StaticQuorumSettings,
@@ -29,6 +31,9 @@ pub const DEFAULT_CLUSTER_PORT: u16 = 25520;
 pub const DEFAULT_MANAGEMENT_PORT: u16 = 8558;
 /// The prefix of environment variables that set keys (`CONVOKE_CLUSTER__PORT=25521`).
 pub const ENV_PREFIX: &str = "CONVOKE_";
+/// The admin client's variables (`--url`, `--token`); they share the prefix but are not keys,
+/// so `convoke run` ignores them and one environment can serve both.
+pub const ADMIN_ENV_VARS: [&str; 2] = ["CONVOKE_URL", "CONVOKE_TOKEN"];
 
 /// Everything a node is configured with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
@@ -50,7 +55,7 @@ pub struct Settings {
 pub struct ClusterSettings {
     /// Cluster name; nodes with different names never join.
     pub system_name: String,
-    /// The host peers connect to.
+    /// The host peers connect to; `"<getHostAddress>"` = this machine's address, found at start.
     pub hostname: String,
     /// The advertised transport port; 0 picks a free one.
     pub port: u16,
@@ -223,7 +228,7 @@ impl Default for TransportSettings {
 pub struct ManagementSettings {
     /// Whether the management HTTP server runs.
     pub enabled: bool,
-    /// The advertised host of the management server.
+    /// The advertised host of the management server; `"<getHostAddress>"` as for `cluster`.
     pub hostname: String,
     /// The advertised management port; 0 picks a free one.
     pub port: u16,
@@ -653,13 +658,15 @@ impl Settings {
             fig = fig.merge(Toml::file_exact(path));
         }
         if sources.env {
-            fig = fig.merge(Env::prefixed(ENV_PREFIX).split("__"));
+            let admin = ADMIN_ENV_VARS.map(|v| &v[ENV_PREFIX.len()..]);
+            fig = fig.merge(Env::prefixed(ENV_PREFIX).ignore(&admin).split("__"));
         }
         for set in &sources.sets {
             let toml = set_to_toml(set)?;
             fig = fig.merge(Toml::string(&toml));
         }
-        let settings: Settings = fig.extract().map_err(from_figment)?;
+        let mut settings: Settings = fig.extract().map_err(from_figment)?;
+        settings.resolve_host_address()?;
         settings.validate()?;
         Ok(settings)
     }

@@ -18,6 +18,16 @@ use crate::DiscoveryError;
 /// The service-account directory Kubernetes mounts into every pod.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
+/// The environment variable naming the namespace (set it from the downward API).
+pub const NAMESPACE_ENV: &str = "KUBERNETES_NAMESPACE";
+/// The environment variables Kubernetes sets in every pod to locate the API server.
+pub const SERVICE_HOST_ENV: &str = "KUBERNETES_SERVICE_HOST";
+/// See [`SERVICE_HOST_ENV`].
+pub const SERVICE_PORT_ENV: &str = "KUBERNETES_SERVICE_PORT";
+
+/// Every environment variable this crate reads.
+pub const ENV_VARS: [&str; 3] = [NAMESPACE_ENV, SERVICE_HOST_ENV, SERVICE_PORT_ENV];
+
 /// How to reach the Kubernetes API server and in which namespace to work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -109,7 +119,7 @@ impl ApiServerSettings {
     pub fn resolve_namespace(&self) -> String {
         resolve_namespace(
             self.namespace.as_deref(),
-            std::env::var("KUBERNETES_NAMESPACE").ok().as_deref(),
+            std::env::var(NAMESPACE_ENV).ok().as_deref(),
             &self.namespace_path,
         )
     }
@@ -119,8 +129,8 @@ impl ApiServerSettings {
         let url = match &self.api_url {
             Some(url) => url.clone(),
             None => in_cluster_url(
-                std::env::var("KUBERNETES_SERVICE_HOST").ok(),
-                std::env::var("KUBERNETES_SERVICE_PORT").ok(),
+                std::env::var(SERVICE_HOST_ENV).ok(),
+                std::env::var(SERVICE_PORT_ENV).ok(),
             )?,
         };
         url.parse().map_err(|e| {

@@ -36,6 +36,34 @@ pub struct RecordedRequest {
     pub status: u16,
 }
 
+impl RecordedRequest {
+    /// The RBAC resource and verb this request needs, as Kubernetes authorizes it: `GET` on a
+    /// collection is `list` (`watch` with `watch=true`), on one object `get`; `POST` is `create`,
+    /// `PUT` `update`, `PATCH` `patch`, `DELETE` `delete`.
+    pub fn rbac(&self) -> (String, String) {
+        let (path, query) = self.uri.split_once('?').unwrap_or((&self.uri, ""));
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        // /api/v1/namespaces/NS/RESOURCE[/NAME] or /apis/GROUP/VERSION/namespaces/NS/RESOURCE[/NAME]
+        let after_namespace = segments
+            .iter()
+            .position(|s| *s == "namespaces")
+            .map_or(&segments[..], |i| &segments[(i + 2).min(segments.len())..]);
+        let resource = after_namespace.first().copied().unwrap_or_default().to_owned();
+        let named = after_namespace.len() > 1;
+        let verb = match (self.method.as_str(), named) {
+            ("GET", false) if query.split('&').any(|q| q == "watch=true") => "watch",
+            ("GET", false) => "list",
+            ("GET", true) => "get",
+            ("POST", _) => "create",
+            ("PUT", _) => "update",
+            ("PATCH", _) => "patch",
+            ("DELETE", _) => "delete",
+            (other, _) => other,
+        };
+        (resource, verb.to_owned())
+    }
+}
+
 type LeaseHook = Box<dyn FnMut(&mut Value) + Send>;
 
 #[derive(Default)]
