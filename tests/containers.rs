@@ -370,6 +370,74 @@ fn five_containers_form_one_cluster_and_survive_kill_partition_pause_and_rolling
     }
 }
 
+/// `docker compose` where the plugin is installed, else the standalone `docker-compose`.
+fn compose() -> Vec<&'static str> {
+    let plugin = Command::new("docker").args(["compose", "version"]).output();
+    if plugin.is_ok_and(|o| o.status.success()) {
+        vec!["docker", "compose"]
+    } else {
+        vec!["docker-compose"]
+    }
+}
+
+/// Runs the compose command with `args` on `docker/compose.yaml` as project `project`.
+fn compose_run(project: &str, args: &[&str]) -> Result<String, String> {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/compose.yaml");
+    let tool = compose();
+    let out = Command::new(tool[0])
+        .args(&tool[1..])
+        .args(["-f", file, "-p", project])
+        .args(args)
+        .env("CONVOKE_IMAGE", image())
+        .output()
+        .map_err(|e| format!("{}: {e}", tool.join(" ")))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{} {}: {}",
+            tool.join(" "),
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Removes the compose project on drop.
+struct ComposeProject(String);
+
+impl Drop for ComposeProject {
+    fn drop(&mut self) {
+        let _ = compose_run(&self.0, &["down", "-t", "30"]);
+    }
+}
+
+#[test]
+#[ignore = "needs a Docker engine, compose and the image; run by .ci/containers"]
+fn the_compose_file_forms_one_cluster_of_three_that_leaves_gracefully() {
+    let project = ComposeProject(format!("convoke-compose-{}", std::process::id()));
+    compose_run(&project.0, &["up", "-d"]).unwrap_or_else(|e| panic!("{e}"));
+    // The documented way to look: the binary's admin command inside a container.
+    wait_until(T, "three Up members through `exec convoke members`", || {
+        let out = compose_run(
+            &project.0,
+            &["exec", "-T", "convoke", "convoke", "members", "-o", "json"],
+        )?;
+        let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+        let members = v["members"].as_array().cloned().unwrap_or_default();
+        let up = members.iter().filter(|m| m["status"] == "Up").count();
+        if up == 3 && members.len() == 3 { Ok(()) } else { Err(format!("{v}")) }
+    });
+    compose_run(&project.0, &["stop", "-t", "30"]).unwrap_or_else(|e| panic!("{e}"));
+    let states = compose_run(&project.0, &["ps", "-q"]).unwrap_or_else(|e| panic!("{e}"));
+    let ids: Vec<&str> = states.split_whitespace().collect();
+    assert_eq!(ids.len(), 3, "{states}");
+    for id in ids {
+        let exit = must(&["inspect", "-f", "{{.State.ExitCode}}", id]);
+        assert_eq!(exit, "0", "a node stopped by compose leaves gracefully and exits 0");
+    }
+}
+
 /// The time from the first `docker run` to one cluster of five, three rounds.
 #[test]
 #[ignore = "a measurement: cargo test --test containers measure_formation -- --ignored --nocapture"]
