@@ -127,6 +127,41 @@ async fn of_five_processes_one_killed_with_kill_9_is_downed_by_the_resolver_and_
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_paused_longer_than_twice_stable_after_sees_itself_downed_and_exits_on_resume() {
+    let mut sets = fast_sets();
+    sets.push("cluster.split_brain_resolver.stable_after=\"2s\"".into());
+    let mut procs = start_n(5, &sets, T).await;
+    // Not the leader (the lowest address), so the pause takes no leader duty with it.
+    let victim = (0..procs.len()).max_by_key(|&i| procs[i].port).unwrap();
+    let address = address(procs[victim].port);
+    procs[victim].signal("STOP");
+    let paused = Instant::now();
+    for (i, p) in procs.iter().enumerate().filter(|(i, _)| *i != victim) {
+        p.wait_log(&["membership change: MemberRemoved", &address], Duration::from_secs(60)).await;
+        assert!(p.logged(&["membership change: MemberDowned", &address]), "node {i}");
+    }
+    // The scenario is a pause longer than 2 x stable_after, whenever the removal came.
+    tokio::time::sleep_until((paused + Duration::from_millis(4_500)).into()).await;
+    let seen_up_before = procs[victim].count(&["membership change: MemberUp"]);
+    procs[victim].signal("CONT");
+    let exited = tokio::time::timeout(T, procs[victim].child.wait()).await;
+    let log = procs[victim].log().join("\n");
+    let code = exited.unwrap_or_else(|_| panic!("still running 30 s after the resume:\n{log}"));
+    assert_eq!(code.unwrap().code(), Some(1), "log:\n{log}");
+    let log = procs[victim].log().join("\n");
+    assert!(log.contains("cluster node shutting down"), "{log}");
+    // It did not come back: no member became Up in its eyes after the resume.
+    assert_eq!(procs[victim].count(&["membership change: MemberUp"]), seen_up_before, "{log}");
+    for (i, p) in procs.iter_mut().enumerate().filter(|(i, _)| *i != victim) {
+        assert!(p.child.try_wait().unwrap().is_none(), "survivor {i} must keep running");
+    }
+    eprintln!(
+        "paused node's last lines:\n{}",
+        procs[victim].log().iter().rev().take(6).rev().cloned().collect::<Vec<_>>().join("\n")
+    );
+}
+
 /// The time from `kill -9` of one of five nodes to its removal on all four others, with
 /// `stable_after = "5s"` and the default failure detector; run with
 /// `cargo test --release -p convoke --test multi_process measure_kill_9_to_removed -- --ignored --nocapture`.

@@ -108,10 +108,15 @@ impl Proc {
 
     /// Sends SIGTERM.
     pub fn term(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends the signal named `name` (`TERM`, `STOP`, `CONT`).
+    pub fn signal(&self, name: &str) {
         let pid = self.child.id().expect("running").to_string();
-        let ok =
-            std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success();
-        assert!(ok, "kill -TERM {pid}");
+        let flag = format!("-{name}");
+        let ok = std::process::Command::new("kill").args([&flag, &pid]).status().unwrap().success();
+        assert!(ok, "kill {flag} {pid}");
     }
 
     /// Waits for the process to exit and returns its exit code.

@@ -6,7 +6,7 @@ use std::time::Instant;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use super::{Cluster, Timer};
+use super::{Cluster, ShutdownReason, Timer};
 use crate::address::UniqueAddress;
 use crate::config::TargetPreference;
 use crate::gossip::Gossip;
@@ -105,6 +105,25 @@ impl Cluster {
         self.send(node.address.clone(), msg);
     }
 
+    /// A message from an incarnation this cluster removed (its tombstone is in the gossip) is
+    /// not processed, and heartbeats from it get no answer. To what it sends periodically
+    /// (heartbeats, gossip, gossip status) this node answers with its gossip, whose tombstone
+    /// tells the removed node to stop (see `on_gossip`). Akka gets the same from its transport's
+    /// quarantine; here it is part of the protocol, so it holds whatever the transport.
+    pub(super) fn answer_removed_incarnation(&mut self, node: &UniqueAddress, message: &Message) {
+        if matches!(
+            message,
+            Message::Heartbeat { .. } | Message::Gossip { .. } | Message::GossipStatus { .. }
+        ) {
+            let msg = Message::Gossip {
+                from: self.self_node.clone(),
+                to: node.clone(),
+                gossip: self.latest.clone(),
+            };
+            self.send(node.address.clone(), msg);
+        }
+    }
+
     fn gossip_status_to(&mut self, node: &UniqueAddress) {
         if !self.membership().is_valid_gossip_target(node) {
             return;
@@ -163,6 +182,17 @@ impl Cluster {
         remote: Arc<Gossip>,
     ) {
         let me = self.self_node.clone();
+        if self.is_initialized()
+            && *to == me
+            && self.latest.has_member(&from)
+            && remote.tombstones().contains_key(&me)
+        {
+            // The cluster removed this incarnation while it could not hear of it (a process
+            // paused past its downing, a partition that outlived it). It is not a member any
+            // more and must not act as one: it stops, as a downed node does.
+            self.request_shutdown(ShutdownReason::Downed);
+            return;
+        }
         if !self.is_initialized()
             || *to != me
             || !self.latest.has_member(&from)

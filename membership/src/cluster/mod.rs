@@ -319,6 +319,10 @@ impl Cluster {
         if spoofed {
             return;
         }
+        if self.latest.tombstones().contains_key(&from) {
+            self.answer_removed_incarnation(&from, &message);
+            return;
+        }
         let stale = now.saturating_duration_since(received_at) > self.config.gossip_time_to_live;
         match message {
             Message::InitJoin { config } => self.on_init_join(from, &config),

@@ -1280,6 +1280,71 @@ fn the_leader_removes_a_down_unreachable_member_leaving_a_tombstone() {
     assert_eq!(removed, [(n(3), Down)]);
 }
 
+/// Node 1 of {1, 2} Up that removed node 3 (a tombstone).
+fn removed_three(t: Instant) -> Cluster {
+    let mut g = gossip([up(1, 1), up(2, 2), member(3, Down, 3)], &[2]);
+    g.reachability_mut().unreachable(&n(2), &n(3));
+    g.increment_version(&n(3));
+    let mut c = member_core(1, no_reaper(), t, 2, g);
+    tick_until(&mut c, t, 1);
+    assert!(c.gossip().tombstones().contains_key(&n(3)));
+    drain(&mut c);
+    c
+}
+
+#[test]
+fn a_removed_incarnation_gets_no_heartbeat_answer_but_the_gossip_that_holds_its_tombstone() {
+    let t = t0();
+    let mut c = removed_three(t);
+    let before = Gossip::clone(c.gossip());
+    let heartbeat = Message::Heartbeat { from: n(3), sequence_nr: 1, creation_time_nanos: 0 };
+    c.handle_message(t + secs(2), n(3), heartbeat);
+    let sent = transmits(&mut c);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].to, a(3));
+    assert!(sent_gossip(&sent[0]).tombstones().contains_key(&n(3)));
+    assert!(matches!(&sent[0].message, Message::Gossip { to, .. } if *to == n(3)));
+
+    // Its gossip (which still lists every member Up) changes nothing here.
+    let stale = gossip([up(1, 1), up(2, 2), up(3, 3)], &[3]);
+    c.handle_message(t + secs(2), n(3), gossip_msg(3, n(1), &bumped(&stale, 3, &[3])));
+    assert_eq!(**c.gossip(), before);
+    assert_eq!(of_kind(&transmits(&mut c), "Gossip").len(), 1, "answered with the tombstone");
+    // A heartbeat response from it feeds no failure detector and is not answered.
+    let rsp = Message::HeartbeatRsp { from: n(3), sequence_nr: 1, creation_time_nanos: 0 };
+    c.handle_message(t + secs(2), n(3), rsp);
+    assert!(transmits(&mut c).is_empty());
+    // A new incarnation on the same address is another node and is answered as usual.
+    let fresh = node("h3:2552", 33);
+    let heartbeat =
+        Message::Heartbeat { from: fresh.clone(), sequence_nr: 1, creation_time_nanos: 0 };
+    c.handle_message(t + secs(2), fresh, heartbeat);
+    assert_eq!(of_kind(&transmits(&mut c), "HeartbeatRsp").len(), 1);
+}
+
+#[test]
+fn a_node_that_finds_its_own_tombstone_in_a_members_gossip_stops_as_downed() {
+    let t = t0();
+    let mut answering = removed_three(t);
+    // Node 3 was paused through its removal: it still holds {1, 2, 3} all Up.
+    let mut paused =
+        member_core(3, no_reaper(), t, 2, gossip([up(1, 1), up(2, 2), up(3, 3)], &[2]));
+    let heartbeat = Message::Heartbeat { from: n(3), sequence_nr: 1, creation_time_nanos: 0 };
+    answering.handle_message(t + secs(30), n(3), heartbeat);
+    let notice = transmits(&mut answering).remove(0);
+
+    // The same gossip from a stranger is ignored.
+    paused.handle_message(
+        t + secs(30),
+        n(4),
+        Message::Gossip { from: n(4), to: n(3), gossip: Arc::new(sent_gossip(&notice).clone()) },
+    );
+    assert_eq!(paused.shutdown_reason(), None);
+
+    paused.handle_message(t + secs(30), n(1), notice.message);
+    assert_eq!(paused.shutdown_reason(), Some(&ShutdownReason::Downed));
+}
+
 #[test]
 fn the_leader_does_not_remove_a_down_member_that_is_still_reachable() {
     let t = t0();
