@@ -743,6 +743,25 @@ impl Sim {
 
     /// Ends every partition, clog and pause, and restores `net`.
     pub fn heal(&mut self, net: NetConfig) {
+        // Faults the nemesis scheduled before the heal (the later steps of a swizzle-clog, a
+        // partition or pause still to come) must not strike after it. Restarts stay: a crashed
+        // process's supervisor still brings it back.
+        let queue = std::mem::take(&mut self.queue);
+        self.queue = queue
+            .into_iter()
+            .filter(|Reverse(e)| {
+                !matches!(
+                    e.event,
+                    Event::Action(
+                        Action::Pause(_)
+                            | Action::Block { .. }
+                            | Action::Clog(_)
+                            | Action::SetNet(_)
+                            | Action::Stray(_)
+                    )
+                )
+            })
+            .collect();
         self.links.heal();
         self.release_held();
         self.net = net;

@@ -186,6 +186,9 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
     late.truncate(n / 5);
     let initial: Vec<usize> = (0..n).filter(|i| !late.contains(i)).collect();
     let bound = liveness::bound(&config, n, &operator, drift);
+    // Silence from before the heal can still make a failure detector fire this long after it.
+    let fd = &config.failure_detector;
+    let detection_lag = fd.acceptable_heartbeat_pause + 3 * fd.heartbeat_interval;
     let opts = SimOptions {
         seed: o.seed,
         nodes: n,
@@ -262,7 +265,8 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
             }
             // It must also stay so: no flapping once converged. A process the supervisor
             // restarts in the meantime (its restart was scheduled before the heal) joins, and the
-            // cluster must converge again, still within the bound.
+            // cluster must converge again, still within the bound; so must a cluster that
+            // converged before its failure detectors noticed a node silenced by the faults.
             let reached = sim.now();
             sim.run_for(Duration::from_secs(5));
             let restarted = (0..n).any(|i| sim.slot(i).started_at > reached);
@@ -271,7 +275,9 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
                     liveness_s = Some(secs(reached - healed));
                     break;
                 }
-                Err(_) if restarted => ok = false,
+                // A convergence reached before the failure detectors caught up with the silence
+                // of the faults is not yet the settled state; it must come again in the bound.
+                Err(_) if restarted || reached < healed + detection_lag => ok = false,
                 Err((id, why)) => {
                     let v = liveness_violation(&sim, id, format!("converged, then lost it: {why}"));
                     sim.set_violation(v);
