@@ -83,6 +83,21 @@ const CASES: &[Case] = &[
               a node isolated until the heal; the liveness phase now lets it converge again",
     },
     Case {
+        seed: 260,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S3 (checker): the leader moved a member to WeaklyUp in the step its resolver decided, \
+              which cleared the seen set the seen-by evidence comes from; the checker judged on \
+              the gossip before the step",
+    },
+    Case {
+        seed: 346,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S2 (checker): two decisions 10 s apart on different reachability, whose kept sides \
+              overlap, were paired as a split brain",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

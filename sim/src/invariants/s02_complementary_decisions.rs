@@ -6,7 +6,10 @@
 //! other), both sides kept themselves — the split brain the resolver exists to prevent.
 //!
 //! As in the spec, only decisions on the same membership are paired: clean-partition decisions
-//! (down the unreachable, or the reachable) taken by deciders that counted the same members.
+//! (down the unreachable, or the reachable) taken by deciders that counted the same members and
+//! split them into two disjoint sides, each keeping its own. Deciders whose kept sides overlap
+//! saw different reachability (one decided, the other later decided on a newer partition without
+//! having heard of the first decision); that is not the split A | B of the spec.
 //! Decisions about indirectly connected nodes are taken on each side's own, possibly stale,
 //! reachability and need not be complementary; whether two live clusters remain is S1's to judge.
 
@@ -26,6 +29,8 @@ struct Kept {
     at: Duration,
     downed: BTreeSet<UniqueAddress>,
     counted: BTreeSet<UniqueAddress>,
+    /// The counted members it did not down: its side.
+    side: BTreeSet<UniqueAddress>,
 }
 
 /// The members a keep-majority decision counts in `g`: not Joining, WeaklyUp, Down or Exiting.
@@ -58,10 +63,12 @@ impl Invariant for ComplementaryDecisions {
                 continue;
             }
             let members = counted(obs.before);
+            let side: BTreeSet<UniqueAddress> = members.difference(&d.nodes).cloned().collect();
             for other in &d.nodes {
                 let Some(k) = self.kept.get(other) else { continue };
                 let episode = obs.now.saturating_sub(k.at) <= window;
-                if k.downed.contains(me) && episode && k.counted == members {
+                let split = k.counted == members && k.side.is_disjoint(&side);
+                if k.downed.contains(me) && episode && split {
                     return Err(format!(
                         "{me} kept itself and downed {other} ({:?}), and {other} had kept itself \
                          and downed {me} {:.1} s earlier, both counting the same {} members: \
@@ -72,7 +79,7 @@ impl Invariant for ComplementaryDecisions {
                     ));
                 }
             }
-            let kept = Kept { at: obs.now, downed: d.nodes.clone(), counted: members };
+            let kept = Kept { at: obs.now, downed: d.nodes.clone(), counted: members, side };
             self.kept.insert(me.clone(), kept);
         }
         Ok(())

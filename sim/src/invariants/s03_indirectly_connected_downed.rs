@@ -7,6 +7,11 @@
 //! them that could still be downed must be among the nodes the decision downs (or already Down
 //! after the step). A decision to down everyone, or a node downing itself because it was
 //! quarantined, is not about them.
+//!
+//! The resolver ticks with the leader actions. When the leader moved a member in the same step
+//! (Joining to WeaklyUp or Up, Leaving to Exiting, a removal), the gossip the resolver decided on
+//! already had a new version, whose seen set holds only the leader: the seen-by evidence was gone
+//! when it decided, and only the cycles count.
 
 use std::collections::BTreeSet;
 
@@ -22,8 +27,18 @@ use super::{Invariant, Observation};
 #[derive(Debug, Default, Clone, Copy)]
 pub struct IndirectlyConnectedDowned;
 
-/// The indirectly connected members of `g` (see the module docs).
-pub(super) fn indirectly_connected(g: &Gossip) -> BTreeSet<UniqueAddress> {
+/// Whether the leader's own actions in the step changed a member's status to anything but Down
+/// (which is the decision's doing), or removed one.
+fn leader_acted(before: &Gossip, after: &Gossip) -> bool {
+    before.members().any(|m| match after.member(m.node()) {
+        Some(now) => now.status() != m.status() && now.status() != MemberStatus::Down,
+        None => true,
+    })
+}
+
+/// The indirectly connected members of `g`: from cycles, and with `seen_evidence` also from
+/// records whose subject has seen `g`.
+fn indirectly_connected_by(g: &Gossip, seen_evidence: bool) -> BTreeSet<UniqueAddress> {
     let records: Vec<_> = g
         .reachability()
         .records()
@@ -34,7 +49,7 @@ pub(super) fn indirectly_connected(g: &Gossip) -> BTreeSet<UniqueAddress> {
     let subjects: BTreeSet<&UniqueAddress> = records.iter().map(|r| &r.subject).collect();
     let mut out: BTreeSet<UniqueAddress> =
         observers.intersection(&subjects).map(|n| (*n).clone()).collect();
-    for r in records.iter().filter(|r| g.seen_by(&r.subject)) {
+    for r in records.iter().filter(|r| seen_evidence && g.seen_by(&r.subject)) {
         out.insert(r.observer.clone());
         out.insert(r.subject.clone());
     }
@@ -50,7 +65,8 @@ impl Invariant for IndirectlyConnectedDowned {
         let relevant =
             |d: &Decision| !matches!(d, Decision::DownAll | Decision::DownSelfQuarantinedByRemote);
         for d in obs.decisions.iter().filter(|d| relevant(&d.decision)) {
-            let indirect = indirectly_connected(obs.before);
+            let indirect =
+                indirectly_connected_by(obs.before, !leader_acted(obs.before, obs.after));
             let kept = indirect.iter().find(|n| {
                 let downable =
                     obs.before.member(n).is_some_and(|m| !m.status().is_down_or_exiting());

@@ -30,6 +30,9 @@ fn b() -> UniqueAddress {
 fn c() -> UniqueAddress {
     node(10_002, 3)
 }
+fn d() -> UniqueAddress {
+    node(10_003, 4)
+}
 
 fn member(n: &UniqueAddress, status: MemberStatus, up: u32) -> Member {
     let roles = BTreeSet::from(["dc-default".to_owned()]);
@@ -325,6 +328,18 @@ fn s2_fires_when_two_nodes_each_keep_themselves_and_down_the_other() {
 }
 
 #[test]
+fn s2_does_not_pair_decisions_whose_kept_sides_overlap() {
+    use DecisionTrigger::Stable;
+    let mut s2 = ComplementaryDecisions::default();
+    // b, seeing only a unreachable, downs a and keeps {b, c}; later a, cut off from b alone,
+    // downs b and keeps {a, c}: c is on both sides, so they decided on different reachability.
+    let b_downs_a = decision(Decision::DownUnreachable, Stable, &[a()]);
+    assert_eq!(deciding(b(), b_downs_a, all_up(1), all_up(2)).check(&mut s2), Ok(()));
+    let a_downs_b = decision(Decision::DownUnreachable, Stable, &[b()]);
+    assert_eq!(deciding(a(), a_downs_b, all_up(2), all_up(3)).check(&mut s2), Ok(()));
+}
+
+#[test]
 fn s3_fires_when_a_decision_keeps_an_indirectly_connected_node() {
     use DecisionTrigger::Stable;
     // a sees b unreachable and b sees c unreachable: b is in a cycle, indirectly connected.
@@ -341,6 +356,35 @@ fn s3_fires_when_a_decision_keeps_an_indirectly_connected_node() {
     assert!(err.unwrap_err().contains("kept convoke://convoke@sim:10001"));
     let downs_b = decision(Decision::DownIndirectlyConnected, Stable, &[b(), c()]);
     let ok = deciding(a(), downs_b, cycle.clone(), cycle).check(&mut IndirectlyConnectedDowned);
+    assert_eq!(ok, Ok(()));
+}
+
+#[test]
+fn s3_counts_seen_evidence_unless_the_leader_gave_the_gossip_a_new_version_in_the_same_step() {
+    use DecisionTrigger::Stable;
+    // b sees c unreachable and c has seen the gossip: both are indirectly connected.
+    let members = [(a(), Up), (b(), Up), (c(), Up), (d(), Joining)];
+    let evidence = gossip(&members, &[a(), c()], &[(b(), c())], &[(a(), 1)], &[]);
+    let keeps_b = decision(Decision::DownUnreachable, Stable, &[c()]);
+    let downed = gossip(
+        &[(a(), Up), (b(), Up), (c(), Down), (d(), Joining)],
+        &[a()],
+        &[(b(), c())],
+        &[(a(), 2)],
+        &[],
+    );
+    let err = deciding(a(), keeps_b.clone(), evidence.clone(), downed)
+        .check(&mut IndirectlyConnectedDowned);
+    assert!(err.unwrap_err().contains("kept convoke://convoke@sim:10001"));
+    // The leader moved d to WeaklyUp in the same step: the seen set was reset before the decision.
+    let moved = gossip(
+        &[(a(), Up), (b(), Up), (c(), Down), (d(), WeaklyUp)],
+        &[a()],
+        &[(b(), c())],
+        &[(a(), 3)],
+        &[],
+    );
+    let ok = deciding(a(), keeps_b, evidence, moved).check(&mut IndirectlyConnectedDowned);
     assert_eq!(ok, Ok(()));
 }
 
