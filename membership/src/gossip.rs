@@ -248,6 +248,15 @@ impl Gossip {
         }
     }
 
+    /// Whether `other` holds the same members (with status and up-number), reachability and
+    /// removed nodes; seen sets, clocks and tombstone times are not compared.
+    pub fn same_state_as(&self, other: &Gossip) -> bool {
+        let state = |m: &Member| (m.node().clone(), m.status(), m.up_number());
+        self.members.values().map(state).eq(other.members.values().map(state))
+            && self.reachability == other.reachability
+            && self.tombstones.keys().eq(other.tombstones.keys())
+    }
+
     /// A digest of the seen set, so two nodes can tell cheaply whether they agree on who has seen.
     pub fn seen_digest(&self) -> [u8; 20] {
         let mut hasher = Sha1::new();

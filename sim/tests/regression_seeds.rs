@@ -98,6 +98,20 @@ const CASES: &[Case] = &[
               overlap, were paired as a split brain",
     },
     Case {
+        seed: 7,
+        nodes: 7,
+        downing: ChaosDowning::Resolver,
+        why: "S11: a removed node's resolver downed a newcomer, stamping only its own clock entry; \
+              the merge pruned that entry and left two states under one version (fixed in the \
+              core: such a merge gets a version of the merging node)",
+    },
+    Case {
+        seed: 2006,
+        nodes: 25,
+        downing: ChaosDowning::Resolver,
+        why: "S11, the same clash with 25 nodes",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

@@ -213,7 +213,20 @@ impl Cluster {
             Ordering::After => (Gossip::clone(&remote), !remote.seen_by(&me)),
             // No clock entries are pruned for one-sided Down or Exiting members (as Akka does):
             // the merge keeps such members (see `Gossip::merge`), and removal prunes their entries.
-            Ordering::Concurrent => (remote.merge(&local), true),
+            Ordering::Concurrent => {
+                let mut merged = remote.merge(&local);
+                // The merge prunes the clock entries of removed nodes. When a change was stamped
+                // only by such an entry (a removed node's resolver downed a member), the merged
+                // clock can equal one side's while the state differs from it: two states under
+                // one version (S11). This node then gives the merge a version of its own.
+                let clashes = |side: &Gossip| {
+                    merged.version() == side.version() && !merged.same_state_as(side)
+                };
+                if clashes(&local) || clashes(&remote) {
+                    merged.increment_version(&me);
+                }
+                (merged, true)
+            }
         };
         winner.add_seen(&me);
         let was_down = self.self_status() == MemberStatus::Down;

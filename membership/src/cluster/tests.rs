@@ -754,6 +754,29 @@ fn assert_ignored(c: &mut Cluster, before: &Gossip) {
 }
 
 #[test]
+fn a_merge_with_the_local_clock_but_another_state_gets_a_version_of_this_node() {
+    let t = t0();
+    let base = gossip([up(1, 1), up(2, 2), member(3, Down, 3), up(4, 4)], &[2]);
+    // Here node 3 was removed (its clock entry pruned with it) after node 2's change.
+    let mut local = bumped(&base, 2, &[2]);
+    local.remove(&n(3), WALL);
+    // Concurrently, node 3 itself downed a newcomer, 5, stamping only its own entry.
+    let mut remote = bumped(&base, 3, &[3]);
+    remote.update([member(5, Down, 0)]);
+    let mut c = member_core(1, no_reaper(), t, 2, local.clone());
+    let local = Gossip::clone(c.gossip());
+
+    c.handle_message(t, n(2), gossip_msg(2, n(1), &remote));
+    let merged = c.gossip();
+    assert_eq!(status_of(&c, 5), Some(Down), "the one-sided Down is kept");
+    assert!(!merged.has_member(&n(3)), "the tombstone wins");
+    // Pruning node 3's entry leaves the clock of `local`; the state is not `local`'s.
+    assert!(!merged.same_state_as(&local));
+    assert_ne!(merged.version(), local.version(), "two states under one version");
+    assert_eq!(merged.version().counter(&n(1)), local.version().counter(&n(1)) + 1);
+}
+
+#[test]
 fn gossip_addressed_to_another_incarnation_is_ignored() {
     let t = t0();
     let (mut c, local) = three_up(cfg(), t);
