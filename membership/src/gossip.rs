@@ -1,6 +1,7 @@
 //! The replicated cluster state: members, seen set, reachability, vector clock and tombstones.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use sha1::{Digest, Sha1};
@@ -84,6 +85,14 @@ impl Gossip {
     /// Whether `node` is a member.
     pub fn has_member(&self, node: &UniqueAddress) -> bool {
         self.members.contains_key(node)
+    }
+
+    /// Whether another incarnation of `node`'s address (another uid) is a member too.
+    pub fn has_other_incarnation(&self, node: &UniqueAddress) -> bool {
+        // Members are ordered by address, then uid: another incarnation is a neighbour.
+        let before = self.members.range(..node).next_back();
+        let after = self.members.range((Bound::Excluded(node), Bound::Unbounded)).next();
+        before.into_iter().chain(after).any(|(n, _)| n.address == node.address)
     }
 
     /// The member nodes.
@@ -249,12 +258,12 @@ impl Gossip {
     }
 
     /// Whether `other` holds the same members (with status and up-number), reachability and
-    /// removed nodes; seen sets, clocks and tombstone times are not compared.
+    /// tombstones (with their removal times); seen sets and clocks are not compared.
     pub fn same_state_as(&self, other: &Gossip) -> bool {
         let state = |m: &Member| (m.node().clone(), m.status(), m.up_number());
         self.members.values().map(state).eq(other.members.values().map(state))
             && self.reachability == other.reachability
-            && self.tombstones.keys().eq(other.tombstones.keys())
+            && self.tombstones == other.tombstones
     }
 
     /// A digest of the seen set, so two nodes can tell cheaply whether they agree on who has seen.

@@ -3,9 +3,9 @@
 use std::time::Instant;
 
 use super::{Cluster, GOSSIP_TO_RANDOM_NODES};
-use crate::address::Address;
+use crate::address::{Address, UniqueAddress};
 use crate::gossip::Gossip;
-use crate::member::MemberStatus;
+use crate::member::{Member, MemberStatus};
 
 impl Cluster {
     /// Asks the member at `address` (any member, this node included) to leave gracefully: it goes
@@ -38,24 +38,34 @@ impl Cluster {
 
     /// Marks the member at `address` Down. The leader removes it once it is unreachable; a node
     /// that sees itself Down shuts down. Ignored for an unknown address or a member already Down.
+    /// When two incarnations share the address, the one not yet Down is downed.
     pub fn down(&mut self, now: Instant, address: &Address) {
+        let at = |m: &&Member| m.address() == address;
+        let Some(m) = (self.latest.members().filter(at))
+            .min_by_key(|m| m.status() == MemberStatus::Down)
+            .map(|m| m.node().clone())
+        else {
+            return;
+        };
+        self.down_node(now, &m);
+    }
+
+    /// Marks the member `node` (this incarnation only) Down.
+    pub(super) fn down_node(&mut self, now: Instant, node: &UniqueAddress) {
         if self.shutdown.is_some() {
             return;
         }
-        let Some(m) = self.latest.members().find(|m| m.address() == address).cloned() else {
-            return;
-        };
         let mut g = Gossip::clone(&self.latest);
-        if !g.mark_as_down(m.node()) {
+        if !g.mark_as_down(node) {
             return;
         }
         self.update_latest_gossip(g);
         self.publish(now);
-        if *m.node() == self.self_node {
+        if *node == self.self_node {
             self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         } else {
             // Tell the downed node directly, so it shuts itself down if it is alive.
-            self.gossip_to(m.node());
+            self.gossip_to(node);
         }
     }
 

@@ -84,7 +84,7 @@ impl Cluster {
             let Some(node) = self.sbr.as_mut().and_then(SplitBrainResolver::poll_down) else {
                 break;
             };
-            self.down(now, &node.address);
+            self.down_node(now, &node);
         }
         match self.sbr.as_ref().and_then(SplitBrainResolver::acquire_deadline) {
             Some(at) => self.timers.set(Timer::LeaseAcquire, at),

@@ -193,9 +193,12 @@ impl Cluster {
             self.request_shutdown(ShutdownReason::Downed);
             return;
         }
+        if self.is_initialized() && *to == me && !self.latest.has_member(&from) {
+            self.readmit_forgotten_joiner(now, &from, &remote);
+            return;
+        }
         if !self.is_initialized()
             || *to != me
-            || !self.latest.has_member(&from)
             || !self.latest.reachability().is_reachable_by(&me, &from)
             || !remote.has_member(&me)
             || remote.check_invariants().is_err()
@@ -229,11 +232,13 @@ impl Cluster {
             }
         };
         winner.add_seen(&me);
+        self.heard_from_member(now);
         let was_down = self.self_status() == MemberStatus::Down;
         for m in winner.members().filter(|m| !local.has_member(m.node())) {
             self.heartbeat.forget(m.address());
         }
         self.set_latest(winner);
+        self.down_other_incarnations_of_self();
         self.publish(now);
         match self.self_status() {
             MemberStatus::Exiting => self.self_exiting(),
@@ -243,5 +248,44 @@ impl Cluster {
         if talk_back && self.shutdown.is_none() {
             self.gossip_to(&from);
         }
+    }
+
+    /// This process holds its address, so any other incarnation of it in the gossip is dead: an
+    /// earlier run, admitted by a side that had not heard of this one, or not yet downed. It is
+    /// marked terminated and Down, so the leader removes it and then moves this one up (S5).
+    pub(super) fn down_other_incarnations_of_self(&mut self) {
+        let me = &self.self_node;
+        let stale: Vec<UniqueAddress> = (self.latest.members())
+            .filter(|m| m.address() == &me.address && m.node() != me)
+            .filter(|m| m.status() != MemberStatus::Down)
+            .map(|m| m.node().clone())
+            .collect();
+        if stale.is_empty()
+            || !self.latest.has_member(me)
+            || self.self_status().is_down_or_exiting()
+        {
+            return;
+        }
+        let mut g = Gossip::clone(&self.latest);
+        for old in &stale {
+            g.reachability_mut().terminated(me, old);
+            g.mark_as_down(old);
+        }
+        self.update_latest_gossip(g);
+    }
+
+    /// A node that is not a member sent gossip that holds this node as a member and itself as
+    /// Joining or WeaklyUp: it was welcomed by a member whose gossip about it never spread (that
+    /// member was downed or cut off first), so it waits for a cluster that forgot it. It is
+    /// admitted again as a joining node, as if it had sent Join. Anyone else is ignored: a
+    /// member of another cluster, or a removed incarnation (which [`Self::on_join`] refuses).
+    fn readmit_forgotten_joiner(&mut self, now: Instant, from: &UniqueAddress, remote: &Gossip) {
+        let Some(joiner) = remote.member(from) else { return };
+        let joining = matches!(joiner.status(), MemberStatus::Joining | MemberStatus::WeaklyUp);
+        if !joining || !remote.has_member(&self.self_node) || remote.check_invariants().is_err() {
+            return;
+        }
+        let (roles, app_version) = (joiner.roles().clone(), joiner.app_version().clone());
+        self.on_join(now, from.clone(), roles, app_version);
     }
 }

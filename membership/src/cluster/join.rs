@@ -299,6 +299,7 @@ impl Cluster {
         g.add_seen(&self.self_node);
         self.set_latest(g);
         self.become_initialized(now);
+        self.down_other_incarnations_of_self();
         self.publish(now);
         if from != self.self_node {
             self.gossip_to(&from);

@@ -45,6 +45,7 @@ impl Cluster {
         let changed: Vec<Member> = state
             .dc_members()
             .filter(|m| m.status() == MemberStatus::Joining && r.is_reachable(m.node()))
+            .filter(|m| !self.latest.has_other_incarnation(m.node()))
             .filter_map(|m| m.with_status(MemberStatus::WeaklyUp).ok())
             .collect();
         if changed.is_empty() {
@@ -78,7 +79,11 @@ impl Cluster {
         let mut changed = Vec::new();
         for m in state.dc_members() {
             let moved = match m.status() {
-                MemberStatus::Joining | MemberStatus::WeaklyUp if may_move_up => {
+                // Two incarnations of one address (admitted concurrently by two sides): neither
+                // moves up until the dead one is downed and removed (S5).
+                MemberStatus::Joining | MemberStatus::WeaklyUp
+                    if may_move_up && !self.latest.has_other_incarnation(m.node()) =>
+                {
                     let up = m.with_up(next_up);
                     next_up = UpNumber(next_up.0.saturating_add(1));
                     up

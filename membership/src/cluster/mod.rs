@@ -209,6 +209,11 @@ pub struct Cluster {
     heartbeat_members: BTreeSet<UniqueAddress>,
     heartbeat_unreachable: BTreeSet<UniqueAddress>,
     sbr: Option<SplitBrainResolver>,
+    /// The time of the latest input: a gap longer than `stable_after` between two is a pause.
+    last_input: Option<Instant>,
+    /// After such a pause, the heartbeat sequence number then: an answer to a later heartbeat,
+    /// like a merged gossip, is word from a member (see [`SplitBrainResolver::handle_resumed`]).
+    awaiting_contact_after: Option<u64>,
     timers: Timers,
     transmits: VecDeque<Transmit>,
     events: VecDeque<ClusterEvent>,
@@ -286,6 +291,8 @@ impl Cluster {
             heartbeat_members: BTreeSet::new(),
             heartbeat_unreachable: BTreeSet::new(),
             sbr,
+            last_input: None,
+            awaiting_contact_after: None,
             timers,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -319,6 +326,7 @@ impl Cluster {
         if spoofed {
             return;
         }
+        self.note_input(now);
         if self.latest.tombstones().contains_key(&from) {
             self.answer_removed_incarnation(&from, &message);
             return;
@@ -349,9 +357,14 @@ impl Cluster {
                 };
                 self.send(from.address, rsp);
             }
-            Message::HeartbeatRsp { from, .. } => {
+            Message::HeartbeatRsp { from, sequence_nr, .. } => {
                 if self.heartbeat_active {
                     self.heartbeat.handle_response(&from, now);
+                }
+                if self.awaiting_contact_after.is_some_and(|seq| sequence_nr > seq)
+                    && self.latest.has_member(&from)
+                {
+                    self.heard_from_member(now);
                 }
             }
             Message::ExitingConfirmed { node } => {
@@ -368,6 +381,7 @@ impl Cluster {
         if self.shutdown.is_some() {
             return;
         }
+        self.note_input(now);
         for timer in TIMERS {
             if self.shutdown.is_some() || !self.timers.take_due(timer, now) {
                 continue;
@@ -584,6 +598,31 @@ impl Cluster {
         }
         self.heartbeat_members = members;
         self.heartbeat_unreachable = unreachable;
+    }
+
+    /// Notes an input at `now`. The driver calls in at least every second (the resolver's tick),
+    /// so a longer gap means the process did not run; one longer than `stable_after` is a pause
+    /// the resolver must know of.
+    fn note_input(&mut self, now: Instant) {
+        let gap = self.last_input.map(|last| now.saturating_duration_since(last));
+        self.last_input = Some(self.last_input.map_or(now, |last| last.max(now)));
+        let stable_after = self.config.split_brain_resolver.stable_after;
+        let Some(paused_for) = gap.filter(|g| *g > stable_after) else { return };
+        if let Some(sbr) = self.sbr.as_mut() {
+            sbr.handle_resumed(now, paused_for);
+            if sbr.contact_deadline().is_some() {
+                self.awaiting_contact_after = Some(self.heartbeat.sequence_nr());
+            }
+        }
+    }
+
+    /// Word from a member after a pause (see [`SplitBrainResolver::handle_member_contact`]).
+    pub(super) fn heard_from_member(&mut self, now: Instant) {
+        if self.awaiting_contact_after.take().is_some()
+            && let Some(sbr) = self.sbr.as_mut()
+        {
+            sbr.handle_member_contact(now);
+        }
     }
 
     fn heartbeat_tick(&mut self, now: Instant) {

@@ -777,6 +777,16 @@ fn a_merge_with_the_local_clock_but_another_state_gets_a_version_of_this_node() 
 }
 
 #[test]
+fn gossips_that_differ_only_in_a_removal_time_are_not_the_same_state() {
+    let base = gossip([up(1, 1), up(2, 2), member(3, Down, 3)], &[1]);
+    let (mut early, mut late) = (base.clone(), base);
+    early.remove(&n(3), WALL);
+    late.remove(&n(3), WALL + 1_000);
+    assert!(early.same_state_as(&early.clone()));
+    assert!(!early.same_state_as(&late), "a merge keeping one side's clock must get a new version");
+}
+
+#[test]
 fn gossip_addressed_to_another_incarnation_is_ignored() {
     let t = t0();
     let (mut c, local) = three_up(cfg(), t);
@@ -810,7 +820,8 @@ fn gossip_from_an_unknown_sender_is_ignored() {
     let (mut c, local) = three_up(cfg(), t);
     let mut newer = bumped(&local, 2, &[2]);
     newer.update([joining(4)]);
-    c.handle_message(t, n(4), gossip_msg(4, n(1), &newer));
+    // (A sender that is Joining in its own gossip is a forgotten joiner: see below.)
+    c.handle_message(t, n(5), gossip_msg(5, n(1), &newer));
     assert_ignored(&mut c, &local);
 }
 
@@ -1762,4 +1773,177 @@ fn two_cores_with_the_same_seed_and_inputs_produce_identical_outputs() {
     // And the seed matters: another seed picks other gossip targets.
     let (other, _) = scripted_run(43);
     assert_ne!(other, sent);
+}
+
+// ---- two incarnations of one address (S5) -----------------------------------------------------
+
+#[test]
+fn two_incarnations_of_one_address_admitted_by_two_sides_are_not_moved_up() {
+    let t = t0();
+    // Node 1 is the leader; h2 joined twice, once on each side of a partition that healed.
+    let g = gossip(
+        [
+            up(1, 1),
+            up(3, 3),
+            joining(2),
+            Member::joining(node("h2:2552", 99), dc_roles(), AppVersion::default()),
+        ],
+        &[1, 3],
+    );
+    let mut c = member_core(1, no_reaper(), t, 3, g);
+    run_until(&mut c, t + secs(10));
+    assert_eq!(status_of(&c, 2), Some(Joining));
+    assert_eq!(c.gossip().member(&node("h2:2552", 99)).map(Member::status), Some(Joining));
+}
+
+#[test]
+fn a_joining_member_is_moved_up_once_its_other_incarnation_is_removed() {
+    let t = t0();
+    let old = member(2, Down, 2);
+    let new = Member::joining(node("h2:2552", 99), dc_roles(), AppVersion::default());
+    let mut g = gossip([up(1, 1), up(3, 3), old, new.clone()], &[1, 3]);
+    g.reachability_mut().terminated(&n(1), &n(2));
+    let mut c = member_core(1, no_reaper(), t, 3, g);
+    run_until(&mut c, t + secs(1));
+    assert!(!c.gossip().has_member(&n(2)), "the Down incarnation is removed first");
+    assert_eq!(c.gossip().member(new.node()).map(Member::status), Some(Joining));
+    // The removal needs every member to see it before the next convergence.
+    let seen = bumped(c.gossip(), 3, &[1, 3]);
+    c.handle_message(t + secs(1), n(3), gossip_msg(3, n(1), &seen));
+    run_until(&mut c, t + secs(3));
+    assert_eq!(c.gossip().member(new.node()).map(Member::status), Some(Up));
+}
+
+#[test]
+fn a_node_downs_another_incarnation_of_itself_that_it_finds_in_the_gossip() {
+    let t = t0();
+    let earlier = node("h2:2552", 99);
+    let g = gossip([up(1, 1), up(3, 3), joining(2)], &[1, 3]);
+    let mut c = member_core(2, no_reaper(), t, 1, g.clone());
+    // The other side admitted an earlier run of h2 before it crashed.
+    let mut theirs = g;
+    theirs.update([Member::joining(earlier.clone(), dc_roles(), AppVersion::default())]);
+    let theirs = bumped(&theirs, 3, &[3]);
+    c.handle_message(t, n(3), gossip_msg(3, n(2), &theirs));
+    assert_eq!(c.gossip().member(&earlier).map(Member::status), Some(Down));
+    assert_eq!(
+        c.gossip().reachability().status_by(&n(2), &earlier),
+        ReachabilityStatus::Terminated
+    );
+    assert_eq!(status_of(&c, 2), Some(Joining), "this incarnation is untouched");
+    assert!(c.shutdown_reason().is_none());
+}
+
+#[test]
+fn down_by_address_picks_the_incarnation_not_yet_down() {
+    let t = t0();
+    let restarted = node("h2:2552", 99);
+    let g = gossip(
+        [
+            up(1, 1),
+            up(3, 3),
+            member(2, Down, 2),
+            Member::joining(restarted.clone(), dc_roles(), AppVersion::default()),
+        ],
+        &[1, 3],
+    );
+    let mut c = member_core(1, no_reaper(), t, 3, g);
+    c.down(t, &a(2));
+    assert_eq!(c.gossip().member(&restarted).map(Member::status), Some(Down));
+}
+
+// ---- a long pause (the split-brain resolver's view may be out of date) ------------------------
+
+/// Keep-majority with `stable_after` 5 s; node 1 the leader of {1, 2, 3}, all Up, after 3 s.
+fn member_about_to_pause() -> (Cluster, Instant) {
+    let t = t0();
+    let mut config = no_reaper();
+    config.split_brain_resolver.active_strategy = "keep-majority".to_owned();
+    config.split_brain_resolver.stable_after = secs(5);
+    let g = gossip([up(1, 1), up(2, 2), up(3, 3)], &[1, 2, 3]);
+    let mut c = member_core(1, config, t, 2, g);
+    run_until(&mut c, t + secs(3));
+    drain(&mut c);
+    (c, t + secs(3))
+}
+
+fn heartbeat_rsp(from: u64, sequence_nr: u64) -> Message {
+    Message::HeartbeatRsp { from: n(from), sequence_nr, creation_time_nanos: 0 }
+}
+
+#[test]
+fn a_node_that_hears_from_no_member_within_stable_after_of_a_long_pause_downs_itself() {
+    let (mut c, t) = member_about_to_pause();
+    let before_pause = c.heartbeat.sequence_nr();
+    // The process ran nothing for 30 s; the overdue timers are its first input after the pause.
+    let resumed = t + secs(30);
+    c.handle_timeout(resumed);
+    let sbr = c.split_brain_resolver().expect("keep-majority");
+    assert_eq!(sbr.contact_deadline(), Some(resumed + secs(5)));
+    // An answer to a heartbeat sent before the pause says nothing about now.
+    c.handle_message(resumed, n(2), heartbeat_rsp(2, before_pause));
+    run_until(&mut c, resumed + secs(4));
+    assert_eq!(status_of(&c, 1), Some(Up));
+    run_until(&mut c, resumed + secs(15));
+    assert_eq!(status_of(&c, 1), Some(Down));
+    assert_eq!(c.shutdown_reason(), Some(&ShutdownReason::Downed));
+    let decision = c.poll_downing_decision().expect("a decision");
+    assert_eq!(decision.decision, crate::sbr::Decision::DownSelfAfterPause);
+    assert_eq!(decision.nodes, BTreeSet::from([n(1)]));
+}
+
+#[test]
+fn an_answer_to_a_heartbeat_sent_after_a_long_pause_is_word_from_a_member() {
+    let (mut c, t) = member_about_to_pause();
+    let resumed = t + secs(30);
+    c.handle_timeout(resumed);
+    let sent = run_until(&mut c, resumed + secs(1));
+    let seq = sent
+        .iter()
+        .find_map(|(_, t)| match &t.message {
+            Message::Heartbeat { sequence_nr, .. } if t.to == a(2) => Some(*sequence_nr),
+            _ => None,
+        })
+        .expect("a heartbeat to node 2 after the pause");
+    c.handle_message(resumed + secs(1), n(2), heartbeat_rsp(2, seq));
+    assert_eq!(c.split_brain_resolver().unwrap().contact_deadline(), None);
+    run_until(&mut c, resumed + secs(15));
+    assert_eq!(status_of(&c, 1), Some(Up));
+    assert!(c.shutdown_reason().is_none());
+    assert_eq!(c.poll_downing_decision(), None);
+}
+
+#[test]
+fn a_gap_shorter_than_stable_after_is_no_pause() {
+    let (mut c, t) = member_about_to_pause();
+    c.handle_timeout(t + secs(4));
+    assert_eq!(c.split_brain_resolver().unwrap().contact_deadline(), None);
+}
+
+// ---- a joiner the cluster forgot -------------------------------------------------------------
+
+#[test]
+fn gossip_from_a_forgotten_joiner_readmits_it_and_takes_in_nothing_else() {
+    let t = t0();
+    let g = gossip([up(1, 1), up(3, 3)], &[1, 3]);
+    let mut c = member_core(1, no_reaper(), t, 3, g);
+    // Node 4 was welcomed by node 5, which was downed before its gossip about 4 spread.
+    let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), joining(4)], &[4]);
+    c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
+    assert_eq!(status_of(&c, 4), Some(Joining));
+    assert_eq!(status_of(&c, 5), None, "the rest of that gossip is not taken in");
+    assert_eq!(of_kind(&transmits(&mut c), "Welcome").len(), 1);
+}
+
+#[test]
+fn gossip_from_a_non_member_that_is_up_or_does_not_hold_this_node_is_ignored() {
+    let t = t0();
+    let g = gossip([up(1, 1), up(3, 3)], &[1, 3]);
+    let mut c = member_core(1, no_reaper(), t, 3, g);
+    let other_cluster = gossip([up(1, 1), up(4, 4)], &[4]);
+    c.handle_message(t, n(4), gossip_msg(4, n(1), &other_cluster));
+    let without_me = gossip([up(3, 3), joining(5)], &[5]);
+    c.handle_message(t, n(5), gossip_msg(5, n(1), &without_me));
+    assert_eq!(c.gossip().members().count(), 2);
+    assert!(transmits(&mut c).is_empty());
 }

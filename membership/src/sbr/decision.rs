@@ -40,6 +40,10 @@ pub enum Decision {
     ReverseDownIndirectlyConnected,
     /// A current member quarantined this node: down this node.
     DownSelfQuarantinedByRemote,
+    /// This node's process was paused for longer than `stable_after`, so the others may have
+    /// downed and removed it meanwhile, and it heard from no member within `stable_after` of
+    /// resuming: down this node rather than act on a view that may be out of date.
+    DownSelfAfterPause,
 }
 
 impl Decision {
@@ -90,6 +94,7 @@ impl fmt::Display for Decision {
             }
             Self::ReverseDownIndirectlyConnected => f.write_str("ReverseDownIndirectlyConnected"),
             Self::DownSelfQuarantinedByRemote => f.write_str("DownSelfQuarantinedByRemote"),
+            Self::DownSelfAfterPause => f.write_str("DownSelfAfterPause"),
         }
     }
 }
@@ -173,6 +178,10 @@ impl DowningModel {
         }
     }
 
+    fn is_active(&self, node: &UniqueAddress) -> bool {
+        self.members.get(node).is_some_and(|m| !m.status().is_down_or_exiting())
+    }
+
     /// Forgets a removed member.
     pub fn remove(&mut self, node: &UniqueAddress) {
         self.members.remove(node);
@@ -180,14 +189,20 @@ impl DowningModel {
     }
 
     /// Takes the Unreachable and Terminated records of `r` whose observer and subject are both
-    /// members of this data center.
+    /// members of this data center and neither is Down or Exiting.
+    ///
+    /// A member that is Down or Exiting is on its way out: that it is unreachable says nothing
+    /// about how the others are connected, and what it observed is stale. (The reference counts
+    /// such records, so a node that merely saw a downed node unreachable, and is unreachable
+    /// itself, passes for indirectly connected. Two nodes cut off from each other can then each
+    /// take the other for the indirectly connected one and keep themselves: two live clusters.)
     pub fn set_reachability(&mut self, r: &Reachability) {
         let records: Vec<_> = r
             .records()
             .filter(|rec| {
                 rec.status != ReachabilityStatus::Reachable
-                    && self.members.contains_key(&rec.observer)
-                    && self.members.contains_key(&rec.subject)
+                    && self.is_active(&rec.observer)
+                    && self.is_active(&rec.subject)
             })
             .collect();
         let versions: Vec<_> = records.iter().map(|rec| (rec.observer.clone(), 1)).collect();
@@ -514,7 +529,7 @@ impl DowningModel {
                     .cloned()
                     .collect()
             }
-            Decision::DownSelfQuarantinedByRemote => {
+            Decision::DownSelfQuarantinedByRemote | Decision::DownSelfAfterPause => {
                 downable.into_iter().filter(|n| n == self_node).collect()
             }
         })

@@ -55,6 +55,8 @@ pub enum DecisionTrigger {
     LeaseDenied,
     /// A member quarantined this node.
     QuarantinedByRemote,
+    /// This node resumed from a long pause and heard from no member within `stable_after`.
+    NoContactAfterPause,
 }
 
 /// A decision the resolver acted on, with what it saw: for the node's log.
@@ -169,6 +171,9 @@ pub struct SplitBrainResolver {
     self_member_added: bool,
     stopped: bool,
     stable_deadline: Instant,
+    /// After a pause longer than `stable_after`: until when to wait for word from a member
+    /// before downing this node. No other decision is taken meanwhile.
+    contact_deadline: Option<Instant>,
     stats: ChangeStats,
     release: ReleaseCondition,
     release_in_flight: bool,
@@ -197,6 +202,7 @@ impl SplitBrainResolver {
             self_member_added: false,
             stopped: false,
             stable_deadline: now + sbr.stable_after,
+            contact_deadline: None,
             stats: ChangeStats::new(now),
             release: ReleaseCondition::NoLease,
             release_in_flight: false,
@@ -224,6 +230,12 @@ impl SplitBrainResolver {
     /// The earliest time a decision may be taken, unless something changes before.
     pub fn stable_deadline(&self) -> Instant {
         self.stable_deadline
+    }
+
+    /// After a long pause, until when this node waits to hear from a member (see
+    /// [`handle_resumed`](Self::handle_resumed)).
+    pub fn contact_deadline(&self) -> Option<Instant> {
+        self.contact_deadline
     }
 
     /// Whether a lease decision is waiting for the lease.
@@ -285,6 +297,40 @@ impl SplitBrainResolver {
                 Decision::DownSelfQuarantinedByRemote,
                 DecisionTrigger::QuarantinedByRemote,
             );
+        }
+    }
+
+    /// This node's process did not run for `paused_for` (a stopped process, a suspended VM, a
+    /// long stall) and runs again now.
+    ///
+    /// A pause longer than `stable_after` may have outlasted the others' decision to down this
+    /// node: they may have removed it and changed their membership since, and what this node
+    /// holds may be out of date in ways it cannot see (members that joined or left meanwhile).
+    /// Deciding on that view could keep a side the others gave up, so the resolver takes no
+    /// decision until it hears from a member again ([`handle_member_contact`](Self::handle_member_contact)),
+    /// and if no member answers within `stable_after` it downs this node
+    /// ([`Decision::DownSelfAfterPause`]). A node with no other member to hear from, or paused
+    /// for less, goes on deciding as before. Either way the reachability changes counted for
+    /// down-all-when-unstable start over (the pause says nothing about the network), and so does
+    /// the wait for stability. (The core reports gaps longer than `stable_after` only.)
+    pub fn handle_resumed(&mut self, now: Instant, paused_for: Duration) {
+        if self.stopped {
+            return;
+        }
+        self.stats = ChangeStats::new(now);
+        self.reset_stable_deadline(now);
+        let others = self.model.members(true, false).any(|m| !self.is_self(m.node()));
+        if paused_for > self.stable_after && others && self.self_member_added {
+            self.contact_deadline = Some(now + self.stable_after);
+        }
+    }
+
+    /// This node heard from a member after resuming from a pause: a gossip merged, or an answer to
+    /// a heartbeat sent since. Its view is current again, and decisions resume once it has been
+    /// stable for `stable_after`.
+    pub fn handle_member_contact(&mut self, now: Instant) {
+        if self.contact_deadline.take().is_some() {
+            self.reset_stable_deadline(now);
         }
     }
 
@@ -390,6 +436,13 @@ impl SplitBrainResolver {
     /// stable (on the responsible node), and release a lease no longer needed.
     pub fn handle_tick(&mut self, now: Instant) {
         if self.stopped || self.waiting.is_some() {
+            return;
+        }
+        if let Some(deadline) = self.contact_deadline {
+            if now >= deadline {
+                self.contact_deadline = None;
+                self.act(now, Decision::DownSelfAfterPause, DecisionTrigger::NoContactAfterPause);
+            }
             return;
         }
         if self.stats.count > 0 {

@@ -782,8 +782,40 @@ fn lease_majority_indirectly_connected_to_an_already_downed_node_during_a_partit
     let (a, b, c, d, e, f) = (m('a'), m('b'), m('c'), m('d'), m('e'), m('f'));
     let (el, fd) = (leaving(&e), downed(&f));
     let s = lease_majority(None).sides(&[&[&a, &b, &c, &d], &[&el, &fd]]).indirectly(&[(&el, &fd)]);
-    s.assert_downing_side(&s.side1, &[&el]);
-    s.assert_downing_side(&s.side2, &[&a, &b, &c, &d, &el]);
+    // Unlike the reference, E seeing the downed F unreachable does not make E indirectly
+    // connected (records about Down members are left out), so each side takes the clean
+    // partition's decision: the majority acquires the lease at once and downs E, and E's side,
+    // acquiring only after the minority's delay, downs itself when the lease is taken.
+    let d1 = s.decide(&s.side1);
+    assert_eq!(d1, AcquireLeaseAndDownUnreachable { acquire_delay: Duration::ZERO });
+    assert_eq!(s.nodes_to_down_for(&s.side1, d1), nodes(&[&el]));
+    let d2 = s.decide(&s.side2);
+    assert_eq!(d2, AcquireLeaseAndDownUnreachable { acquire_delay: MINORITY_DELAY });
+    assert_eq!(s.nodes_to_down_for(&s.side2, d2.reverse().unwrap()), nodes(&[&el]));
+}
+
+#[test]
+fn keep_majority_two_nodes_that_each_saw_downed_members_unreachable_do_not_both_stay() {
+    // {A, B, C, D, E}: C, D, E are Down, and A and B, cut off from each other, each saw them
+    // unreachable. Each holds its own records and the other's about C, D, E, but not the other's
+    // about itself. The reference takes the other for indirectly connected (it observes and is
+    // observed) on both sides, and both stay. Without the records about Down members, it is a
+    // clean A | B, which keeps A on both sides.
+    let (a, b, c, d, e) = (m('a'), m('b'), m('c'), m('d'), m('e'));
+    let (cd, dd, ed) = (downed(&c), downed(&d), downed(&e));
+    let seen_from = |me: &Member, other: &Member| {
+        keep_majority(None).sides(&[&[me], &[other, &cd, &dd, &ed]]).indirectly(&[
+            (other, &cd),
+            (other, &dd),
+            (other, &ed),
+        ])
+    };
+    let from_a = seen_from(&a, &b);
+    assert_eq!(from_a.decide(&from_a.side1), DownUnreachable);
+    assert_eq!(from_a.nodes_to_down_for(&from_a.side1, DownUnreachable), nodes(&[&b]));
+    let from_b = seen_from(&b, &a);
+    assert_eq!(from_b.decide(&from_b.side1), DownReachable);
+    assert_eq!(from_b.nodes_to_down_for(&from_b.side1, DownReachable), nodes(&[&b]));
 }
 
 // ---- the model's member views -------------------------------------------------------------------

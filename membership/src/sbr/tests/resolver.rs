@@ -113,6 +113,15 @@ impl Harness {
         self.now += d;
     }
 
+    /// `ticks` times: `step` passes, the resolver ticks and decides nothing.
+    fn ticks_without_decision(&mut self, ticks: usize, step: Duration) {
+        for _ in 0..ticks {
+            self.advance(step);
+            self.tick();
+            self.expect_no_decision();
+        }
+    }
+
     fn downs(&mut self) -> Vec<UniqueAddress> {
         std::iter::from_fn(|| self.sbr.poll_down()).collect()
     }
@@ -185,11 +194,7 @@ fn the_leader_downs_only_after_stable_after() {
     h.member_up(&[&a, &b, &c]);
     h.leader(&a);
     h.unreachable(&[&b]);
-    for _ in 0..2 {
-        h.advance(ms(999));
-        h.tick();
-        h.expect_no_decision();
-    }
+    h.ticks_without_decision(2, ms(999));
     h.advance(ms(2));
     h.tick();
     h.expect_down_called(&[&b]);
@@ -587,6 +592,72 @@ fn a_quarantine_by_a_member_downs_this_node() {
     h.expect_down_called(&[&b]);
     let d = h.sbr.poll_decision().unwrap();
     assert_eq!(d.decision, Decision::DownSelfQuarantinedByRemote);
+}
+
+/// Keep-majority on A of {A, B, C, D}, A the leader, D unreachable: a clean 3|1 that A's side
+/// wins after `stable_after` = 5 s, unless a pause intervenes.
+fn paused_leader_of_four() -> (Harness, [Member; 4]) {
+    let (a, b, c, d, _) = abcde();
+    let mut h = Harness::keep_majority(secs(5), &a);
+    h.member_up(&[&a, &b, &c, &d]);
+    h.leader(&a);
+    (h, [a, b, c, d])
+}
+
+#[test]
+fn after_a_pause_longer_than_stable_after_no_word_from_a_member_downs_this_node_only() {
+    let (mut h, [a, _, _, d]) = paused_leader_of_four();
+    h.reachability_changed(&[(&a, &d)]);
+    h.advance(secs(30));
+    h.sbr.handle_resumed(h.now, secs(30));
+    assert_eq!(h.sbr.contact_deadline(), Some(h.now + secs(5)));
+    h.ticks_without_decision(4, secs(1));
+    h.advance(secs(1));
+    h.tick();
+    h.expect_down_called(&[&a]);
+    let decision = h.sbr.poll_decision().expect("a decision");
+    assert_eq!(decision.decision, Decision::DownSelfAfterPause);
+    assert_eq!(decision.trigger, DecisionTrigger::NoContactAfterPause);
+    assert!(decision.downs_self);
+}
+
+#[test]
+fn after_a_pause_word_from_a_member_resumes_deciding_once_stable_again() {
+    let (mut h, [a, _, _, d]) = paused_leader_of_four();
+    h.reachability_changed(&[(&a, &d)]);
+    h.advance(secs(30));
+    h.sbr.handle_resumed(h.now, secs(30));
+    h.advance(secs(2));
+    h.sbr.handle_member_contact(h.now);
+    assert_eq!(h.sbr.contact_deadline(), None);
+    h.ticks_without_decision(4, secs(1));
+    h.advance(secs(1));
+    h.tick();
+    h.expect_down_called(&[&d]);
+    assert_eq!(h.sbr.poll_decision().unwrap().decision, Decision::DownUnreachable);
+}
+
+#[test]
+fn a_short_pause_or_one_with_nobody_else_to_hear_from_changes_nothing() {
+    let (mut h, [a, _, _, d]) = paused_leader_of_four();
+    h.reachability_changed(&[(&a, &d)]);
+    h.advance(secs(4));
+    h.sbr.handle_resumed(h.now, secs(4));
+    assert_eq!(h.sbr.contact_deadline(), None);
+    h.advance(secs(5));
+    h.tick();
+    h.expect_down_called(&[&d]);
+
+    let (a, ..) = abcde();
+    let mut alone = Harness::keep_majority(secs(5), &a);
+    alone.member_up(&[&a]);
+    alone.leader(&a);
+    alone.advance(secs(60));
+    alone.sbr.handle_resumed(alone.now, secs(60));
+    assert_eq!(alone.sbr.contact_deadline(), None);
+    alone.advance(secs(10));
+    alone.tick();
+    alone.expect_no_decision();
 }
 
 #[test]
