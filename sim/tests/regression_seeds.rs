@@ -112,6 +112,62 @@ const CASES: &[Case] = &[
         why: "S11, the same clash with 25 nodes",
     },
     Case {
+        seed: 105,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S1: a node paused 46 s, past its removal, resumed behind a partition with a view \
+              missing a member that joined meanwhile; two restarted peers' joins downed their \
+              old incarnations, its keep-majority tie kept it, and it admitted a restarted node: \
+              a second cluster (fixed: after a pause longer than stable_after the resolver waits \
+              for word from a member and otherwise downs its own node)",
+    },
+    Case {
+        seed: 149,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S5: two runs of one address joined through two leaders, the merged gossip held \
+              both Joining and the leader moved both Up (fixed: neither moves up while the other \
+              is a member, and the live run downs the other)",
+    },
+    Case {
+        seed: 897,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S1: two nodes cut off from each other had each seen the three downed members \
+              unreachable; each took the other for indirectly connected (it observed and was \
+              observed) and kept itself (fixed: records about Down or Exiting members are no \
+              evidence of indirect connection)",
+    },
+    Case {
+        seed: 1145,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S1 and L1: a joiner welcomed by a member that was downed before its gossip spread \
+              waited 160 s in a cluster that had forgotten it, then moved itself WeaklyUp alone \
+              (fixed: its gossip to a member readmits it as a joiner)",
+    },
+    Case {
+        seed: 418,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S11: a merge kept one side's clock and differed from it only in a removal time \
+              (fixed: tombstone times count in the comparison, so the merge gets a new version)",
+    },
+    Case {
+        seed: 43,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S3 checker: the reaper changed reachability in the step of the decision; the \
+              resolver decided on that table, without the seen-by evidence of the one before",
+    },
+    Case {
+        seed: 767,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S4 checker: one member healed and another became unreachable between two looks; \
+              the resolver's clock started over there, the checker's must too",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

@@ -343,7 +343,7 @@ pub fn registry() -> Vec<Box<dyn Invariant>> {
         Box::new(OneLiveCluster::default()),
         Box::new(ComplementaryDecisions::default()),
         Box::new(IndirectlyConnectedDowned),
-        Box::new(DownAllWhenUnstable),
+        Box::new(DownAllWhenUnstable::default()),
         Box::new(NoResurrection::default()),
         Box::new(AllowedTransitions),
         Box::new(GossipStructure),

@@ -23,11 +23,31 @@ use super::{Invariant, Observation, WorldView};
 /// How often the world is looked at.
 pub(super) const LOOK_EVERY: Duration = Duration::from_millis(500);
 
+/// Paces a checker that looks at the whole world to one look every [`LOOK_EVERY`] of virtual time.
+#[derive(Debug, Default)]
+pub(super) struct Pace {
+    last_look: Option<Duration>,
+}
+
+impl Pace {
+    /// `None` while it is not yet time to look; otherwise the virtual time since the last look
+    /// (zero at the first).
+    pub(super) fn look(&mut self, now: Duration) -> Option<Duration> {
+        let elapsed = match self.last_look {
+            Some(t) if now < t + LOOK_EVERY => return None,
+            Some(t) => now - t,
+            None => Duration::ZERO,
+        };
+        self.last_look = Some(now);
+        Some(elapsed)
+    }
+}
+
 /// The S1 checker.
 #[derive(Debug, Default)]
 pub struct OneLiveCluster {
     armed: bool,
-    last_look: Option<Duration>,
+    pace: Pace,
     /// Pairs (lower, higher) of live nodes that hold each other Down or gone, and since when.
     split_since: BTreeMap<(UniqueAddress, UniqueAddress), Duration>,
 }
@@ -103,10 +123,9 @@ impl Invariant for OneLiveCluster {
 
     fn check_world(&mut self, world: &dyn WorldView) -> Result<(), String> {
         let now = world.now();
-        if !self.armed || self.last_look.is_some_and(|t| now < t + LOOK_EVERY) {
+        if !self.armed || self.pace.look(now).is_none() {
             return Ok(());
         }
-        self.last_look = Some(now);
         let Some(config) = (0..world.slots()).find_map(|i| world.core(i)).map(Cluster::config)
         else {
             return Ok(());

@@ -3,22 +3,24 @@
 //! Whenever a node's resolver acts on a decision, the checker recomputes from the gossip the
 //! resolver saw (the node's gossip before the step) which members are indirectly connected, with
 //! its own code: those that both observe a member unreachable and are observed so (a cycle), and
-//! both ends of an unreachability record whose subject has seen the current gossip. Every one of
+//! both ends of an unreachability record whose subject has seen the current gossip, counting only
+//! records between members that are neither Down nor Exiting. Every one of
 //! them that could still be downed must be among the nodes the decision downs (or already Down
 //! after the step). A decision to down everyone, or a node downing itself because it was
 //! quarantined, is not about them.
 //!
-//! The resolver ticks with the leader actions. When the leader moved a member in the same step
-//! (Joining to WeaklyUp or Up, Leaving to Exiting, a removal), the gossip the resolver decided on
-//! already had a new version, whose seen set holds only the leader: the seen-by evidence was gone
-//! when it decided, and only the cycles count.
+//! The resolver ticks after the leader actions and the reaper. When the leader moved a member in
+//! the same step (Joining to WeaklyUp or Up, Leaving to Exiting, a removal) or the reaper changed
+//! reachability, the gossip the resolver decided on already had a new version, whose seen set
+//! holds only this node: the seen-by evidence was gone when it decided, and only the cycles count,
+//! in the reachability table after the step (the decision's downs leave it as it was).
 
 use std::collections::BTreeSet;
 
 use convoke_membership::UniqueAddress;
 use convoke_membership::gossip::Gossip;
 use convoke_membership::member::MemberStatus;
-use convoke_membership::reachability::ReachabilityStatus;
+use convoke_membership::reachability::{Reachability, ReachabilityStatus};
 use convoke_membership::sbr::Decision;
 
 use super::{Invariant, Observation};
@@ -36,14 +38,23 @@ fn leader_acted(before: &Gossip, after: &Gossip) -> bool {
     })
 }
 
-/// The indirectly connected members of `g`: from cycles, and with `seen_evidence` also from
-/// records whose subject has seen `g`.
-fn indirectly_connected_by(g: &Gossip, seen_evidence: bool) -> BTreeSet<UniqueAddress> {
-    let records: Vec<_> = g
-        .reachability()
+/// Whether `node` is a member that is neither Down nor Exiting: records about others say nothing
+/// about how the cluster is connected.
+fn is_active(g: &Gossip, node: &UniqueAddress) -> bool {
+    g.member(node).is_some_and(|m| !m.status().is_down_or_exiting())
+}
+
+/// The indirectly connected members of `g` with the reachability table `table`: from cycles, and
+/// with `seen_evidence` also from records whose subject has seen `g`.
+fn indirectly_connected_by(
+    g: &Gossip,
+    table: &Reachability,
+    seen_evidence: bool,
+) -> BTreeSet<UniqueAddress> {
+    let records: Vec<_> = table
         .records()
         .filter(|r| r.status != ReachabilityStatus::Reachable)
-        .filter(|r| g.has_member(&r.observer) && g.has_member(&r.subject))
+        .filter(|r| is_active(g, &r.observer) && is_active(g, &r.subject))
         .collect();
     let observers: BTreeSet<&UniqueAddress> = records.iter().map(|r| &r.observer).collect();
     let subjects: BTreeSet<&UniqueAddress> = records.iter().map(|r| &r.subject).collect();
@@ -62,11 +73,22 @@ impl Invariant for IndirectlyConnectedDowned {
     }
 
     fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
-        let relevant =
-            |d: &Decision| !matches!(d, Decision::DownAll | Decision::DownSelfQuarantinedByRemote);
+        let relevant = |d: &Decision| {
+            !matches!(
+                d,
+                Decision::DownAll
+                    | Decision::DownSelfQuarantinedByRemote
+                    | Decision::DownSelfAfterPause
+            )
+        };
         for d in obs.decisions.iter().filter(|d| relevant(&d.decision)) {
-            let indirect =
-                indirectly_connected_by(obs.before, !leader_acted(obs.before, obs.after));
+            // The resolver ticks after the reaper: a reachability change in the same step came
+            // first, gave the gossip a new version seen by this node alone, and is what it
+            // decided on. The decision's own downs change no reachability.
+            let table = obs.after.reachability();
+            let reaped = obs.before.reachability() != table;
+            let seen = !reaped && !leader_acted(obs.before, obs.after);
+            let indirect = indirectly_connected_by(obs.before, table, seen);
             let kept = indirect.iter().find(|n| {
                 let downable =
                     obs.before.member(n).is_some_and(|m| !m.status().is_down_or_exiting());

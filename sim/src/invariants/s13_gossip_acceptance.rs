@@ -5,8 +5,15 @@
 //! inbox longer than `gossip_time_to_live`, or before it has joined. It must not admit a joiner of
 //! another actor system, nor a new incarnation of an address while the old one is still a member.
 //! A step that changed the gossip after such an input is a violation.
+//!
+//! One exception: gossip from a node that is not a member, that holds this node as a member and
+//! its sender as Joining or WeaklyUp, comes from a joiner welcomed by a member whose word of it
+//! never spread. The core admits the sender again as a joiner, under the rules of a Join, and
+//! takes in nothing else of that gossip.
 
+use convoke_membership::member::MemberStatus;
 use convoke_membership::reachability::ReachabilityStatus;
+use convoke_membership::{Member, UniqueAddress};
 
 use super::{Cause, Delivered, Invariant, Observation};
 
@@ -29,6 +36,12 @@ impl Invariant for GossipAcceptance {
                 } else if obs.before.is_empty() {
                     Some("this node has not joined".to_owned())
                 } else if !obs.before.has_member(from) {
+                    let joiner = gossip.member(from).map(Member::status);
+                    let joining =
+                        matches!(joiner, Some(MemberStatus::Joining | MemberStatus::WeaklyUp));
+                    if joining && gossip.has_member(me) {
+                        return readmitted(obs, from);
+                    }
                     Some(format!("the sender {from} is not a member"))
                 } else if obs.before.reachability().status_by(me, from)
                     != ReachabilityStatus::Reachable
@@ -46,22 +59,56 @@ impl Invariant for GossipAcceptance {
                     None => Ok(()),
                 }
             }
-            Delivered::Join { node } => {
-                if !obs.after.has_member(node) || obs.before.has_member(node) {
-                    return Ok(());
-                }
-                if node.address.system() != obs.config.system_name {
-                    return Err(format!("{me} admitted {node} of another actor system"));
-                }
-                if let Some(old) = obs.before.members().find(|m| m.address() == &node.address) {
-                    return Err(format!(
-                        "{me} admitted {node} while the previous incarnation {} is a member",
-                        old.node()
-                    ));
-                }
-                Ok(())
-            }
+            Delivered::Join { node } => admitted(obs, node),
             Delivered::Welcome | Delivered::Other(_) => Ok(()),
         }
     }
+}
+
+/// The rules of a Join from `node`: not of another actor system, not next to its old incarnation.
+fn admitted(obs: &Observation<'_>, node: &UniqueAddress) -> Result<(), String> {
+    let me = obs.self_node;
+    if !obs.after.has_member(node) || obs.before.has_member(node) {
+        return Ok(());
+    }
+    if node.address.system() != obs.config.system_name {
+        return Err(format!("{me} admitted {node} of another actor system"));
+    }
+    if let Some(old) = obs.before.members().find(|m| m.address() == &node.address) {
+        return Err(format!(
+            "{me} admitted {node} while the previous incarnation {} is a member",
+            old.node()
+        ));
+    }
+    Ok(())
+}
+
+/// A forgotten joiner's gossip: the step may add its sender as Joining, or down the sender's old
+/// incarnation (as a Join does), and change nothing else.
+fn readmitted(obs: &Observation<'_>, from: &UniqueAddress) -> Result<(), String> {
+    let me = obs.self_node;
+    for m in obs.after.members() {
+        let allowed = match obs.before.member(m.node()) {
+            None => m.node() == from && m.status() == MemberStatus::Joining,
+            Some(b) => {
+                b.status() == m.status()
+                    || (m.status() == MemberStatus::Down && m.address() == &from.address)
+            }
+        };
+        if !allowed {
+            return Err(format!(
+                "{me} took in a gossip from {from}, not a member, beyond readmitting it as a \
+                 joiner: {} is {} now",
+                m.node(),
+                m.status()
+            ));
+        }
+    }
+    if let Some(gone) = obs.before.members().find(|m| !obs.after.has_member(m.node())) {
+        return Err(format!(
+            "{me} took in a gossip from {from}, not a member, and dropped {}",
+            gone.node()
+        ));
+    }
+    admitted(obs, from)
 }

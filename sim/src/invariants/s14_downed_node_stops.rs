@@ -3,25 +3,42 @@
 //! A running process whose core holds itself Down must shut down within a bound of its own running
 //! time: the core waits for the Down to spread, at most four leader ticks (membership.md §9.3), so
 //! the bound is five leader ticks plus a second, stretched by 10 % for clock drift. Time spent
-//! paused does not count (a paused process runs nothing); what a process paused for longer than
-//! `stable_after × 2` does after it resumes is covered by S5 and S1: it must not bring its old
-//! incarnation back, nor keep a second live cluster.
+//! paused does not count (a paused process runs nothing).
+//!
+//! A process paused for longer than `stable_after × 2` may have been downed and removed while it
+//! could not hear of it. When every other live member removed it meanwhile, it must stop soon
+//! after it resumes, whether or not it can reach them: within `stable_after` (the resolver's wait
+//! for word from a member), a resolver tick, the Down-spreading bound above and ten seconds of
+//! delivery under loss, stretched by 10 %, of running time. (That it does not bring its old
+//! incarnation back or keep a second live cluster meanwhile is S5's and S1's to check.)
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use convoke_membership::member::MemberStatus;
+use convoke_membership::sbr::TICK_INTERVAL;
 use convoke_membership::{Cluster, UniqueAddress};
 
-use super::s01_one_live_cluster::LOOK_EVERY;
+use super::s01_one_live_cluster::Pace;
 use super::{Invariant, WorldView};
 
 /// The S14 checker.
 #[derive(Debug, Default)]
 pub struct DownedNodeStops {
-    last_look: Option<Duration>,
+    pace: Pace,
     /// Per running incarnation that holds itself Down: running time since it first did.
     down_for: BTreeMap<UniqueAddress, Duration>,
+    /// Per paused incarnation: since when (virtual time) it has been seen paused.
+    paused_since: BTreeMap<UniqueAddress, Duration>,
+    /// Per incarnation that resumed from a long pause after the others removed it: running time
+    /// since it resumed.
+    resumed_removed: BTreeMap<UniqueAddress, Duration>,
+}
+
+/// How long a process that resumed after its removal may keep running.
+pub(super) fn resumed_bound(config: &convoke_membership::Config) -> Duration {
+    let sbr = &config.split_brain_resolver;
+    (sbr.stable_after + TICK_INTERVAL + bound(config) + Duration::from_secs(10)).mul_f64(1.1)
 }
 
 /// How long a Down node may keep running.
@@ -40,12 +57,9 @@ impl Invariant for DownedNodeStops {
 
     fn check_world(&mut self, world: &dyn WorldView) -> Result<(), String> {
         let now = world.now();
-        let elapsed = match self.last_look {
-            Some(t) if now < t + LOOK_EVERY => return Ok(()),
-            Some(t) => now - t,
-            None => Duration::ZERO,
+        let Some(elapsed) = self.pace.look(now) else {
+            return Ok(());
         };
-        self.last_look = Some(now);
         let mut still = BTreeMap::new();
         for i in 0..world.slots() {
             let Some(core) = world.core(i).filter(|c| c.self_status() == MemberStatus::Down) else {
@@ -67,10 +81,62 @@ impl Invariant for DownedNodeStops {
             still.insert(me, total);
         }
         self.down_for = still;
-        Ok(())
+        self.check_resumed(world, now, elapsed)
     }
 
     fn forget(&mut self, node: &UniqueAddress) {
         self.down_for.remove(node);
+        self.paused_since.remove(node);
+        self.resumed_removed.remove(node);
     }
+}
+
+impl DownedNodeStops {
+    /// The pause half: tracks pauses, and the running time of processes that resumed from one
+    /// longer than `stable_after × 2` after every other live member removed them.
+    fn check_resumed(
+        &mut self,
+        world: &dyn WorldView,
+        now: Duration,
+        elapsed: Duration,
+    ) -> Result<(), String> {
+        for i in 0..world.slots() {
+            let Some(core) = world.core(i).filter(|_| !world.is_stopped(i)) else { continue };
+            let me = core.self_node().clone();
+            if !world.is_running(i) {
+                self.paused_since.entry(me).or_insert(now);
+                continue;
+            }
+            if let Some(since) = self.paused_since.remove(&me) {
+                let long = Cluster::config(core).split_brain_resolver.stable_after * 2;
+                if now.saturating_sub(since) > long && removed_by_all_others(world, i, &me) {
+                    self.resumed_removed.insert(me.clone(), Duration::ZERO);
+                    continue;
+                }
+            }
+            let Some(ran) = self.resumed_removed.get_mut(&me) else { continue };
+            *ran += elapsed;
+            let bound = resumed_bound(Cluster::config(core));
+            if *ran > bound {
+                return Err(format!(
+                    "{me} resumed from a pause longer than 2 × stable_after after every other \
+                     live member had removed it, and still runs {:.1} s of running time later \
+                     (bound {:.1} s)",
+                    ran.as_secs_f64(),
+                    bound.as_secs_f64()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether some other live member runs and every one holds `me`'s tombstone.
+fn removed_by_all_others(world: &dyn WorldView, slot: usize, me: &UniqueAddress) -> bool {
+    let others: Vec<&Cluster> = (0..world.slots())
+        .filter(|&j| j != slot && world.is_running(j))
+        .filter_map(|j| world.core(j))
+        .filter(|c| super::s01_one_live_cluster::is_live(c.self_status()))
+        .collect();
+    !others.is_empty() && others.iter().all(|c| c.gossip().tombstones().contains_key(me))
 }

@@ -290,6 +290,23 @@ fn s13_fires_when_a_new_incarnation_is_admitted_next_to_the_old_one() {
     assert!(step.check(&mut GossipAcceptance).unwrap_err().contains("previous incarnation"));
 }
 
+#[test]
+fn s13_lets_a_forgotten_joiner_in_but_nothing_else_of_its_gossip() {
+    let before = gossip(&[(a(), Up), (c(), Up)], &[a()], &[], &[(a(), 1)], &[]);
+    let theirs = gossip(&[(a(), Up), (b(), Joining), (c(), Up), (d(), Up)], &[b()], &[], &[], &[]);
+    let readmitted = gossip(&[(a(), Up), (b(), Joining), (c(), Up)], &[a()], &[], &[(a(), 2)], &[]);
+    let ok = Step::new(received_from(b(), &theirs), before.clone(), readmitted);
+    assert_eq!(ok.check(&mut GossipAcceptance), Ok(()));
+    let merged = gossip(&[(a(), Up), (b(), Joining), (c(), Up), (d(), Up)], &[a()], &[], &[], &[]);
+    let err =
+        Step::new(received_from(b(), &theirs), before.clone(), merged).check(&mut GossipAcceptance);
+    assert!(err.unwrap_err().contains("beyond readmitting it"));
+    // A sender that is Up in its own gossip is a member of another cluster, not a joiner.
+    let up = gossip(&[(a(), Up), (b(), Up), (c(), Up)], &[b()], &[], &[], &[]);
+    let err = Step::new(received_from(b(), &up), before, up.clone()).check(&mut GossipAcceptance);
+    assert!(err.unwrap_err().contains("is not a member"));
+}
+
 // ---- the split-brain resolver's invariants ----------------------------------------------------
 
 use convoke_membership::sbr::{Decision, DecisionTrigger};
@@ -392,18 +409,23 @@ fn s3_counts_seen_evidence_unless_the_leader_gave_the_gossip_a_new_version_in_th
 fn s4_fires_when_an_instability_decision_spares_a_member() {
     use DecisionTrigger::Unstable;
     let spares_c = decision(Decision::DownAll, Unstable, &[a(), b()]);
-    let err = deciding(a(), spares_c, all_up(1), all_up(2)).check(&mut DownAllWhenUnstable);
+    let err =
+        deciding(a(), spares_c, all_up(1), all_up(2)).check(&mut DownAllWhenUnstable::default());
     assert!(err.unwrap_err().contains("spared convoke://convoke@sim:10002"));
     let keeps_majority = decision(Decision::DownUnreachable, Unstable, &[c()]);
-    let err = deciding(a(), keeps_majority, all_up(1), all_up(2)).check(&mut DownAllWhenUnstable);
+    let err = deciding(a(), keeps_majority, all_up(1), all_up(2))
+        .check(&mut DownAllWhenUnstable::default());
     assert!(err.unwrap_err().contains("unstable but decided"));
     let all = decision(Decision::DownAll, Unstable, &[a(), b(), c()]);
-    assert_eq!(deciding(a(), all, all_up(1), all_up(2)).check(&mut DownAllWhenUnstable), Ok(()));
+    assert_eq!(
+        deciding(a(), all, all_up(1), all_up(2)).check(&mut DownAllWhenUnstable::default()),
+        Ok(())
+    );
 }
 
-/// A world seen `later` after the simulator's present, with nothing having happened meanwhile: a
-/// core that should have acted did not.
-struct Later<'a>(&'a Sim, Duration);
+/// A world seen `.1` after the simulator's present, with nothing having happened meanwhile: a
+/// core that should have acted did not. The process in slot `.2`, if any, is paused.
+struct Later<'a>(&'a Sim, Duration, Option<usize>);
 
 impl WorldView for Later<'_> {
     fn now(&self) -> Duration {
@@ -422,7 +444,7 @@ impl WorldView for Later<'_> {
         self.0.link_open(from, to)
     }
     fn is_running(&self, slot: usize) -> bool {
-        WorldView::is_running(self.0, slot)
+        self.2 != Some(slot) && WorldView::is_running(self.0, slot)
     }
 }
 
@@ -447,8 +469,8 @@ fn s1_fires_when_two_live_clusters_outlast_the_bound() {
     let bound = s01_one_live_cluster::bound(&Config::default());
     let mut s1 = OneLiveCluster::armed();
     assert_eq!(s1.check_world(&sim), Ok(()));
-    assert_eq!(s1.check_world(&Later(&sim, bound / 2)), Ok(()));
-    let err = s1.check_world(&Later(&sim, bound + Duration::from_secs(1))).unwrap_err();
+    assert_eq!(s1.check_world(&Later(&sim, bound / 2, None)), Ok(()));
+    let err = s1.check_world(&Later(&sim, bound + Duration::from_secs(1), None)).unwrap_err();
     assert!(err.contains("two live clusters"), "{err}");
 }
 
@@ -457,7 +479,7 @@ fn s1_stays_quiet_with_one_cluster() {
     let sim = formed(4, &[&[0, 1, 2, 3]]);
     let mut s1 = OneLiveCluster::armed();
     assert_eq!(s1.check_world(&sim), Ok(()));
-    assert_eq!(s1.check_world(&Later(&sim, Duration::from_secs(600))), Ok(()));
+    assert_eq!(s1.check_world(&Later(&sim, Duration::from_secs(600), None)), Ok(()));
 }
 
 #[test]
@@ -467,8 +489,8 @@ fn s14_fires_when_a_node_that_holds_itself_down_keeps_running() {
     assert_eq!(WorldView::core(&sim, 1).map(|c| c.self_status()), Some(Down));
     let mut s14 = DownedNodeStops::default();
     assert_eq!(s14.check_world(&sim), Ok(()));
-    assert_eq!(s14.check_world(&Later(&sim, Duration::from_secs(2))), Ok(()));
-    let err = s14.check_world(&Later(&sim, Duration::from_secs(10))).unwrap_err();
+    assert_eq!(s14.check_world(&Later(&sim, Duration::from_secs(2), None)), Ok(()));
+    let err = s14.check_world(&Later(&sim, Duration::from_secs(10), None)).unwrap_err();
     assert!(err.contains("still runs"), "{err}");
 }
 
@@ -481,4 +503,82 @@ fn s14_stays_quiet_when_the_downed_node_stops() {
     sim.run_for(Duration::from_secs(10));
     assert!(sim.is_stopped(1));
     assert_eq!(s14.check_world(&sim), Ok(()));
+}
+
+/// Three nodes; node 2 cut off, downed by node 0 and removed by 0 and 1 without hearing of it.
+fn removed_behind_its_back() -> Sim {
+    let mut sim = formed(3, &[&[0, 1, 2]]);
+    let links = vec![(0, 2), (2, 0), (1, 2), (2, 1)];
+    sim.apply(Action::Block { id: 1, links });
+    sim.apply(Action::Down { from: 0, target: 2 });
+    let node2 = sim.slot(2).node.clone().expect("running");
+    let removed = sim.run_until_pred(Duration::from_secs(15), Duration::from_millis(500), |s| {
+        [0, 1].iter().all(|&i| {
+            WorldView::core(s, i).is_some_and(|c| c.gossip().tombstones().contains_key(&node2))
+        })
+    });
+    assert!(removed);
+    assert_eq!(WorldView::core(&sim, 2).map(|c| c.self_status()), Some(Up));
+    sim
+}
+
+#[test]
+fn s14_fires_when_a_node_resumed_after_its_removal_keeps_running() {
+    let sim = removed_behind_its_back();
+    let stable_after = Config::default().split_brain_resolver.stable_after;
+    let bound = s14_downed_node_stops::resumed_bound(&Config::default());
+    let mut s14 = DownedNodeStops::default();
+    // Seen paused, then running again 2 × stable_after + 1 s later, and never stopping.
+    assert_eq!(s14.check_world(&Later(&sim, Duration::ZERO, Some(2))), Ok(()));
+    let resumed = stable_after * 2 + Duration::from_secs(1);
+    assert_eq!(s14.check_world(&Later(&sim, resumed, None)), Ok(()));
+    assert_eq!(s14.check_world(&Later(&sim, resumed + bound / 2, None)), Ok(()));
+    let err =
+        s14.check_world(&Later(&sim, resumed + bound + Duration::from_secs(1), None)).unwrap_err();
+    assert!(err.contains("resumed from a pause"), "{err}");
+}
+
+#[test]
+fn s14_stays_quiet_after_a_shorter_pause() {
+    let sim = removed_behind_its_back();
+    let stable_after = Config::default().split_brain_resolver.stable_after;
+    let mut s14 = DownedNodeStops::default();
+    assert_eq!(s14.check_world(&Later(&sim, Duration::ZERO, Some(2))), Ok(()));
+    assert_eq!(s14.check_world(&Later(&sim, stable_after, None)), Ok(()));
+    assert_eq!(s14.check_world(&Later(&sim, Duration::from_secs(600), None)), Ok(()));
+}
+
+#[test]
+fn s4_fires_when_a_node_holds_an_unreachable_member_past_the_bound_without_deciding() {
+    let mut sim = formed(3, &[&[0, 1, 2]]);
+    fn core0(sim: &Sim) -> &convoke_membership::Cluster {
+        WorldView::core(sim, 0).expect("running")
+    }
+    let connected = Gossip::clone(core0(&sim).gossip());
+    sim.apply(Action::Block { id: 1, links: vec![(0, 2), (2, 0), (1, 2), (2, 1)] });
+    let node2 = sim.slot(2).node.clone().expect("running");
+    let unreachable =
+        sim.run_until_pred(Duration::from_secs(15), Duration::from_millis(100), |s| {
+            WorldView::core(s, 0)
+                .is_some_and(|c| c.gossip().reachability().all_unreachable().contains(&node2))
+        });
+    assert!(unreachable);
+    let bound = s04_down_all_when_unstable::bound(&Config::default()).expect("on by default");
+    let mut s4 = DownAllWhenUnstable::default();
+    // The clock starts with the step in which node 0 saw node 2 unreachable.
+    let cut_off = core0(&sim);
+    let step = Step::new(Cause::Timer, connected, Gossip::clone(cut_off.gossip()));
+    assert_eq!(step.by(cut_off.self_node().clone()).check(&mut s4), Ok(()));
+    assert_eq!(s4.check_world(&sim), Ok(()));
+    assert_eq!(s4.check_world(&Later(&sim, bound / 2, None)), Ok(()));
+    let err = s4.check_world(&Later(&sim, bound + Duration::from_secs(1), None)).unwrap_err();
+    assert!(err.contains("without deciding"), "{err}");
+}
+
+#[test]
+fn s4_stays_quiet_while_every_member_is_reachable() {
+    let sim = formed(3, &[&[0, 1, 2]]);
+    let mut s4 = DownAllWhenUnstable::default();
+    assert_eq!(s4.check_world(&sim), Ok(()));
+    assert_eq!(s4.check_world(&Later(&sim, Duration::from_secs(600), None)), Ok(()));
 }
