@@ -162,6 +162,28 @@ async fn a_process_paused_longer_than_twice_stable_after_sees_itself_downed_and_
     );
 }
 
+/// Two processes: the one with the lower address is paused, and the other is killed meanwhile.
+/// On resume it hears from no member. Keep-majority alone would keep it (one of two unreachable,
+/// and the tie goes to the lowest address), but after a pause longer than `stable_after` its view
+/// may be out of date, so with nobody answering it downs itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_resumed_from_a_long_pause_that_hears_from_no_member_downs_itself() {
+    let mut sets = fast_sets();
+    sets.push("cluster.split_brain_resolver.stable_after=\"2s\"".into());
+    let mut procs = start_n(2, &sets, T).await;
+    let low = (0..2).min_by_key(|&i| procs[i].port).unwrap();
+    procs[low].signal("STOP");
+    let paused = Instant::now();
+    procs[1 - low].kill9().await;
+    tokio::time::sleep_until((paused + Duration::from_secs(5)).into()).await;
+    procs[low].signal("CONT");
+    let code = procs[low].exit_code(T).await;
+    let log = procs[low].log().join("\n");
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("DownSelfAfterPause"), "{log}");
+    assert!(log.contains("cluster node shutting down"), "{log}");
+}
+
 /// The time from `kill -9` of one of five nodes to its removal on all four others, with
 /// `stable_after = "5s"` and the default failure detector; run with
 /// `cargo test --release -p convoke --test multi_process measure_kill_9_to_removed -- --ignored --nocapture`.
