@@ -168,6 +168,21 @@ const CASES: &[Case] = &[
               the resolver's clock started over there, the checker's must too",
     },
     Case {
+        seed: 1233,
+        nodes: 22,
+        downing: ChaosDowning::Resolver,
+        why: "S5: a stale gossip of a dead incarnation's old cluster, released by an unclog, held \
+              the receiver (whose welcome there had been lost), so it was readmitted as a \
+              forgotten joiner and its next gossip merged two clusters (fixed: a forgotten \
+              joiner's gossip must hold only members this cluster has or has removed)",
+    },
+    Case {
+        seed: 1203,
+        nodes: 24,
+        downing: ChaosDowning::Resolver,
+        why: "S5: two incarnations Up after a forgotten-joiner readmission, as seed 1233",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

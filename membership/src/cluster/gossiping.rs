@@ -10,7 +10,7 @@ use super::{Cluster, ShutdownReason, Timer};
 use crate::address::UniqueAddress;
 use crate::config::TargetPreference;
 use crate::gossip::Gossip;
-use crate::member::MemberStatus;
+use crate::member::{Member, MemberStatus};
 use crate::message::Message;
 use crate::state::MembershipState;
 use crate::vclock::{Ordering, VectorClock};
@@ -277,12 +277,23 @@ impl Cluster {
     /// A node that is not a member sent gossip that holds this node as a member and itself as
     /// Joining or WeaklyUp: it was welcomed by a member whose gossip about it never spread (that
     /// member was downed or cut off first), so it waits for a cluster that forgot it. It is
-    /// admitted again as a joining node, as if it had sent Join. Anyone else is ignored: a
-    /// member of another cluster, or a removed incarnation (which [`Self::on_join`] refuses).
+    /// admitted again as a joining node, as if it had sent Join — if its gossip is of this
+    /// cluster: every other member it holds is a member here or removed from here. Anyone else
+    /// is ignored: a member of another cluster (even one that once held this node), or a removed
+    /// incarnation (which [`Self::on_join`] refuses).
     fn readmit_forgotten_joiner(&mut self, now: Instant, from: &UniqueAddress, remote: &Gossip) {
         let Some(joiner) = remote.member(from) else { return };
         let joining = matches!(joiner.status(), MemberStatus::Joining | MemberStatus::WeaklyUp);
-        if !joining || !remote.has_member(&self.self_node) || remote.check_invariants().is_err() {
+        let known = |m: &Member| {
+            m.node() == from
+                || self.latest.has_member(m.node())
+                || self.latest.tombstones().contains_key(m.node())
+        };
+        if !joining
+            || !remote.has_member(&self.self_node)
+            || !remote.members().all(known)
+            || remote.check_invariants().is_err()
+        {
             return;
         }
         let (roles, app_version) = (joiner.roles().clone(), joiner.app_version().clone());

@@ -1925,14 +1925,29 @@ fn a_gap_shorter_than_stable_after_is_no_pause() {
 #[test]
 fn gossip_from_a_forgotten_joiner_readmits_it_and_takes_in_nothing_else() {
     let t = t0();
-    let g = gossip([up(1, 1), up(3, 3)], &[1, 3]);
+    let mut g = gossip([up(1, 1), up(3, 3), up(5, 5)], &[1, 3]);
+    g.remove(&n(5), WALL);
     let mut c = member_core(1, no_reaper(), t, 3, g);
-    // Node 4 was welcomed by node 5, which was downed before its gossip about 4 spread.
+    // Node 4 was welcomed by node 5, which was downed and removed before its gossip about 4
+    // spread.
     let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), joining(4)], &[4]);
     c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
     assert_eq!(status_of(&c, 4), Some(Joining));
     assert_eq!(status_of(&c, 5), None, "the rest of that gossip is not taken in");
     assert_eq!(of_kind(&transmits(&mut c), "Welcome").len(), 1);
+}
+
+#[test]
+fn gossip_from_a_joiner_of_another_cluster_that_once_held_this_node_is_ignored() {
+    let t = t0();
+    let g = gossip([up(1, 1), up(3, 3)], &[1, 3]);
+    let mut c = member_core(1, no_reaper(), t, 3, g);
+    // Node 1 once joined a cluster of node 5 (its welcome was lost); a late gossip of that
+    // cluster from its joiner 4 names node 5, which this cluster never had.
+    let theirs = gossip([up(1, 1), up(5, 5), joining(4)], &[4]);
+    c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
+    assert_eq!(c.gossip().members().count(), 2);
+    assert!(transmits(&mut c).is_empty());
 }
 
 #[test]

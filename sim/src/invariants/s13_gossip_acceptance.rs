@@ -39,7 +39,13 @@ impl Invariant for GossipAcceptance {
                     let joiner = gossip.member(from).map(Member::status);
                     let joining =
                         matches!(joiner, Some(MemberStatus::Joining | MemberStatus::WeaklyUp));
-                    if joining && gossip.has_member(me) {
+                    let before = obs.before;
+                    let of_this_cluster = gossip.members().all(|m| {
+                        m.node() == from
+                            || before.has_member(m.node())
+                            || before.tombstones().contains_key(m.node())
+                    });
+                    if joining && gossip.has_member(me) && of_this_cluster {
                         return readmitted(obs, from);
                     }
                     Some(format!("the sender {from} is not a member"))

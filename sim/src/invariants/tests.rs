@@ -292,15 +292,22 @@ fn s13_fires_when_a_new_incarnation_is_admitted_next_to_the_old_one() {
 
 #[test]
 fn s13_lets_a_forgotten_joiner_in_but_nothing_else_of_its_gossip() {
-    let before = gossip(&[(a(), Up), (c(), Up)], &[a()], &[], &[(a(), 1)], &[]);
+    // d welcomed b, then was removed before its gossip about b spread.
+    let before = gossip(&[(a(), Up), (c(), Up)], &[a()], &[], &[(a(), 1)], &[d()]);
     let theirs = gossip(&[(a(), Up), (b(), Joining), (c(), Up), (d(), Up)], &[b()], &[], &[], &[]);
-    let readmitted = gossip(&[(a(), Up), (b(), Joining), (c(), Up)], &[a()], &[], &[(a(), 2)], &[]);
-    let ok = Step::new(received_from(b(), &theirs), before.clone(), readmitted);
+    let readmitted =
+        gossip(&[(a(), Up), (b(), Joining), (c(), Up)], &[a()], &[], &[(a(), 2)], &[d()]);
+    let ok = Step::new(received_from(b(), &theirs), before.clone(), readmitted.clone());
     assert_eq!(ok.check(&mut GossipAcceptance), Ok(()));
     let merged = gossip(&[(a(), Up), (b(), Joining), (c(), Up), (d(), Up)], &[a()], &[], &[], &[]);
     let err =
         Step::new(received_from(b(), &theirs), before.clone(), merged).check(&mut GossipAcceptance);
     assert!(err.unwrap_err().contains("beyond readmitting it"));
+    // A joiner of another cluster, one that holds a member this cluster never had, is not let in.
+    let never_had = gossip(&[(a(), Up), (c(), Up)], &[a()], &[], &[(a(), 1)], &[]);
+    let err =
+        Step::new(received_from(b(), &theirs), never_had, readmitted).check(&mut GossipAcceptance);
+    assert!(err.unwrap_err().contains("is not a member"));
     // A sender that is Up in its own gossip is a member of another cluster, not a joiner.
     let up = gossip(&[(a(), Up), (b(), Up), (c(), Up)], &[b()], &[], &[], &[]);
     let err = Step::new(received_from(b(), &up), before, up.clone()).check(&mut GossipAcceptance);
