@@ -219,13 +219,16 @@ impl Cluster {
             Ordering::Concurrent => {
                 let mut merged = remote.merge(&local);
                 // The merge prunes the clock entries of removed nodes. When a change was stamped
-                // only by such an entry (a removed node's resolver downed a member), the merged
-                // clock can equal one side's while the state differs from it: two states under
-                // one version (S11). This node then gives the merge a version of its own.
-                let clashes = |side: &Gossip| {
-                    merged.version() == side.version() && !merged.same_state_as(side)
+                // only by such an entry (a removed node's resolver downed members after the
+                // leader that removed it last heard of it), pruning erases the change from the
+                // clock: the merged clock may equal one side's, or the clock another node
+                // computes from gossips without that change, while the state differs — two
+                // states under one version (S11). A merge that pruned an entry therefore gets a
+                // version of this node, which no other state carries.
+                let pruned = |side: &Gossip| {
+                    side.version().entries().any(|(n, _)| merged.tombstones().contains_key(n))
                 };
-                if clashes(&local) || clashes(&remote) {
+                if pruned(&local) || pruned(&remote) {
                     merged.increment_version(&me);
                 }
                 (merged, true)
@@ -239,6 +242,7 @@ impl Cluster {
         }
         self.set_latest(winner);
         self.down_other_incarnations_of_self();
+        self.down_self_if_joined_cluster_is_downed(now);
         self.publish(now);
         match self.self_status() {
             MemberStatus::Exiting => self.self_exiting(),
@@ -247,6 +251,26 @@ impl Cluster {
         }
         if talk_back && self.shutdown.is_none() {
             self.gossip_to(&from);
+        }
+    }
+
+    /// A joiner (Joining or WeaklyUp) whose gossip holds a Down member and no other member that
+    /// is neither Down nor joining itself: the cluster it joined was downed around it — a
+    /// resolver that downed all it knew of had not heard of this joiner yet. It was never part of
+    /// a side that a decision kept, and left running it would grow a second cluster of its own
+    /// (reliability S1), so it downs itself like the rest.
+    fn down_self_if_joined_cluster_is_downed(&mut self, now: Instant) {
+        let joining =
+            |m: &Member| matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp);
+        let me = &self.self_node;
+        let Some(self_member) = self.latest.member(me) else { return };
+        let others = || self.latest.members().filter(|m| m.node() != me);
+        let downed_around = joining(self_member)
+            && others().any(|m| m.status() == MemberStatus::Down)
+            && others().all(|m| m.status() == MemberStatus::Down || joining(m));
+        if downed_around {
+            let me = me.clone();
+            self.down_node(now, &me);
         }
     }
 
@@ -278,14 +302,16 @@ impl Cluster {
     /// Joining or WeaklyUp: it was welcomed by a member whose gossip about it never spread (that
     /// member was downed or cut off first), so it waits for a cluster that forgot it. It is
     /// admitted again as a joining node, as if it had sent Join — if its gossip is of this
-    /// cluster: every other member it holds is a member here or removed from here. Anyone else
-    /// is ignored: a member of another cluster (even one that once held this node), or a removed
-    /// incarnation (which [`Self::on_join`] refuses).
+    /// cluster: every other member it holds is a member here, removed from here, or a joiner
+    /// (forgotten like the sender). Anyone else is ignored: a member of another cluster (even one
+    /// that once held this node), or a removed incarnation (which [`Self::on_join`] refuses).
     fn readmit_forgotten_joiner(&mut self, now: Instant, from: &UniqueAddress, remote: &Gossip) {
         let Some(joiner) = remote.member(from) else { return };
-        let joining = matches!(joiner.status(), MemberStatus::Joining | MemberStatus::WeaklyUp);
+        let is_joiner =
+            |m: &Member| matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp);
+        let joining = is_joiner(joiner);
         let known = |m: &Member| {
-            m.node() == from
+            is_joiner(m)
                 || self.latest.has_member(m.node())
                 || self.latest.tombstones().contains_key(m.node())
         };

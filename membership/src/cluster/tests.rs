@@ -777,6 +777,32 @@ fn a_merge_with_the_local_clock_but_another_state_gets_a_version_of_this_node() 
 }
 
 #[test]
+fn a_merge_that_prunes_a_removed_nodes_entry_gets_a_version_of_this_node() {
+    let t = t0();
+    let base = gossip([up(1, 1), up(2, 2), up(3, 3), up(4, 4), up(5, 5)], &[1]);
+    // Node 5 made a change that node 1 and a third node have seen.
+    let seen_by_all = bumped(&base, 5, &[1]);
+    // Node 3, cut off, downed node 4, stamping only its own entry; node 1 took that in.
+    let mut local = bumped(&seen_by_all, 3, &[1]);
+    local.update([member(4, Down, 4)]);
+    // Meanwhile node 2 downed and removed node 3, without node 5's change.
+    let mut remote = base.clone();
+    remote.update([member(3, Down, 3)]);
+    remote.increment_version(&n(2));
+    remote.remove(&n(3), WALL);
+    let mut c = member_core(1, no_reaper(), t, 2, local);
+    c.handle_message(t, n(2), gossip_msg(2, n(1), &remote));
+    let merged = c.gossip();
+    assert_eq!(status_of(&c, 4), Some(Down));
+    // Another node merging the gossip without node 3's change reaches the clock the merge would
+    // have after pruning node 3's entry, with node 4 Up.
+    let elsewhere = seen_by_all.merge(&remote);
+    assert_eq!(elsewhere.member(&n(4)).map(Member::status), Some(Up));
+    assert_ne!(merged.version(), elsewhere.version(), "two states under one version");
+    assert!(merged.version().counter(&n(1)) > 0, "the merge is stamped by this node");
+}
+
+#[test]
 fn gossips_that_differ_only_in_a_removal_time_are_not_the_same_state() {
     let base = gossip([up(1, 1), up(2, 2), member(3, Down, 3)], &[1]);
     let (mut early, mut late) = (base.clone(), base);
@@ -1380,6 +1406,26 @@ fn a_node_that_finds_its_own_tombstone_in_a_members_gossip_stops_as_downed() {
 }
 
 #[test]
+fn a_joiner_whose_cluster_was_downed_around_it_downs_itself() {
+    let t = t0();
+    let g = gossip([up(1, 1), up(2, 2), joining(3)], &[1]);
+    let mut joiner = member_core(3, no_reaper(), t, 1, g.clone());
+    // Node 2 downed every member it knew of; it had not heard of node 3.
+    let mut all_down = bumped(&g, 2, &[2]);
+    all_down.update([member(1, Down, 1), member(2, Down, 2)]);
+    joiner.handle_message(t, n(2), gossip_msg(2, n(3), &all_down));
+    assert_eq!(status_of(&joiner, 3), Some(Down));
+    assert!(!of_kind(&transmits(&mut joiner), "Gossip").is_empty(), "others hear of it");
+
+    // With a member of the cluster still standing, the joiner waits to be moved up.
+    let mut waiting = member_core(3, no_reaper(), t, 1, g.clone());
+    let mut one_down = bumped(&g, 2, &[2]);
+    one_down.update([member(1, Down, 1)]);
+    waiting.handle_message(t, n(2), gossip_msg(2, n(3), &one_down));
+    assert_eq!(status_of(&waiting, 3), Some(Joining));
+}
+
+#[test]
 fn the_leader_does_not_remove_a_down_member_that_is_still_reachable() {
     let t = t0();
     let g = gossip([up(1, 1), up(2, 2), member(3, Down, 3)], &[2]);
@@ -1929,11 +1975,12 @@ fn gossip_from_a_forgotten_joiner_readmits_it_and_takes_in_nothing_else() {
     g.remove(&n(5), WALL);
     let mut c = member_core(1, no_reaper(), t, 3, g);
     // Node 4 was welcomed by node 5, which was downed and removed before its gossip about 4
-    // spread.
-    let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), joining(4)], &[4]);
+    // (and about another joiner, 6) spread.
+    let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), joining(4), joining(6)], &[4]);
     c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
     assert_eq!(status_of(&c, 4), Some(Joining));
     assert_eq!(status_of(&c, 5), None, "the rest of that gossip is not taken in");
+    assert_eq!(status_of(&c, 6), None);
     assert_eq!(of_kind(&transmits(&mut c), "Welcome").len(), 1);
 }
 
