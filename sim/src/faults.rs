@@ -26,6 +26,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::invariants::WorldView;
 use crate::net::{NetConfig, PartitionKind};
 use crate::world::{Action, Sim, SlotState};
 
@@ -283,7 +284,15 @@ impl Nemesis {
                         format!("{victim} leaves")
                     }
                     FaultKind::DownLive => {
-                        let from = *self.idle_running(sim).iter().find(|i| **i != victim)?;
+                        // The operator downs a live member it can reach. (Downing by hand a member
+                        // cut off behind a partition shrinks only this side's count, so with
+                        // keep-majority both sides can keep themselves: see the README.)
+                        let reaches =
+                            |i: usize| sim.link_open(i, victim) && sim.link_open(victim, i);
+                        let from = *self
+                            .idle_running(sim)
+                            .iter()
+                            .find(|i| **i != victim && reaches(**i))?;
                         sim.apply(Action::Down { from, target: victim });
                         format!("{from} downs {victim}")
                     }

@@ -12,6 +12,17 @@ use convoke_sim::commands::converge::{self, ConvergeOptions, JoinMode};
 use convoke_sim::commands::detect::{self, DetectOptions};
 use serde::Serialize;
 
+/// `println!` for the reports: when stdout is closed (the reader went away, as `| head` does) the
+/// program ends quietly with the status a SIGPIPE death gives, instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(141);
+        }
+    }};
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "convoke-sim",
@@ -147,7 +158,7 @@ fn parse_preference(s: &str) -> Result<TargetPreference, String> {
 
 fn print_json<T: Serialize>(v: &T) {
     match serde_json::to_string_pretty(v) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => say!("{s}"),
         Err(e) => eprintln!("cannot serialise the report: {e}"),
     }
 }
@@ -209,66 +220,86 @@ fn main() -> ExitCode {
 
 fn print_converge(r: &converge::ConvergeReport) {
     let opt = |v: Option<f64>| v.map_or("never".to_owned(), |v| format!("{v:.2}"));
-    println!(
+    say!(
         "converge: {} nodes, seed {}, {:?} join, {}",
-        r.nodes, r.seed, r.join_mode, r.target_preference
+        r.nodes,
+        r.seed,
+        r.join_mode,
+        r.target_preference
     );
-    println!(
+    say!(
         "  all Up with convergence after {} s ({} gossip rounds)",
         opt(r.all_up_s),
         opt(r.gossip_rounds)
     );
     let s = &r.up_seen_by_all_s;
-    println!(
+    say!(
         "  member seen Up by all, after the leader moved it: p50 {:.2} s, p99 {:.2} s, max {:.2} s",
-        s.p50, s.p99, s.max
+        s.p50,
+        s.p99,
+        s.max
     );
     let s = &r.join_to_up_by_all_s;
-    println!(
+    say!(
         "  member seen Up by all, after it started:          p50 {:.2} s, p99 {:.2} s, max {:.2} s",
-        s.p50, s.p99, s.max
+        s.p50,
+        s.p99,
+        s.max
     );
-    println!(
+    say!(
         "  steady state ({:.0} s): {:.0} bytes and {:.1} messages sent per node per second",
-        r.steady_window_s, r.steady_bytes_per_node_per_s, r.steady_messages_per_node_per_s
+        r.steady_window_s,
+        r.steady_bytes_per_node_per_s,
+        r.steady_messages_per_node_per_s
     );
-    println!(
+    say!(
         "  largest gossip message: {} bytes ({} members)",
-        r.largest_gossip_bytes, r.largest_gossip_members
+        r.largest_gossip_bytes,
+        r.largest_gossip_members
     );
     print_invariants(&r.invariants, r.violation.as_ref());
-    println!(
+    say!(
         "  {} steps, {} messages, {} gossips encoded ({:?} sizes), trace {}, {:.1} s wall",
-        r.steps, r.messages_delivered, r.gossips_encoded, r.size_mode, r.trace_hash, r.wall_s
+        r.steps,
+        r.messages_delivered,
+        r.gossips_encoded,
+        r.size_mode,
+        r.trace_hash,
+        r.wall_s
     );
 }
 
 fn print_invariants(invariants: &[&str], violation: Option<&impl std::fmt::Display>) {
-    println!("  invariants checked every step: {}", invariants.join(" "));
+    say!("  invariants checked every step: {}", invariants.join(" "));
     match violation {
-        Some(v) => println!("  VIOLATION: {v}"),
-        None => println!("  no invariant violated"),
+        Some(v) => say!("  VIOLATION: {v}"),
+        None => say!("  no invariant violated"),
     }
 }
 
 fn print_detect(r: &detect::DetectReport) {
-    println!("detect: {} nodes, seed {}, {} crashes", r.nodes, r.seed, r.crashes.len());
+    say!("detect: {} nodes, seed {}, {} crashes", r.nodes, r.seed, r.crashes.len());
     let s = &r.all_detect_s;
-    println!(
+    say!(
         "  every live node sees it unreachable: min {:.2} s, median {:.2} s, max {:.2} s",
-        s.min, s.p50, s.max
+        s.min,
+        s.p50,
+        s.max
     );
     let s = &r.first_detection_s;
-    println!(
+    say!(
         "  first detector fires:                min {:.2} s, median {:.2} s, max {:.2} s",
-        s.min, s.p50, s.max
+        s.min,
+        s.p50,
+        s.max
     );
-    println!(
+    say!(
         "  phi bound (threshold reached after the last heartbeat): {:.2} s steady, {:.2} s bootstrap",
-        r.phi_bound_steady_s, r.phi_bound_bootstrap_s
+        r.phi_bound_steady_s,
+        r.phi_bound_bootstrap_s
     );
     print_invariants(&r.invariants, r.violation.as_ref());
-    println!("  {} steps, trace {}, {:.1} s wall", r.steps, r.trace_hash, r.wall_s);
+    say!("  {} steps, trace {}, {:.1} s wall", r.steps, r.trace_hash, r.wall_s);
 }
 
 #[derive(Serialize)]
@@ -346,14 +377,14 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
     if json {
         print_json(&ChaosSummary { seeds, passed, failed });
     } else {
-        println!("chaos: {passed} passed, {failed} failed");
+        say!("chaos: {passed} passed, {failed} failed");
     }
     if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
 fn print_seed(r: &SeedReport) {
     match &r.violation {
-        None => println!(
+        None => say!(
             "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, {:.0}s simulated, {:.1}s wall]",
             r.seed,
             r.nodes,
@@ -365,10 +396,10 @@ fn print_seed(r: &SeedReport) {
             r.wall_s
         ),
         Some(v) => {
-            println!("seed {} (N={}): FAIL  {v}", r.seed, r.nodes);
-            println!("  reproduce: {}", r.reproduce);
+            say!("seed {} (N={}): FAIL  {v}", r.seed, r.nodes);
+            say!("  reproduce: {}", r.reproduce);
             for l in &r.log {
-                println!("  | {l}");
+                say!("  | {l}");
             }
         }
     }

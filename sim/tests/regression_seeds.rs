@@ -183,6 +183,46 @@ const CASES: &[Case] = &[
         why: "S5: two incarnations Up after a forgotten-joiner readmission, as seed 1233",
     },
     Case {
+        seed: 1194,
+        nodes: 24,
+        downing: ChaosDowning::Resolver,
+        why: "S11: a downed node's down-all, stamped only by its own entry, merged into a gossip \
+              that then learnt of its removal; pruning the entry left the clock another node \
+              reached without the down-all (fixed: a merge that prunes an entry gets a version \
+              of the merging node)",
+    },
+    Case {
+        seed: 1491,
+        nodes: 12,
+        downing: ChaosDowning::Resolver,
+        why: "S10 checker: a Leaving first member seen unreachable elected itself and exited; \
+              a member that converged on the same clock through its ExitingConfirmed elected the \
+              next one (the leadership passes on with the exit)",
+    },
+    Case {
+        seed: 3049,
+        nodes: 11,
+        downing: ChaosDowning::Resolver,
+        why: "S1: the operator downed by hand a member running behind a partition, so only one \
+              side stopped counting it and both sides kept themselves (the simulated operator \
+              now downs only members it reaches; the README warns against it)",
+    },
+    Case {
+        seed: 3163,
+        nodes: 21,
+        downing: ChaosDowning::Resolver,
+        why: "S1: a joiner unknown to the node that downed all kept the downed cluster alive \
+              alone and grew a second cluster (fixed: a joiner whose cluster was downed around \
+              it downs itself)",
+    },
+    Case {
+        seed: 1073,
+        nodes: 21,
+        downing: ChaosDowning::Resolver,
+        why: "S4 checker: the removal of unreachable members counted as a reachability change, \
+              which the resolver does not count",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

@@ -86,8 +86,14 @@ impl Invariant for DownAllWhenUnstable {
                 ));
             }
         }
-        if obs.before.reachability().all_unreachable_or_terminated()
-            != obs.after.reachability().all_unreachable_or_terminated()
+        // A reachability change as the resolver counts one: a member became unreachable, or
+        // reachable again while still a member. A member leaving the table by its removal is not.
+        let (was, is) = (
+            obs.before.reachability().all_unreachable_or_terminated(),
+            obs.after.reachability().all_unreachable_or_terminated(),
+        );
+        if is.iter().any(|n| !was.contains(n))
+            || was.iter().any(|n| !is.contains(n) && obs.after.has_member(n))
         {
             self.changed.insert(obs.self_node.clone());
         }

@@ -5,6 +5,12 @@
 //! per clock (by hash), the leader the first converged holder computed, and compares every later
 //! converged holder with it; this is incremental, O(members) per step, instead of comparing all
 //! nodes with each other after every step.
+//!
+//! A leader whose `ExitingConfirmed` reached the holder is gone, and so is its leadership: a
+//! Leaving first member that another member sees unreachable still elects itself (a node ignores
+//! verdicts on itself) and moves itself Exiting, confirms and stops; a member that then converges
+//! on the same clock only because that confirmation excuses the unreachable leaver elects the next
+//! member. The two never lead at once, so the record passes to the new leader.
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -39,6 +45,12 @@ impl Invariant for SingleLeader {
         let key = version_hash(obs.after);
         let leader = obs.leader.cloned();
         match self.leaders.get(&key) {
+            Some((Some(gone), _))
+                if leader.as_ref() != Some(gone) && obs.exiting_confirmed.contains(gone) =>
+            {
+                self.leaders.insert(key, (leader, obs.self_node.clone()));
+                Ok(())
+            }
             Some((l, who)) if *l != leader => Err(format!(
                 "{} and {who} hold the same converged gossip but compute leaders {} and {}",
                 obs.self_node,

@@ -41,7 +41,7 @@ impl Invariant for GossipAcceptance {
                         matches!(joiner, Some(MemberStatus::Joining | MemberStatus::WeaklyUp));
                     let before = obs.before;
                     let of_this_cluster = gossip.members().all(|m| {
-                        m.node() == from
+                        matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp)
                             || before.has_member(m.node())
                             || before.tombstones().contains_key(m.node())
                     });

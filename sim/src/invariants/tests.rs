@@ -231,6 +231,23 @@ fn s10_fires_when_two_holders_of_one_converged_gossip_name_different_leaders() {
 }
 
 #[test]
+fn s10_lets_the_leadership_of_a_leader_that_confirmed_its_exit_pass_on() {
+    let mut s10 = SingleLeader::default();
+    let leaver = Step::new(Cause::Timer, all_up(1), all_up(2)).converged(Some(a()));
+    assert_eq!(leaver.check(&mut s10), Ok(()));
+    let mut next =
+        Step::new(Cause::Message(Delivered::Other("ExitingConfirmed")), all_up(2), all_up(2))
+            .by(b())
+            .converged(Some(b()));
+    next.confirmed.insert(a());
+    assert_eq!(next.check(&mut s10), Ok(()));
+    let later = Step::new(Cause::Timer, all_up(1), all_up(2)).by(c()).converged(Some(b()));
+    assert_eq!(later.check(&mut s10), Ok(()), "the record passed to the new leader");
+    let clash = Step::new(Cause::Timer, all_up(1), all_up(2)).by(c()).converged(Some(c()));
+    assert!(clash.check(&mut s10).unwrap_err().contains("compute leaders"));
+}
+
+#[test]
 fn s11_fires_when_a_clock_entry_goes_back() {
     let mut s11 = MonotonicVersions::default();
     let err = Step::new(Cause::Timer, all_up(5), all_up(4)).check(&mut s11).unwrap_err();
