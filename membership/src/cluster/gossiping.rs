@@ -299,12 +299,14 @@ impl Cluster {
     }
 
     /// A node that is not a member sent gossip that holds this node as a member and itself as
-    /// Joining or WeaklyUp: it was welcomed by a member whose gossip about it never spread (that
-    /// member was downed or cut off first), so it waits for a cluster that forgot it. It is
-    /// admitted again as a joining node, as if it had sent Join — if its gossip is of this
-    /// cluster: every other member it holds is a member here, removed from here, or a joiner
-    /// (forgotten like the sender). Anyone else is ignored: a member of another cluster (even one
-    /// that once held this node), or a removed incarnation (which [`Self::on_join`] refuses).
+    /// Joining or WeaklyUp: it was welcomed by a member that was downed before its gossip about
+    /// the joiner spread, so it waits for a cluster that forgot it. It is admitted again as a
+    /// joining node, as if it had sent Join — if its gossip is of this cluster (every other member
+    /// it holds is a member here, removed from here, or a joiner forgotten like the sender) and
+    /// one of its members is Down or removed here (its welcomer, gone). Anyone else is ignored: a
+    /// joiner whose welcome has simply not reached this node yet, a member of another cluster
+    /// (even one that once held this node), or a removed incarnation (which [`Self::on_join`]
+    /// refuses).
     fn readmit_forgotten_joiner(&mut self, now: Instant, from: &UniqueAddress, remote: &Gossip) {
         let Some(joiner) = remote.member(from) else { return };
         let is_joiner =
@@ -315,9 +317,18 @@ impl Cluster {
                 || self.latest.has_member(m.node())
                 || self.latest.tombstones().contains_key(m.node())
         };
+        let gone_here = |m: &Member| {
+            !is_joiner(m)
+                && (self.latest.tombstones().contains_key(m.node())
+                    || self
+                        .latest
+                        .member(m.node())
+                        .is_some_and(|l| l.status() == MemberStatus::Down))
+        };
         if !joining
             || !remote.has_member(&self.self_node)
             || !remote.members().all(known)
+            || !remote.members().any(gone_here)
             || remote.check_invariants().is_err()
         {
             return;

@@ -1985,6 +1985,18 @@ fn gossip_from_a_forgotten_joiner_readmits_it_and_takes_in_nothing_else() {
 }
 
 #[test]
+fn gossip_from_a_joiner_whose_welcome_has_not_reached_this_node_yet_is_ignored() {
+    let t = t0();
+    let g = gossip([up(1, 1), up(3, 3)], &[1, 3]);
+    let mut c = member_core(1, no_reaper(), t, 3, g);
+    // Node 3 welcomed node 4 a moment ago; node 4 gossips to node 1 before node 3 does.
+    let theirs = gossip([up(1, 1), up(3, 3), joining(4)], &[4]);
+    c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
+    assert_eq!(c.gossip().members().count(), 2);
+    assert!(transmits(&mut c).is_empty());
+}
+
+#[test]
 fn gossip_from_a_joiner_of_another_cluster_that_once_held_this_node_is_ignored() {
     let t = t0();
     let g = gossip([up(1, 1), up(3, 3)], &[1, 3]);
