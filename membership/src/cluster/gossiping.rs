@@ -303,7 +303,8 @@ impl Cluster {
     /// the joiner spread, so it waits for a cluster that forgot it. It is admitted again as a
     /// joining node, as if it had sent Join — if its gossip is of this cluster (every other member
     /// it holds is a member here, removed from here, or a joiner forgotten like the sender) and
-    /// one of its members is Down or removed here (its welcomer, gone). Anyone else is ignored: a
+    /// one of its members is Down or removed here (its welcomer, or another member that went
+    /// while it waited). Anyone else is ignored: a
     /// joiner whose welcome has simply not reached this node yet, a member of another cluster
     /// (even one that once held this node), or a removed incarnation (which [`Self::on_join`]
     /// refuses).
@@ -318,12 +319,8 @@ impl Cluster {
                 || self.latest.tombstones().contains_key(m.node())
         };
         let gone_here = |m: &Member| {
-            !is_joiner(m)
-                && (self.latest.tombstones().contains_key(m.node())
-                    || self
-                        .latest
-                        .member(m.node())
-                        .is_some_and(|l| l.status() == MemberStatus::Down))
+            self.latest.tombstones().contains_key(m.node())
+                || self.latest.member(m.node()).is_some_and(|l| l.status() == MemberStatus::Down)
         };
         if !joining
             || !remote.has_member(&self.self_node)

@@ -310,6 +310,20 @@ impl DowningModel {
             .collect()
     }
 
+    /// Whether every downable member but `self_node` is indirectly connected while `self_node`
+    /// itself observes some of them unreachable. Downing them would keep this node alone though it
+    /// is cut off from part of them — only the others' records, possibly stale, make them the
+    /// indirectly connected ones and not it. Another node can reach the same conclusion about
+    /// everyone but itself: each keeps itself, and two clusters grow from the two survivors. (A
+    /// node that reaches all the others, their links to each other broken, is kept as usual.)
+    pub fn alone_among_indirectly_connected(&self, self_node: &UniqueAddress) -> bool {
+        let indirect = self.indirectly_connected();
+        let others: Vec<UniqueAddress> =
+            self.downable().into_iter().filter(|n| n != self_node).collect();
+        let observes_unreachable = self.reachability.records().any(|r| r.observer == *self_node);
+        observes_unreachable && !others.is_empty() && others.iter().all(|n| indirect.contains(n))
+    }
+
     fn indirectly_connected_from_cycles(&self) -> BTreeSet<UniqueAddress> {
         let observers: BTreeSet<UniqueAddress> =
             self.reachability.records().map(|r| r.observer).collect();

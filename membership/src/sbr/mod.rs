@@ -461,7 +461,15 @@ impl SplitBrainResolver {
             && !self.model.unreachable().is_empty()
             && now >= self.stable_deadline
         {
-            let decision = self.model.decide();
+            let mut decision = self.model.decide();
+            let indirect = matches!(
+                decision,
+                Decision::DownIndirectlyConnected
+                    | Decision::AcquireLeaseAndDownIndirectlyConnected { .. }
+            );
+            if indirect && self.model.alone_among_indirectly_connected(&self.self_node) {
+                decision = Decision::DownAll;
+            }
             if decision.acquire_delay().is_some() {
                 self.request_lease(LeaseOp::Check);
                 self.waiting = Some(Waiting::Check(decision));

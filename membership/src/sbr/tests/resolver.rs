@@ -420,6 +420,22 @@ fn indirectly_connected_members_with_a_clean_partition_leave_a_alone() {
     h.expect_down_called(&[&d, &e]);
 }
 
+#[test]
+fn a_node_does_not_keep_itself_alone_by_downing_everyone_else_as_indirectly_connected() {
+    let (a, b, c, d, e) = abcde();
+    let mut h = Harness::keep_majority(Duration::ZERO, &e);
+    h.member_up(&[&a, &b, &c, &d, &e]);
+    h.leader(&e);
+    // E is cut off from A and C; the others' records (possibly stale) make them all indirectly
+    // connected, and E not.
+    h.reachability_changed(&[(&a, &b), (&b, &a), (&c, &d), (&d, &c), (&e, &a), (&e, &c)]);
+    h.tick();
+    h.expect_down_called(&[&a, &b, &c, &d, &e]);
+    let decision = h.sbr.poll_decision().expect("a decision");
+    assert_eq!(decision.decision, Decision::DownAll);
+    assert!(decision.downs_self);
+}
+
 /// {A, B, C, D} | {E, F}, one of E and F Exiting, E observing F: the Exiting one is not downed.
 fn partition_with_an_exiting_member(e: &Member, f: &Member, exiting_one: &Member) -> Harness {
     let (a, b, c, d, _) = abcde();
