@@ -223,6 +223,27 @@ const CASES: &[Case] = &[
               which the resolver does not count",
     },
     Case {
+        seed: 503,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S1: two leaders, each cut off from part of the others, each found everyone else \
+              indirectly connected, downed them and kept itself; restarted nodes grew two \
+              clusters around the two survivors (fixed: such a node downs all)",
+    },
+    Case {
+        seed: 3232,
+        nodes: 23,
+        downing: ChaosDowning::Resolver,
+        why: "L2: a forgotten joiner whose gossip named no gone non-joiner was never readmitted \
+              and kept a crashed joiner in its gossip (fixed: any member gone here counts)",
+    },
+    Case {
+        seed: 2010,
+        nodes: 25,
+        downing: ChaosDowning::Resolver,
+        why: "S4 checker: the others' verdicts on this node are not a change the resolver counts",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

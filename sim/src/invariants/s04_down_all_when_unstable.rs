@@ -86,14 +86,16 @@ impl Invariant for DownAllWhenUnstable {
                 ));
             }
         }
-        // A reachability change as the resolver counts one: a member became unreachable, or
-        // reachable again while still a member. A member leaving the table by its removal is not.
+        // A reachability change as the resolver counts one: another member became unreachable,
+        // or reachable again while still a member. A member leaving the table by its removal is
+        // not, nor are the others' verdicts on this node.
+        let me = obs.self_node;
         let (was, is) = (
             obs.before.reachability().all_unreachable_or_terminated(),
             obs.after.reachability().all_unreachable_or_terminated(),
         );
-        if is.iter().any(|n| !was.contains(n))
-            || was.iter().any(|n| !is.contains(n) && obs.after.has_member(n))
+        if is.iter().any(|n| n != me && !was.contains(n))
+            || was.iter().any(|n| n != me && !is.contains(n) && obs.after.has_member(n))
         {
             self.changed.insert(obs.self_node.clone());
         }
