@@ -841,7 +841,15 @@ impl Sim {
         while let Some(t) = core.poll_transmit() {
             self.send(slot, &me, t);
         }
+        let mut leader_moved = false;
         while let Some(e) = core.poll_event() {
+            leader_moved |= matches!(
+                e,
+                ClusterEvent::MemberWeaklyUp(_)
+                    | ClusterEvent::MemberUp(_)
+                    | ClusterEvent::MemberExited(_)
+                    | ClusterEvent::MemberRemoved { .. }
+            );
             self.on_event(slot, &e);
         }
         // No strategy the simulator configures asks for a lease; a request is dropped, so a
@@ -868,6 +876,7 @@ impl Sim {
                 leader.as_ref(),
                 &self.slots[slot].confirmed,
                 &decisions,
+                leader_moved,
             );
             if let Some(v) = self.checkers.check_step(&obs) {
                 self.note(|| format!("VIOLATION {v}"));

@@ -244,6 +244,13 @@ const CASES: &[Case] = &[
         why: "S4 checker: the others' verdicts on this node are not a change the resolver counts",
     },
     Case {
+        seed: 5912,
+        nodes: 20,
+        downing: ChaosDowning::Resolver,
+        why: "S3 checker: a joiner moved to WeaklyUp and downed in the decision's step reset the \
+              seen set",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

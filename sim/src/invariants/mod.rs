@@ -128,6 +128,11 @@ pub struct Observation<'a> {
     pub config: &'a Config,
     /// The split-brain resolver's decisions taken in this step, in order.
     pub decisions: &'a [SbrDecision],
+    /// Whether the core reported a move in this step that only the leader makes (to WeaklyUp,
+    /// Up or Exiting, or a removal). Such a move gives the gossip a new version before the
+    /// resolver ticks, even when a decision in the same step then downs the moved member, so
+    /// that `after` no longer shows it.
+    pub leader_moved: bool,
 }
 
 /// A decision the split-brain resolver acted on, as the checkers see it.
@@ -170,6 +175,7 @@ impl<'a> Observation<'a> {
         leader: Option<&'a UniqueAddress>,
         exiting_confirmed: &'a BTreeSet<UniqueAddress>,
         decisions: &'a [SbrDecision],
+        leader_moved: bool,
     ) -> Self {
         Self {
             step,
@@ -184,6 +190,7 @@ impl<'a> Observation<'a> {
             exiting_confirmed,
             config: core.config(),
             decisions,
+            leader_moved,
         }
     }
 }

@@ -10,10 +10,12 @@
 //! quarantined, is not about them.
 //!
 //! The resolver ticks after the leader actions and the reaper. When the leader moved a member in
-//! the same step (Joining to WeaklyUp or Up, Leaving to Exiting, a removal) or the reaper changed
-//! reachability, the gossip the resolver decided on already had a new version, whose seen set
-//! holds only this node: the seen-by evidence was gone when it decided, and only the cycles count,
-//! in the reachability table after the step (the decision's downs leave it as it was).
+//! the same step (Joining to WeaklyUp or Up, Leaving to Exiting, a removal: seen in the statuses
+//! before and after the step, or in the core's events when the decision then downed the moved
+//! member) or the reaper changed reachability, the gossip the resolver decided on already had a
+//! new version, whose seen set holds only this node: the seen-by evidence was gone when it
+//! decided, and only the cycles count, in the reachability table after the step (the decision's
+//! downs leave it as it was).
 
 use std::collections::BTreeSet;
 
@@ -87,7 +89,7 @@ impl Invariant for IndirectlyConnectedDowned {
             // decided on. The decision's own downs change no reachability.
             let table = obs.after.reachability();
             let reaped = obs.before.reachability() != table;
-            let seen = !reaped && !leader_acted(obs.before, obs.after);
+            let seen = !reaped && !obs.leader_moved && !leader_acted(obs.before, obs.after);
             let indirect = indirectly_connected_by(obs.before, table, seen);
             let kept = indirect.iter().find(|n| {
                 let downable =

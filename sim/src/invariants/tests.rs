@@ -81,6 +81,7 @@ struct Step {
     config: Config,
     self_node: UniqueAddress,
     decisions: Vec<SbrDecision>,
+    leader_moved: bool,
 }
 
 impl Step {
@@ -95,6 +96,7 @@ impl Step {
             config: Config::default(),
             self_node: a(),
             decisions: Vec::new(),
+            leader_moved: false,
         }
     }
 
@@ -123,6 +125,7 @@ impl Step {
             exiting_confirmed: &self.confirmed,
             config: &self.config,
             decisions: &self.decisions,
+            leader_moved: self.leader_moved,
         };
         checker.check_step(&obs)
     }
@@ -425,8 +428,24 @@ fn s3_counts_seen_evidence_unless_the_leader_gave_the_gossip_a_new_version_in_th
         &[(a(), 3)],
         &[],
     );
-    let ok = deciding(a(), keeps_b, evidence, moved).check(&mut IndirectlyConnectedDowned);
+    let ok = deciding(a(), keeps_b.clone(), evidence.clone(), moved)
+        .check(&mut IndirectlyConnectedDowned);
     assert_eq!(ok, Ok(()));
+    // The leader moved d to WeaklyUp and the decision then downed d: the statuses before and
+    // after do not show the move, the core's events do.
+    let downs_c_d = decision(Decision::DownUnreachable, Stable, &[c(), d()]);
+    let moved_then_downed = gossip(
+        &[(a(), Up), (b(), Up), (c(), Down), (d(), Down)],
+        &[a()],
+        &[(b(), c())],
+        &[(a(), 3)],
+        &[],
+    );
+    let mut step = deciding(a(), downs_c_d, evidence, moved_then_downed);
+    let err = step.check(&mut IndirectlyConnectedDowned);
+    assert!(err.unwrap_err().contains("kept convoke://convoke@sim:10001"));
+    step.leader_moved = true;
+    assert_eq!(step.check(&mut IndirectlyConnectedDowned), Ok(()));
 }
 
 #[test]
