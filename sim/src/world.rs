@@ -151,6 +151,10 @@ pub struct Slot {
     pub node: Option<UniqueAddress>,
     /// When the current incarnation started.
     pub started_at: Duration,
+    /// How long the current incarnation spent paused, up to its last resume.
+    paused_total: Duration,
+    /// When the current pause began, while paused.
+    paused_at: Option<Duration>,
     core: Option<Cluster>,
     /// Messages that arrived while paused, with their arrival time.
     inbox: Vec<(Duration, InFlight)>,
@@ -324,6 +328,8 @@ impl Sim {
                     incarnations: 0,
                     node: None,
                     started_at: Duration::ZERO,
+                    paused_total: Duration::ZERO,
+                    paused_at: None,
                     core: None,
                     inbox: Vec::new(),
                     timer_gen: 0,
@@ -660,6 +666,8 @@ impl Sim {
         s.incarnations += 1;
         s.node = Some(node);
         s.started_at = self.now;
+        s.paused_total = Duration::ZERO;
+        s.paused_at = None;
         s.inbox.clear();
         s.confirmed.clear();
         s.armed = None;
@@ -719,6 +727,7 @@ impl Sim {
     pub fn pause(&mut self, slot: usize) {
         if self.slots[slot].state == SlotState::Running {
             self.slots[slot].state = SlotState::Paused;
+            self.slots[slot].paused_at = Some(self.now);
             "pause".hash(&mut self.trace);
         }
     }
@@ -728,7 +737,11 @@ impl Sim {
         if self.slots[slot].state != SlotState::Paused {
             return;
         }
-        self.slots[slot].state = SlotState::Running;
+        let s = &mut self.slots[slot];
+        s.state = SlotState::Running;
+        if let Some(at) = s.paused_at.take() {
+            s.paused_total += self.now.saturating_sub(at);
+        }
         "resume".hash(&mut self.trace);
         let inbox = std::mem::take(&mut self.slots[slot].inbox);
         for (received_at, m) in inbox {
@@ -1126,5 +1139,11 @@ impl WorldView for Sim {
 
     fn is_running(&self, slot: usize) -> bool {
         self.slots[slot].state == SlotState::Running
+    }
+
+    fn running_time(&self, slot: usize) -> Duration {
+        let s = &self.slots[slot];
+        let paused = s.paused_total + s.paused_at.map_or(Duration::ZERO, |at| self.now - at);
+        self.now.saturating_sub(s.started_at).saturating_sub(paused)
     }
 }

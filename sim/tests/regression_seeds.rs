@@ -251,6 +251,12 @@ const CASES: &[Case] = &[
               seen set",
     },
     Case {
+        seed: 8019,
+        nodes: 7,
+        downing: ChaosDowning::Resolver,
+        why: "S14 checker: a node paused right after it saw itself Down was charged for the pause",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

@@ -209,6 +209,9 @@ pub trait WorldView {
     fn link_open(&self, from: usize, to: usize) -> bool;
     /// Whether the process in `slot` runs (neither paused nor stopped).
     fn is_running(&self, slot: usize) -> bool;
+    /// How long the current (or last) process in `slot` has run since it started, time spent
+    /// paused not counted.
+    fn running_time(&self, slot: usize) -> Duration;
 }
 
 /// A safety invariant.

@@ -26,12 +26,12 @@ use super::{Invariant, WorldView};
 #[derive(Debug, Default)]
 pub struct DownedNodeStops {
     pace: Pace,
-    /// Per running incarnation that holds itself Down: running time since it first did.
-    down_for: BTreeMap<UniqueAddress, Duration>,
+    /// Per incarnation that holds itself Down: its running time when it was first seen to.
+    down_since: BTreeMap<UniqueAddress, Duration>,
     /// Per paused incarnation: since when (virtual time) it has been seen paused.
     paused_since: BTreeMap<UniqueAddress, Duration>,
-    /// Per incarnation that resumed from a long pause after the others removed it: running time
-    /// since it resumed.
+    /// Per incarnation that resumed from a long pause after the others removed it: its running
+    /// time when it was first seen running again.
     resumed_removed: BTreeMap<UniqueAddress, Duration>,
 }
 
@@ -57,18 +57,19 @@ impl Invariant for DownedNodeStops {
 
     fn check_world(&mut self, world: &dyn WorldView) -> Result<(), String> {
         let now = world.now();
-        let Some(elapsed) = self.pace.look(now) else {
+        if self.pace.look(now).is_none() {
             return Ok(());
-        };
+        }
         let mut still = BTreeMap::new();
         for i in 0..world.slots() {
-            let Some(core) = world.core(i).filter(|c| c.self_status() == MemberStatus::Down) else {
+            let down = |c: &&Cluster| c.self_status() == MemberStatus::Down;
+            let Some(core) = world.core(i).filter(down).filter(|_| !world.is_stopped(i)) else {
                 continue;
             };
             let me = core.self_node().clone();
-            let before = self.down_for.get(&me).copied();
-            let ran = if world.is_running(i) { elapsed } else { Duration::ZERO };
-            let total = before.map_or(Duration::ZERO, |d| d + ran);
+            let ran = world.running_time(i);
+            let since = self.down_since.get(&me).copied().unwrap_or(ran);
+            let total = ran.saturating_sub(since);
             let bound = bound(Cluster::config(core));
             if total > bound {
                 return Err(format!(
@@ -78,14 +79,14 @@ impl Invariant for DownedNodeStops {
                     bound.as_secs_f64()
                 ));
             }
-            still.insert(me, total);
+            still.insert(me, since);
         }
-        self.down_for = still;
-        self.check_resumed(world, now, elapsed)
+        self.down_since = still;
+        self.check_resumed(world, now)
     }
 
     fn forget(&mut self, node: &UniqueAddress) {
-        self.down_for.remove(node);
+        self.down_since.remove(node);
         self.paused_since.remove(node);
         self.resumed_removed.remove(node);
     }
@@ -94,12 +95,7 @@ impl Invariant for DownedNodeStops {
 impl DownedNodeStops {
     /// The pause half: tracks pauses, and the running time of processes that resumed from one
     /// longer than `stable_after × 2` after every other live member removed them.
-    fn check_resumed(
-        &mut self,
-        world: &dyn WorldView,
-        now: Duration,
-        elapsed: Duration,
-    ) -> Result<(), String> {
+    fn check_resumed(&mut self, world: &dyn WorldView, now: Duration) -> Result<(), String> {
         for i in 0..world.slots() {
             let Some(core) = world.core(i).filter(|_| !world.is_stopped(i)) else { continue };
             let me = core.self_node().clone();
@@ -110,14 +106,14 @@ impl DownedNodeStops {
             if let Some(since) = self.paused_since.remove(&me) {
                 let long = Cluster::config(core).split_brain_resolver.stable_after * 2;
                 if now.saturating_sub(since) > long && removed_by_all_others(world, i, &me) {
-                    self.resumed_removed.insert(me.clone(), Duration::ZERO);
+                    self.resumed_removed.insert(me.clone(), world.running_time(i));
                     continue;
                 }
             }
-            let Some(ran) = self.resumed_removed.get_mut(&me) else { continue };
-            *ran += elapsed;
+            let Some(since) = self.resumed_removed.get(&me) else { continue };
+            let ran = world.running_time(i).saturating_sub(*since);
             let bound = resumed_bound(Cluster::config(core));
-            if *ran > bound {
+            if ran > bound {
                 return Err(format!(
                     "{me} resumed from a pause longer than 2 × stable_after after every other \
                      live member had removed it, and still runs {:.1} s of running time later \

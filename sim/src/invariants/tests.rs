@@ -489,6 +489,10 @@ impl WorldView for Later<'_> {
     fn is_running(&self, slot: usize) -> bool {
         self.2 != Some(slot) && WorldView::is_running(self.0, slot)
     }
+    fn running_time(&self, slot: usize) -> Duration {
+        let ran = if self.is_running(slot) { self.1 } else { Duration::ZERO };
+        self.0.running_time(slot) + ran
+    }
 }
 
 /// `slots` formed into one cluster (checkers off: these tests feed the checker by hand).
@@ -546,6 +550,24 @@ fn s14_stays_quiet_when_the_downed_node_stops() {
     sim.run_for(Duration::from_secs(10));
     assert!(sim.is_stopped(1));
     assert_eq!(s14.check_world(&sim), Ok(()));
+}
+
+#[test]
+fn s14_does_not_count_time_spent_paused_between_two_looks() {
+    let mut sim = formed(3, &[&[0, 1, 2]]);
+    let links = vec![(0, 1), (1, 0), (2, 1), (1, 2)];
+    sim.apply(Action::Block { id: 1, links });
+    sim.apply(Action::Down { from: 1, target: 1 });
+    let mut s14 = DownedNodeStops::default();
+    assert_eq!(s14.check_world(&sim), Ok(()));
+    sim.apply(Action::Pause(1));
+    sim.run_for(Duration::from_secs(10));
+    sim.apply(Action::Resume(1));
+    assert!(!sim.is_stopped(1), "the downed node still runs right after it resumed");
+    // Ten seconds went by since the last look, all but none of them paused.
+    assert_eq!(s14.check_world(&sim), Ok(()));
+    let err = s14.check_world(&Later(&sim, Duration::from_secs(10), None)).unwrap_err();
+    assert!(err.contains("still runs"), "{err}");
 }
 
 /// Three nodes; node 2 cut off, downed by node 0 and removed by 0 and 1 without hearing of it.
