@@ -257,6 +257,13 @@ const CASES: &[Case] = &[
         why: "S14 checker: a node paused right after it saw itself Down was charged for the pause",
     },
     Case {
+        seed: 7722,
+        nodes: 22,
+        downing: ChaosDowning::Resolver,
+        why: "L2: the leader had left while Joining, never Up, and its resolver never decided: a \
+              crashed joiner blocked convergence for ever",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

@@ -371,7 +371,16 @@ impl SplitBrainResolver {
                 self.model.add(m);
                 self.reset_stable_deadline(now);
             }
-            ClusterEvent::MemberLeft(m) => self.model.add(m),
+            ClusterEvent::MemberLeft(m) => {
+                // Asked to leave while still Joining, a node goes to Leaving without ever being
+                // Up or WeaklyUp. It was admitted all the same, and with no member Up it is the
+                // leader: were it not responsible, nobody would down a crashed joiner, which
+                // blocks convergence for ever.
+                if self.is_self(m.node()) {
+                    self.self_member_added = true;
+                }
+                self.model.add(m);
+            }
             ClusterEvent::MemberExited(m) if self.in_dc(&m) => {
                 self.model.add(m);
                 self.reset_stable_deadline(now);

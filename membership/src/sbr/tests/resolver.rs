@@ -246,6 +246,26 @@ fn a_weakly_up_leader_decides() {
 }
 
 #[test]
+fn a_leader_that_left_before_it_was_moved_up_decides() {
+    // A was asked to leave while Joining: Leaving, never Up or WeaklyUp, yet the leader (the
+    // lowest address among the Up and Leaving). The crashed joiner C blocks convergence until
+    // someone downs it.
+    let (a, b, c, ..) = abcde();
+    let al = leaving(&joining(&a));
+    let cj = joining(&c);
+    let mut h = Harness::keep_majority(Duration::ZERO, &al);
+    h.event(ClusterEvent::MemberJoined(joining(&a)));
+    h.member_up(&[&b]);
+    h.event(ClusterEvent::MemberJoined(cj.clone()));
+    h.event(ClusterEvent::MemberLeft(al.clone()));
+    h.leader(&al);
+    h.unreachable(&[&cj]);
+    h.tick();
+    h.expect_down_called(&[&cj]);
+    assert!(h.sbr.is_responsible());
+}
+
+#[test]
 fn a_leader_not_yet_seen_up_or_weakly_up_does_not_decide() {
     let (a, b, c, ..) = abcde();
     let mut h = Harness::keep_majority(Duration::ZERO, &a);
