@@ -264,6 +264,13 @@ const CASES: &[Case] = &[
               crashed joiner blocked convergence for ever",
     },
     Case {
+        seed: 9143,
+        nodes: 22,
+        downing: ChaosDowning::Resolver,
+        why: "S1: a forgotten joiner asked to leave while Joining was never readmitted and ran on \
+              alone as a member",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Oracle,

@@ -10,7 +10,7 @@ use super::{Cluster, ShutdownReason, Timer};
 use crate::address::UniqueAddress;
 use crate::config::TargetPreference;
 use crate::gossip::Gossip;
-use crate::member::{Member, MemberStatus};
+use crate::member::{Member, MemberStatus, UpNumber};
 use crate::message::Message;
 use crate::state::MembershipState;
 use crate::vclock::{Ordering, VectorClock};
@@ -312,9 +312,15 @@ impl Cluster {
         let Some(joiner) = remote.member(from) else { return };
         let is_joiner =
             |m: &Member| matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp);
-        let joining = is_joiner(joiner);
+        // A joiner asked to leave before it was moved Up is Leaving without an up number: it is
+        // readmitted too, or it would wait for its removal for ever. Readmitted as Joining, it
+        // merges its own Leaving back in, and the leader then lets it leave.
+        let left_while_joining =
+            joiner.status() == MemberStatus::Leaving && joiner.up_number() == UpNumber::UNASSIGNED;
+        let joining = is_joiner(joiner) || left_while_joining;
         let known = |m: &Member| {
-            is_joiner(m)
+            m.node() == from
+                || is_joiner(m)
                 || self.latest.has_member(m.node())
                 || self.latest.tombstones().contains_key(m.node())
         };

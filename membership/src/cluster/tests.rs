@@ -1985,6 +1985,31 @@ fn gossip_from_a_forgotten_joiner_readmits_it_and_takes_in_nothing_else() {
 }
 
 #[test]
+fn a_forgotten_joiner_that_was_asked_to_leave_is_readmitted() {
+    let t = t0();
+    let mut g = gossip([up(1, 1), up(3, 3), up(5, 5)], &[1, 3]);
+    g.remove(&n(5), WALL);
+    let mut c = member_core(1, no_reaper(), t, 3, g);
+    // Node 4 was welcomed by node 5, which was removed before its gossip about 4 spread; then
+    // node 4 was asked to leave while still Joining.
+    let left =
+        Member::from_parts(n(4), UpNumber::UNASSIGNED, Leaving, dc_roles(), Default::default());
+    let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), left], &[4]);
+    c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
+    assert_eq!(status_of(&c, 4), Some(Joining));
+    assert_eq!(status_of(&c, 5), None, "the rest of that gossip is not taken in");
+    // An Up member that left is not a forgotten joiner.
+    let mut c = member_core(1, no_reaper(), t, 3, {
+        let mut g = gossip([up(1, 1), up(3, 3), up(5, 5)], &[1, 3]);
+        g.remove(&n(5), WALL);
+        g
+    });
+    let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), member(4, Leaving, 4)], &[4]);
+    c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
+    assert_eq!(status_of(&c, 4), None);
+}
+
+#[test]
 fn gossip_from_a_joiner_whose_welcome_has_not_reached_this_node_yet_is_ignored() {
     let t = t0();
     let g = gossip([up(1, 1), up(3, 3)], &[1, 3]);

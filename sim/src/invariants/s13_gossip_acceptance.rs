@@ -7,13 +7,14 @@
 //! A step that changed the gossip after such an input is a violation.
 //!
 //! One exception: gossip from a node that is not a member, that holds this node as a member and
-//! its sender as Joining or WeaklyUp, comes from a joiner welcomed by a member whose word of it
+//! its sender as Joining or WeaklyUp (or Leaving without an up number: asked to leave while
+//! joining), comes from a joiner welcomed by a member whose word of it
 //! never spread. The core admits the sender again as a joiner, under the rules of a Join, and
 //! takes in nothing else of that gossip.
 
-use convoke_membership::member::MemberStatus;
+use convoke_membership::UniqueAddress;
+use convoke_membership::member::{MemberStatus, UpNumber};
 use convoke_membership::reachability::ReachabilityStatus;
-use convoke_membership::{Member, UniqueAddress};
 
 use super::{Cause, Delivered, Invariant, Observation};
 
@@ -36,12 +37,16 @@ impl Invariant for GossipAcceptance {
                 } else if obs.before.is_empty() {
                     Some("this node has not joined".to_owned())
                 } else if !obs.before.has_member(from) {
-                    let joiner = gossip.member(from).map(Member::status);
-                    let joining =
-                        matches!(joiner, Some(MemberStatus::Joining | MemberStatus::WeaklyUp));
+                    let joiner = gossip.member(from);
+                    let joining = joiner.is_some_and(|m| {
+                        matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp)
+                            || (m.status() == MemberStatus::Leaving
+                                && m.up_number() == UpNumber::UNASSIGNED)
+                    });
                     let before = obs.before;
                     let of_this_cluster = gossip.members().all(|m| {
-                        matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp)
+                        m.node() == from
+                            || matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp)
                             || before.has_member(m.node())
                             || before.tombstones().contains_key(m.node())
                     });
