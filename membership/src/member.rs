@@ -100,6 +100,11 @@ impl MemberStatus {
         matches!(self, Self::Down | Self::Exiting)
     }
 
+    /// Joining or WeaklyUp: admitted, not yet moved Up.
+    pub fn is_joining(self) -> bool {
+        matches!(self, Self::Joining | Self::WeaklyUp)
+    }
+
     /// PreparingForShutdown or ReadyForShutdown.
     pub fn is_shutdown_preparation(self) -> bool {
         matches!(self, Self::PreparingForShutdown | Self::ReadyForShutdown)
@@ -272,6 +277,11 @@ impl Member {
     /// Its up-number.
     pub fn up_number(&self) -> UpNumber {
         self.up_number
+    }
+
+    /// Leaving without an up number: it was asked to leave while still Joining or WeaklyUp.
+    pub fn left_while_joining(&self) -> bool {
+        self.status == MemberStatus::Leaving && self.up_number == UpNumber::UNASSIGNED
     }
 
     /// Its roles, including the `dc-` role.

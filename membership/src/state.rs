@@ -79,9 +79,7 @@ impl<'a> MembershipState<'a> {
     pub fn convergence(&self, exiting_confirmed: &BTreeSet<UniqueAddress>) -> bool {
         let first_member_in_dc = !self.dc_members().any(|m| m.status().is_leader_eligible());
         let needs_to_have_seen = |m: &Member| {
-            m.status().is_leader_eligible()
-                || (first_member_in_dc
-                    && matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp))
+            m.status().is_leader_eligible() || (first_member_in_dc && m.status().is_joining())
         };
         let hindering = self.gossip.members().any(|m| {
             (first_member_in_dc || m.data_center() == self.self_dc)

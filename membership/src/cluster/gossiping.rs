@@ -10,7 +10,7 @@ use super::{Cluster, ShutdownReason, Timer};
 use crate::address::UniqueAddress;
 use crate::config::TargetPreference;
 use crate::gossip::Gossip;
-use crate::member::{Member, MemberStatus, UpNumber};
+use crate::member::{Member, MemberStatus};
 use crate::message::Message;
 use crate::state::MembershipState;
 use crate::vclock::{Ordering, VectorClock};
@@ -260,8 +260,7 @@ impl Cluster {
     /// a side that a decision kept, and left running it would grow a second cluster of its own
     /// (reliability S1), so it downs itself like the rest.
     fn down_self_if_joined_cluster_is_downed(&mut self, now: Instant) {
-        let joining =
-            |m: &Member| matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp);
+        let joining = |m: &Member| m.status().is_joining();
         let me = &self.self_node;
         let Some(self_member) = self.latest.member(me) else { return };
         let others = || self.latest.members().filter(|m| m.node() != me);
@@ -310,17 +309,13 @@ impl Cluster {
     /// refuses).
     fn readmit_forgotten_joiner(&mut self, now: Instant, from: &UniqueAddress, remote: &Gossip) {
         let Some(joiner) = remote.member(from) else { return };
-        let is_joiner =
-            |m: &Member| matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp);
-        // A joiner asked to leave before it was moved Up is Leaving without an up number: it is
-        // readmitted too, or it would wait for its removal for ever. Readmitted as Joining, it
-        // merges its own Leaving back in, and the leader then lets it leave.
-        let left_while_joining =
-            joiner.status() == MemberStatus::Leaving && joiner.up_number() == UpNumber::UNASSIGNED;
-        let joining = is_joiner(joiner) || left_while_joining;
+        // A joiner asked to leave before it was moved Up is readmitted too, or it would wait for
+        // its removal for ever. Readmitted as Joining, it merges its own Leaving back in, and the
+        // leader then lets it leave.
+        let joining = joiner.status().is_joining() || joiner.left_while_joining();
         let known = |m: &Member| {
             m.node() == from
-                || is_joiner(m)
+                || m.status().is_joining()
                 || self.latest.has_member(m.node())
                 || self.latest.tombstones().contains_key(m.node())
         };

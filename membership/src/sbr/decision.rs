@@ -238,9 +238,7 @@ impl DowningModel {
 
     /// The Joining and WeaklyUp members.
     pub fn joining(&self) -> impl Iterator<Item = &Member> {
-        self.members
-            .values()
-            .filter(|m| matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp))
+        self.members.values().filter(|m| m.status().is_joining())
     }
 
     /// The members that count: not Joining, WeaklyUp, Down or Exiting. `including_possibly_up`

@@ -13,7 +13,7 @@
 //! takes in nothing else of that gossip.
 
 use convoke_membership::UniqueAddress;
-use convoke_membership::member::{MemberStatus, UpNumber};
+use convoke_membership::member::MemberStatus;
 use convoke_membership::reachability::ReachabilityStatus;
 
 use super::{Cause, Delivered, Invariant, Observation};
@@ -38,15 +38,12 @@ impl Invariant for GossipAcceptance {
                     Some("this node has not joined".to_owned())
                 } else if !obs.before.has_member(from) {
                     let joiner = gossip.member(from);
-                    let joining = joiner.is_some_and(|m| {
-                        matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp)
-                            || (m.status() == MemberStatus::Leaving
-                                && m.up_number() == UpNumber::UNASSIGNED)
-                    });
+                    let joining =
+                        joiner.is_some_and(|m| m.status().is_joining() || m.left_while_joining());
                     let before = obs.before;
                     let of_this_cluster = gossip.members().all(|m| {
                         m.node() == from
-                            || matches!(m.status(), MemberStatus::Joining | MemberStatus::WeaklyUp)
+                            || m.status().is_joining()
                             || before.has_member(m.node())
                             || before.tombstones().contains_key(m.node())
                     });

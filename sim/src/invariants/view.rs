@@ -36,10 +36,7 @@ pub fn not_converged_because(
     confirmed: &BTreeSet<UniqueAddress>,
 ) -> Option<String> {
     let first_members = !g.members().any(|m| is_leader_status(m.status()));
-    let must_have_seen = |s: MemberStatus| {
-        is_leader_status(s)
-            || (first_members && matches!(s, MemberStatus::Joining | MemberStatus::WeaklyUp))
-    };
+    let must_have_seen = |s: MemberStatus| is_leader_status(s) || (first_members && s.is_joining());
     if let Some(m) = g.members().find(|m| {
         must_have_seen(m.status()) && !g.seen_by(m.node()) && !confirmed.contains(m.node())
     }) {
