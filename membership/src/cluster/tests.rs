@@ -1968,12 +1968,17 @@ fn a_gap_shorter_than_stable_after_is_no_pause() {
 
 // ---- a joiner the cluster forgot -------------------------------------------------------------
 
+/// Node 1 of a cluster of 1 and 3 that removed node 5.
+fn core_that_removed_node_5(t: Instant) -> Cluster {
+    let mut g = gossip([up(1, 1), up(3, 3), up(5, 5)], &[1, 3]);
+    g.remove(&n(5), WALL);
+    member_core(1, no_reaper(), t, 3, g)
+}
+
 #[test]
 fn gossip_from_a_forgotten_joiner_readmits_it_and_takes_in_nothing_else() {
     let t = t0();
-    let mut g = gossip([up(1, 1), up(3, 3), up(5, 5)], &[1, 3]);
-    g.remove(&n(5), WALL);
-    let mut c = member_core(1, no_reaper(), t, 3, g);
+    let mut c = core_that_removed_node_5(t);
     // Node 4 was welcomed by node 5, which was downed and removed before its gossip about 4
     // (and about another joiner, 6) spread.
     let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), joining(4), joining(6)], &[4]);
@@ -1987,9 +1992,7 @@ fn gossip_from_a_forgotten_joiner_readmits_it_and_takes_in_nothing_else() {
 #[test]
 fn a_forgotten_joiner_that_was_asked_to_leave_is_readmitted() {
     let t = t0();
-    let mut g = gossip([up(1, 1), up(3, 3), up(5, 5)], &[1, 3]);
-    g.remove(&n(5), WALL);
-    let mut c = member_core(1, no_reaper(), t, 3, g);
+    let mut c = core_that_removed_node_5(t);
     // Node 4 was welcomed by node 5, which was removed before its gossip about 4 spread; then
     // node 4 was asked to leave while still Joining.
     let left =
@@ -1999,11 +2002,7 @@ fn a_forgotten_joiner_that_was_asked_to_leave_is_readmitted() {
     assert_eq!(status_of(&c, 4), Some(Joining));
     assert_eq!(status_of(&c, 5), None, "the rest of that gossip is not taken in");
     // An Up member that left is not a forgotten joiner.
-    let mut c = member_core(1, no_reaper(), t, 3, {
-        let mut g = gossip([up(1, 1), up(3, 3), up(5, 5)], &[1, 3]);
-        g.remove(&n(5), WALL);
-        g
-    });
+    let mut c = core_that_removed_node_5(t);
     let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), member(4, Leaving, 4)], &[4]);
     c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
     assert_eq!(status_of(&c, 4), None);
