@@ -1,19 +1,20 @@
-//! Bootstrap wiring: the discovery method named by `[discovery]`, the coordinator's settings from
-//! `[bootstrap]`, and the task that runs the coordinator and performs its join.
+//! Bootstrap wiring: the discovery method named by `[discovery]`, the coordinator for this node
+//! with the `[bootstrap]` settings, and the task that runs it and performs its join through the
+//! driver's [`Control`].
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use convoke_bootstrap::{BootstrapConfig, Coordinator, Decision, HttpProber, SelfContactPoint};
+use convoke_bootstrap::{
+    BootstrapStatus, Coordinator, Decision, HttpProber, LocalNode, SelfContactPoint,
+};
 use convoke_discovery::{AggregateDiscovery, ConfigDiscovery, ResolvedTarget, ServiceDiscovery};
 use convoke_membership::Address;
+use tokio::sync::watch;
 
-use crate::node::Node;
-use crate::settings::{Settings, SettingsError};
-
-/// The single discovery methods, which `aggregate` combines.
-pub const METHODS: &[&str] = &["config", "dns", "kubernetes-api"];
+use crate::control::Control;
+use crate::settings::{METHODS, Settings, SettingsError};
 
 /// The discovery method `[discovery] method` names. Must run inside a tokio runtime (the
 /// Kubernetes client needs one).
@@ -85,7 +86,7 @@ fn dns(settings: &Settings) -> Result<Arc<dyn ServiceDiscovery>, SettingsError> 
     };
     let names: Vec<&str> = d.nameservers.iter().map(String::as_str).collect();
     let nameservers = DnsSettings::parse_nameservers(&names).map_err(bad)?;
-    let dns_settings = DnsSettings::new(nameservers).with_cache_ttl_cap(d.cache_ttl_cap.0);
+    let dns_settings = DnsSettings::new(nameservers).with_cache_ttl_cap(d.cache_ttl_cap);
     Ok(Arc::new(DnsDiscovery::new(dns_settings).map_err(bad)?))
 }
 
@@ -125,7 +126,7 @@ fn kubernetes(settings: &Settings) -> Result<Arc<dyn ServiceDiscovery>, Settings
 pub fn kubernetes_api(settings: &Settings) -> convoke_discovery::kubernetes::ApiServerSettings {
     let k = &settings.discovery.kubernetes_api;
     let mut api = convoke_discovery::kubernetes::ApiServerSettings::default()
-        .with_token_reload_interval(k.token_reload_interval.0);
+        .with_token_reload_interval(k.token_reload_interval);
     if !k.api_url.is_empty() {
         api = api.with_api_url(k.api_url.clone());
     }
@@ -150,53 +151,21 @@ fn kubernetes(_: &Settings) -> Result<Arc<dyn ServiceDiscovery>, SettingsError> 
     ))
 }
 
-/// The coordinator's settings for a node whose management server listens on `management`.
+/// Starts bootstrap when it is used — no seed nodes, `bootstrap.enabled`, and a management server
+/// at `management` for the contact-point probes — and returns its status, which says why when it
+/// is not used. `control` is the driver's: bootstrap waits on its snapshots and joins through it.
 ///
 /// # Errors
-/// Inconsistent timeouts or backoff settings, named by key.
-pub fn config(
+/// A bootstrap or discovery setting that cannot be used, named by its key.
+pub(crate) fn start(
     settings: &Settings,
-    management: SocketAddr,
+    management: Option<SocketAddr>,
     self_address: &Address,
-) -> Result<BootstrapConfig, SettingsError> {
-    let b = &settings.bootstrap;
-    let cp = &b.contact_point;
-    let self_contact =
-        SelfContactPoint::new(settings.management.hostname.clone(), management.port());
-    let mut c = BootstrapConfig::new(
-        b.effective_service_name(&settings.cluster.system_name),
-        self_contact,
-        (self_address.host().to_owned(), self_address.port()),
-    );
-    c.port_name = Some(b.port_name.clone()).filter(|p| !p.is_empty());
-    c.protocol = Some(b.protocol.clone()).filter(|p| !p.is_empty());
-    c.required_contact_point_nr = b.required_contact_point_nr;
-    c.stable_margin = b.stable_margin.0;
-    c.contact_with_all_contact_points = b.contact_with_all_contact_points;
-    c.new_cluster_enabled = b.new_cluster_enabled;
-    c.discovery_interval = b.discovery_interval.0;
-    c.discovery_backoff_max = b.discovery_backoff_max.0;
-    c.discovery_backoff_random_factor = b.discovery_backoff_random_factor;
-    c.resolve_timeout = b.resolve_timeout.0;
-    c.fallback_port = cp.fallback_port.0.unwrap_or(management.port());
-    c.filter_on_fallback_port = cp.filter_on_fallback_port;
-    c.probing_failure_timeout = cp.probing_failure_timeout.0;
-    c.probe_interval = cp.probe_interval.0;
-    c.probe_interval_jitter = cp.probe_interval_jitter;
-    c.probe_timeout = cp.probe_timeout.0;
-    c.scheme = if settings.management.tls.is_some() { "https" } else { "http" }.into();
-    c.base_path = settings.management.base_path.trim_end_matches('/').to_owned();
-    c.validate().map_err(|e| SettingsError::new(e.key, e.value, e.expected))?;
-    Ok(c)
-}
-
-/// Starts bootstrap for `node` when it is used, and records why when it is not.
-pub(crate) fn start(node: &Node, settings: &Settings) -> Result<(), crate::node::StartError> {
-    use convoke_bootstrap::BootstrapStatus;
+    control: &Control,
+) -> Result<watch::Receiver<BootstrapStatus>, SettingsError> {
     let not_used = |reason: &str| {
         tracing::info!(reason, "bootstrap not used");
-        node.set_bootstrap_status(tokio::sync::watch::channel(BootstrapStatus::not_used(reason)).1);
-        Ok(())
+        Ok(watch::channel(BootstrapStatus::not_used(reason)).1)
     };
     if !settings.cluster.seed_nodes.is_empty() {
         return not_used("cluster.seed_nodes is set; the node joins them");
@@ -204,12 +173,20 @@ pub(crate) fn start(node: &Node, settings: &Settings) -> Result<(), crate::node:
     if !settings.bootstrap.enabled {
         return not_used("bootstrap.enabled = false; join through the API or Node::join");
     }
-    let Some(management) = node.management_addr() else {
+    let Some(management) = management else {
         return not_used(
             "management.enabled = false; bootstrap needs the management server for contact-point probes",
         );
     };
-    let config = config(settings, management, node.self_address())?;
+    let local = LocalNode {
+        https: settings.management.tls.is_some(),
+        base_path: settings.management.base_path.trim_end_matches('/').to_owned(),
+        ..LocalNode::new(
+            &settings.cluster.core.system_name,
+            SelfContactPoint::new(settings.management.hostname.clone(), management.port()),
+            (self_address.host().to_owned(), self_address.port()),
+        )
+    };
     let discovery = discovery(settings)?;
     let ca = &settings.bootstrap.contact_point.ca_path;
     let pem = if ca.is_empty() {
@@ -230,48 +207,47 @@ pub(crate) fn start(node: &Node, settings: &Settings) -> Result<(), crate::node:
             format!("a PEM CA certificate ({e})"),
         )
     })?;
-    let (coordinator, status) = Coordinator::new(config, discovery, Arc::new(prober));
-    node.set_bootstrap_status(status);
-    let node = node.clone();
-    tokio::spawn(async move {
-        let joined_otherwise = {
-            let node = node.clone();
-            async move {
-                let me = node.self_address().clone();
-                let mut watch = node.watch();
-                // An error means the node stopped: bootstrap stops too.
-                let _ =
-                    watch.wait_for(|s| s.state.members.iter().any(|m| *m.address() == me)).await;
-            }
-        };
-        let Some(decision) = coordinator.run_until(joined_otherwise).await else {
-            return;
-        };
-        let me = node.self_address().clone();
-        let result = match decision {
-            Decision::JoinOthers(seeds) => {
-                let seeds: Vec<Address> = seeds
-                    .iter()
-                    .filter_map(|s| match s.parse::<Address>() {
-                        Ok(a) => Some(a),
-                        Err(e) => {
-                            tracing::warn!(seed = %s, error = %e, "bootstrap: ignoring a seed node that is not an address");
-                            None
-                        }
-                    })
-                    .filter(|a| *a != me)
-                    .collect();
-                if seeds.is_empty() {
-                    node.join(me).await
-                } else {
-                    node.join_seed_nodes(seeds).await
-                }
-            }
-            Decision::JoinSelf | Decision::KeepProbing => node.join(me).await,
-        };
-        if let Err(e) = result {
-            tracing::error!(error = %e, "bootstrap: the join failed");
+    let (coordinator, status) =
+        Coordinator::new(&settings.bootstrap, local, discovery, Arc::new(prober));
+    tokio::spawn(run(coordinator, control.clone(), self_address.clone()));
+    Ok(status)
+}
+
+/// Runs the coordinator until it decides or this node joins otherwise, then performs the join.
+async fn run(coordinator: Coordinator, control: Control, me: Address) {
+    let joined_otherwise = {
+        let mut watch = control.watch();
+        let me = me.clone();
+        async move {
+            // An error means the node stopped: bootstrap stops too.
+            let _ = watch.wait_for(|s| s.state.members.iter().any(|m| *m.address() == me)).await;
         }
-    });
-    Ok(())
+    };
+    let Some(decision) = coordinator.run_until(joined_otherwise).await else {
+        return;
+    };
+    let result = match decision {
+        Decision::JoinOthers(seeds) => {
+            let seeds: Vec<Address> = seeds
+                .iter()
+                .filter_map(|s| match s.parse::<Address>() {
+                    Ok(a) => Some(a),
+                    Err(e) => {
+                        tracing::warn!(seed = %s, error = %e, "bootstrap: ignoring a seed node that is not an address");
+                        None
+                    }
+                })
+                .filter(|a| *a != me)
+                .collect();
+            if seeds.is_empty() {
+                control.join(me).await
+            } else {
+                control.join_seed_nodes(seeds).await
+            }
+        }
+        Decision::JoinSelf | Decision::KeepProbing => control.join(me).await,
+    };
+    if let Err(e) = result {
+        tracing::error!(error = %e, "bootstrap: the join failed");
+    }
 }

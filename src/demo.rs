@@ -7,7 +7,7 @@ use std::time::Duration;
 use convoke_membership::{ClusterEvent, CurrentClusterState, MemberStatus};
 
 use crate::node::Node;
-use crate::settings::{ConfigService, Dur, Endpoint, Settings};
+use crate::settings::{ConfigService, Endpoint, Settings};
 
 /// How long the demo waits for the cluster to form before giving up.
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);
@@ -26,14 +26,14 @@ pub async fn run(n: usize) -> ExitCode {
     settings.cluster.port = 0;
     settings.management.enabled = true;
     settings.bootstrap.required_contact_point_nr = n;
-    settings.bootstrap.stable_margin = Dur(Duration::from_secs(2));
+    settings.bootstrap.stable_margin = Duration::from_secs(2);
     // Every contact point is on 127.0.0.1, so they must not be filtered down to one port per host.
     settings.bootstrap.contact_point.filter_on_fallback_port = false;
     settings.discovery.method = "config".into();
     let endpoints =
         ports.iter().map(|p| Endpoint { host: "127.0.0.1".into(), port: Some(*p) }).collect();
     settings.discovery.config.services.insert(
-        settings.bootstrap.effective_service_name(&settings.cluster.system_name),
+        settings.bootstrap.effective_service_name(&settings.cluster.core.system_name),
         ConfigService { endpoints },
     );
     println!(
@@ -84,8 +84,8 @@ pub async fn run(n: usize) -> ExitCode {
         loop {
             match events.recv().await {
                 Ok(e) => println!("{}", event_line(&e)),
-                Err(crate::node::RecvError::Lagged(k)) => println!("({k} events skipped)"),
-                Err(crate::node::RecvError::Closed) => break,
+                Err(crate::control::RecvError::Lagged(k)) => println!("({k} events skipped)"),
+                Err(crate::control::RecvError::Closed) => break,
             }
         }
     });

@@ -1,91 +1,107 @@
-//! The driver task: the one owner of the membership core. Inbound messages, commands and timers
-//! go in; transmits go to the transport, events to a broadcast channel, snapshots to a `watch`.
+//! The driver task: the one owner of the membership core. Inbound messages, commands, lease
+//! answers and timers go in; transmits go to the transport, events to a broadcast channel,
+//! snapshots to a `watch`. [`spawn`] starts it and returns its [`Control`].
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use convoke_membership::gossip::Gossip;
-use convoke_membership::{Address, Cluster, ClusterEvent, CurrentClusterState, ShutdownReason};
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use convoke_membership::gossip::WallMillis;
+use convoke_membership::{Cluster, ClusterEvent, ShutdownReason};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
+use crate::control::{Command, Control, Snapshot, Termination};
+use crate::lease::LeaseRuntime;
+use crate::metrics::Metrics;
 use crate::transport::{Inbound, Transport};
 
-/// Commands other tasks send to the driver.
+/// How many events a slow subscriber may fall behind before it misses some.
+const EVENT_BUFFER: usize = 1024;
+/// How many commands may wait for the driver.
+const COMMAND_BUFFER: usize = 256;
+
+/// The network side of a driver: where transmits go and where inbound messages come from. A
+/// driver without one (router tests) runs a core that can only form a cluster of itself.
 #[derive(Debug)]
-pub(crate) enum Command {
-    JoinSeedNodes(Vec<Address>, oneshot::Sender<Result<(), convoke_membership::JoinError>>),
-    Join(Address, oneshot::Sender<Result<(), convoke_membership::JoinError>>),
-    Leave(Address),
-    Down(Address),
-    PrepareForFullShutdown,
-    Subscribe(oneshot::Sender<(Vec<ClusterEvent>, broadcast::Receiver<ClusterEvent>)>),
-    Ping(oneshot::Sender<()>),
-    /// The lease worker's answer to a lease operation.
-    LeaseResult(crate::lease::LeaseAnswer),
-    Stop,
+pub(crate) struct Network {
+    pub(crate) transport: Transport,
+    pub(crate) inbound: mpsc::Receiver<Inbound>,
 }
 
-/// What the driver publishes after every input.
-#[derive(Clone, Debug)]
-pub struct Snapshot {
-    /// The current view.
-    pub state: CurrentClusterState,
-    /// The gossip it was computed from.
-    pub gossip: Arc<Gossip>,
+struct Driver {
+    core: Cluster,
+    /// The `now` the core was created at: heartbeat creation times count from it.
+    core_started: std::time::Instant,
+    metrics: Metrics,
+    commands: mpsc::Receiver<Command>,
+    network: Option<Network>,
+    events: broadcast::Sender<ClusterEvent>,
+    snapshots: watch::Sender<Arc<Snapshot>>,
+    terminated: watch::Sender<Option<Termination>>,
+    /// The lease of the lease-majority strategy, when it is active.
+    lease: Option<LeaseRuntime>,
 }
 
-/// Why the driver stopped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Termination {
-    /// The core asked for shutdown.
-    Core(ShutdownReason),
-    /// The node was stopped by its owner.
-    Stopped,
+/// Starts the driver task for `core`, created at `core_started`, and returns its control.
+pub(crate) fn spawn(
+    core: Cluster,
+    core_started: std::time::Instant,
+    network: Option<Network>,
+    lease: Option<LeaseRuntime>,
+    metrics: Metrics,
+) -> Control {
+    let (commands_tx, commands) = mpsc::channel(COMMAND_BUFFER);
+    let (events, _) = broadcast::channel(EVENT_BUFFER);
+    let (snapshots_tx, snapshots) = watch::channel(snapshot(&core));
+    let (terminated_tx, terminated) = watch::channel(None);
+    let driver = Driver {
+        core,
+        core_started,
+        metrics,
+        commands,
+        network,
+        events,
+        snapshots: snapshots_tx,
+        terminated: terminated_tx,
+        lease,
+    };
+    tokio::spawn(driver.run());
+    Control::new(commands_tx, snapshots, terminated)
 }
 
-impl std::fmt::Display for Termination {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Core(reason) => reason.fmt(f),
-            Self::Stopped => f.write_str("stopped"),
-        }
+/// The wall-clock time, for tombstone ages.
+pub(crate) fn wall_clock() -> WallMillis {
+    WallMillis(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    )
+}
+
+fn snapshot(core: &Cluster) -> Arc<Snapshot> {
+    Arc::new(Snapshot { state: core.state(), gossip: core.gossip().clone() })
+}
+
+/// The next inbound message, or never without a network.
+async fn next_inbound(network: &mut Option<Network>) -> Option<Inbound> {
+    match network {
+        Some(n) => n.inbound.recv().await,
+        None => std::future::pending().await,
     }
 }
 
-pub(crate) struct Driver {
-    pub(crate) core: Cluster,
-    /// The `now` the core was created at: heartbeat creation times count from it.
-    pub(crate) core_started: std::time::Instant,
-    pub(crate) metrics: crate::management::SharedMetrics,
-    pub(crate) commands: mpsc::Receiver<Command>,
-    pub(crate) inbound: mpsc::Receiver<Inbound>,
-    pub(crate) transport: Transport,
-    pub(crate) events: broadcast::Sender<ClusterEvent>,
-    pub(crate) snapshots: watch::Sender<Arc<Snapshot>>,
-    pub(crate) terminated: watch::Sender<Option<Termination>>,
-    /// The lease of the lease-majority strategy, when it is active.
-    pub(crate) lease: Option<crate::lease::LeaseRuntime>,
-    /// The command channel, for the lease worker's answers (weak: the driver stops when every
-    /// `Node` handle is gone).
-    pub(crate) self_commands: mpsc::WeakSender<Command>,
-}
-
-/// Milliseconds since the Unix epoch, for tombstone ages.
-pub(crate) fn wall_clock_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-pub(crate) fn snapshot(core: &Cluster) -> Arc<Snapshot> {
-    Arc::new(Snapshot { state: core.state(), gossip: core.gossip().clone() })
+/// The lease worker's next answer, or never without a lease.
+async fn next_lease_answer(lease: &mut Option<LeaseRuntime>) -> Option<crate::lease::LeaseAnswer> {
+    match lease {
+        Some(l) => l.answer().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Driver {
     pub(crate) async fn run(mut self) {
         if let Some(lease) = &mut self.lease {
-            lease.start(self.self_commands.clone());
+            lease.start();
         }
         let termination = loop {
             let sleep = sleep_until(self.core.poll_timeout().map(Instant::from_std));
@@ -97,7 +113,7 @@ impl Driver {
                     None | Some(Command::Stop) => break Termination::Stopped,
                     Some(cmd) => self.command(cmd),
                 },
-                Some(inb) = self.inbound.recv() => {
+                Some(inb) = next_inbound(&mut self.network) => {
                     let now = Instant::now().into_std();
                     if let convoke_membership::Message::HeartbeatRsp { creation_time_nanos, .. } = &inb.message {
                         self.record_round_trip(now, *creation_time_nanos);
@@ -105,6 +121,12 @@ impl Driver {
                     self.core.handle_queued_message(now, inb.received_at.into_std(), inb.from, inb.message);
                 }
                 () = sleep => self.core.handle_timeout(Instant::now().into_std()),
+                Some(answer) = next_lease_answer(&mut self.lease) => {
+                    let answered = self.lease.as_mut().and_then(|l| l.answered(answer, Instant::now()));
+                    if let Some((op, granted)) = answered {
+                        self.core.handle_lease_result(Instant::now().into_std(), op, granted);
+                    }
+                }
                 () = renew => {
                     if let Some(lease) = &mut self.lease {
                         lease.renew();
@@ -124,7 +146,9 @@ impl Driver {
         if let Some(lease) = &mut self.lease {
             lease.release_on_stop().await;
         }
-        self.transport.shutdown(Duration::from_secs(2)).await;
+        if let Some(network) = &self.network {
+            network.transport.shutdown(Duration::from_secs(2)).await;
+        }
         self.terminated.send_replace(Some(termination));
     }
 
@@ -132,7 +156,7 @@ impl Driver {
         let Ok(nanos) = u64::try_from(creation_time_nanos) else { return };
         let sent = self.core_started + Duration::from_nanos(nanos);
         if let Some(rtt) = now.checked_duration_since(sent) {
-            self.metrics.heartbeat_rtt.observe(rtt.as_secs_f64());
+            self.metrics.recorded().heartbeat_rtt.observe(rtt.as_secs_f64());
         }
     }
 
@@ -153,12 +177,6 @@ impl Driver {
             }
             Command::Ping(reply) => {
                 let _ = reply.send(());
-            }
-            Command::LeaseResult(answer) => {
-                let answered = self.lease.as_mut().and_then(|l| l.answered(answer, Instant::now()));
-                if let Some((op, granted)) = answered {
-                    self.core.handle_lease_result(now, op, granted);
-                }
             }
             Command::Stop => {}
         }
@@ -189,7 +207,9 @@ impl Driver {
             }
         }
         while let Some(t) = self.core.poll_transmit() {
-            self.transport.send(&t.to, t.message);
+            if let Some(network) = &self.network {
+                network.transport.send(&t.to, t.message);
+            }
         }
         let mut changed = false;
         while let Some(e) = self.core.poll_event() {

@@ -5,8 +5,8 @@
 //! driver hands each request to [`LeaseRuntime::request`]: a check is answered at once from the
 //! lease's own belief; an acquire or release goes to one worker task, which performs the
 //! operations one at a time (so a renewal and a release never race), each bounded by
-//! `lease_operation_timeout`, and sends the answer back on the driver's command channel
-//! ([`Command::LeaseResult`]). An error or a timeout answers `false`.
+//! `lease_operation_timeout`, and sends the answer back on a channel of its own, which the driver
+//! reads through [`LeaseRuntime::answer`]. An error or a timeout answers `false`.
 //!
 //! A lease has no renewal of its own: while this node holds it, the driver asks the worker to
 //! acquire it again every `heartbeat_interval` ([`LeaseRuntime::next_renewal`]), until the core
@@ -21,7 +21,6 @@ use convoke_membership::sbr::{Lease, LeaseOp, LeaseRequest};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::driver::Command;
 use crate::settings::{Settings, SettingsError};
 
 /// What the lease worker performs.
@@ -46,6 +45,7 @@ pub(crate) struct LeaseRuntime {
     operation_timeout: Duration,
     heartbeat_interval: Duration,
     jobs: Option<mpsc::UnboundedSender<LeaseJob>>,
+    answers: Option<mpsc::UnboundedReceiver<LeaseAnswer>>,
     /// Whether this node holds the lease and keeps renewing it.
     held: bool,
     next_renewal: Option<Instant>,
@@ -72,13 +72,13 @@ impl LeaseRuntime {
         settings: &Settings,
         self_node: &UniqueAddress,
     ) -> Result<Option<Self>, SettingsError> {
-        let sbr = &settings.cluster.split_brain_resolver;
+        let sbr = &settings.cluster.core.split_brain_resolver;
         if sbr.active_strategy != "lease-majority" {
             return Ok(None);
         }
         let lease = kubernetes::lease(settings, self_node)?;
         let l = &sbr.lease_majority;
-        Ok(Some(Self::new(lease, l.lease_operation_timeout.0, l.heartbeat_interval.0)))
+        Ok(Some(Self::new(lease, l.lease_operation_timeout, l.heartbeat_interval)))
     }
 
     /// A runtime for `lease`. Nothing runs until [`start`](Self::start).
@@ -92,21 +92,31 @@ impl LeaseRuntime {
             operation_timeout,
             heartbeat_interval,
             jobs: None,
+            answers: None,
             held: false,
             next_renewal: None,
         }
     }
 
-    /// Starts the worker, which answers on `commands` (weak, so that it does not keep the
-    /// driver alive).
-    pub(crate) fn start(&mut self, commands: mpsc::WeakSender<Command>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.jobs = Some(tx);
-        tokio::spawn(worker(self.lease.clone(), self.operation_timeout, rx, commands));
+    /// Starts the worker. It stops when this runtime is dropped.
+    pub(crate) fn start(&mut self) {
+        let (jobs, job_rx) = mpsc::unbounded_channel();
+        let (answer_tx, answers) = mpsc::unbounded_channel();
+        self.jobs = Some(jobs);
+        self.answers = Some(answers);
+        tokio::spawn(worker(self.lease.clone(), self.operation_timeout, job_rx, answer_tx));
     }
 
-    /// Takes a request of the core. A check is answered at once (`Some`), the others later with
-    /// a [`Command::LeaseResult`].
+    /// The worker's next answer; pending for ever before [`start`](Self::start).
+    pub(crate) async fn answer(&mut self) -> Option<LeaseAnswer> {
+        match &mut self.answers {
+            Some(answers) => answers.recv().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Takes a request of the core. A check is answered at once (`Some`), the others later
+    /// through [`answer`](Self::answer).
     pub(crate) fn request(&mut self, req: &LeaseRequest) -> Option<bool> {
         let settings = self.lease.settings();
         if req.lease_name != settings.lease_name || req.owner != settings.owner_name {
@@ -222,7 +232,7 @@ async fn worker(
     lease: Arc<dyn Lease>,
     operation_timeout: Duration,
     mut jobs: mpsc::UnboundedReceiver<LeaseJob>,
-    commands: mpsc::WeakSender<Command>,
+    answers: mpsc::UnboundedSender<LeaseAnswer>,
 ) {
     while let Some(job) = jobs.recv().await {
         let op = match job {
@@ -246,23 +256,9 @@ async fn worker(
                 false
             }
         };
-        let Some(commands) = commands.upgrade() else { return };
-        if commands.send(Command::LeaseResult(LeaseAnswer { job, granted })).await.is_err() {
+        if answers.send(LeaseAnswer { job, granted }).is_err() {
             return;
         }
-    }
-}
-
-fn settings_error(
-    key: impl Into<String>,
-    value: impl Into<String>,
-    expected: impl Into<String>,
-) -> SettingsError {
-    SettingsError {
-        key: key.into(),
-        value: value.into(),
-        expected: expected.into(),
-        origin: String::new(),
     }
 }
 
@@ -275,9 +271,8 @@ mod kubernetes {
         ApiServerSettings, KubernetesLease, SERVICE_HOST_ENV, SERVICE_PORT_ENV,
     };
     use convoke_membership::UniqueAddress;
-    use convoke_membership::sbr::{Lease, LeaseSettings};
+    use convoke_membership::sbr::Lease;
 
-    use super::settings_error;
     use crate::settings::{Settings, SettingsError};
 
     const PREFIX: &str = "cluster.split_brain_resolver.lease_majority";
@@ -288,13 +283,13 @@ mod kubernetes {
         settings: &Settings,
         self_node: &UniqueAddress,
     ) -> Result<Arc<dyn Lease>, SettingsError> {
-        let l = &settings.cluster.split_brain_resolver.lease_majority;
+        let l = &settings.lease;
         let key = |k: &str| format!("{PREFIX}.{k}");
         let mut api = ApiServerSettings::in_cluster();
         if l.kubernetes_api_url.is_empty() {
             let set = |v: &str| std::env::var(v).is_ok_and(|v| !v.is_empty());
             if !(set(SERVICE_HOST_ENV) && set(SERVICE_PORT_ENV)) {
-                return Err(settings_error(
+                return Err(SettingsError::new(
                     key("kubernetes_api_url"),
                     "\"\"",
                     "the URL of the Kubernetes API server, like \"https://10.96.0.1:443\", when \
@@ -314,16 +309,13 @@ mod kubernetes {
         if !l.kubernetes_namespace.is_empty() {
             api = api.with_namespace(&l.kubernetes_namespace);
         }
-        let core = settings.core_config()?;
-        let mut lease = LeaseSettings::new(
-            core.split_brain_resolver.lease_majority.effective_lease_name(&core.system_name),
-            self_node.address.host_port(),
-        );
-        lease.heartbeat_interval = l.heartbeat_interval.0;
-        lease.heartbeat_timeout = l.heartbeat_timeout.0;
-        lease.operation_timeout = l.lease_operation_timeout.0;
+        let core = &settings.cluster.core;
+        let lease = core
+            .split_brain_resolver
+            .lease_majority
+            .lease_settings(&core.system_name, self_node.address.host_port());
         let lease = KubernetesLease::from_api_settings(&api, lease).map_err(|e| {
-            settings_error(PREFIX, format!("{:?}", l.kubernetes_api_url), e.to_string())
+            SettingsError::new(PREFIX, format!("{:?}", l.kubernetes_api_url), e.to_string())
         })?;
         tracing::info!(
             namespace = lease.namespace(),
@@ -338,7 +330,7 @@ mod kubernetes {
             return Ok(None);
         }
         if !Path::new(path).is_file() {
-            return Err(settings_error(
+            return Err(SettingsError::new(
                 key,
                 format!("{path:?}"),
                 "an existing file, or \"\" to go without",
@@ -355,7 +347,6 @@ mod kubernetes {
     use convoke_membership::UniqueAddress;
     use convoke_membership::sbr::Lease;
 
-    use super::settings_error;
     use crate::settings::{Settings, SettingsError};
 
     /// Without the `kubernetes` feature there is no lease; the settings refuse lease-majority.
@@ -363,7 +354,7 @@ mod kubernetes {
         _settings: &Settings,
         _self_node: &UniqueAddress,
     ) -> Result<Arc<dyn Lease>, SettingsError> {
-        Err(settings_error(
+        Err(SettingsError::new(
             "cluster.split_brain_resolver.active_strategy",
             "\"lease-majority\"",
             "a strategy other than lease-majority: this build has no `kubernetes` feature",

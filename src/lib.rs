@@ -1,9 +1,18 @@
 //! convoke: cluster membership, management and bootstrap for Rust services.
 //!
-//! A node embeds the sans-IO membership core ([`membership`]) and runs it here: [`node::Node`]
-//! starts the driver task that owns the core ([`driver`]) and the TCP transport ([`transport`]),
-//! configured by [`settings`]. The `convoke` binary (`src/main.rs`) runs one node (`convoke run`)
-//! or a demo cluster in one process ([`demo`]).
+//! A node embeds the sans-IO membership core ([`membership`]) and runs it here. The crate is
+//! layered; each module depends only on the ones below it (see `docs/architecture.md`):
+//!
+//! - [`runtime`]: the composition root. [`Node::start`] builds every part below and hands them
+//!   to the [`Node`], the user's plain handle ([`node`]).
+//! - [`management`] (the HTTP routes, over a narrow [`management::Handle`]) and [`bootstrap`]
+//!   (discovery and the join decision), both talking to the driver through [`control`].
+//! - [`driver`]: the task that owns the core; [`lease`](crate::lease) performs the split-brain
+//!   lease's operations for it; [`transport`] carries its messages.
+//! - [`control`] (commands in, snapshots out), [`health`], [`metrics`], [`settings`].
+//!
+//! The `convoke` binary (`src/main.rs`) runs one node (`convoke run`), a demo cluster in one
+//! process ([`demo`]) or the admin client ([`admin`]).
 
 #![warn(missing_docs)]
 
@@ -11,12 +20,18 @@ pub use convoke_membership as membership;
 
 pub mod admin;
 pub mod bootstrap;
+pub mod control;
 pub mod demo;
-pub mod driver;
+mod driver;
+pub mod health;
 mod lease;
 pub mod management;
+pub mod metrics;
 pub mod node;
+pub mod runtime;
 pub mod settings;
 pub mod transport;
 
-pub use node::{Node, Subscription};
+pub use control::{Snapshot, Subscription, Termination};
+pub use node::Node;
+pub use runtime::StartError;

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use convoke::admin::{Output, Request};
 use convoke::node::{Node, ShutdownOutcome};
 use convoke::settings::{Settings, Sources};
-use convoke::{admin, demo, driver::Termination, membership::ShutdownReason};
+use convoke::{Termination, admin, demo, membership::ShutdownReason};
 use tracing_subscriber::EnvFilter;
 
 /// Exit code for bad configuration or usage.
@@ -169,9 +169,7 @@ async fn run(settings: Settings) -> ExitCode {
             tracing::error!("cannot start: {e}");
             eprintln!("convoke: {e}");
             return ExitCode::from(match e {
-                convoke::node::StartError::Settings(_) | convoke::node::StartError::Join(_) => {
-                    EXIT_CONFIG
-                }
+                convoke::StartError::Settings(_) | convoke::StartError::Join(_) => EXIT_CONFIG,
                 _ => EXIT_FAILURE,
             });
         }

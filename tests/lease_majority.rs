@@ -7,10 +7,10 @@ mod support;
 use std::time::Duration;
 
 use convoke::Node;
-use convoke::driver::Termination;
+use convoke::control::Termination;
 use convoke::membership::ShutdownReason;
 use convoke::membership::sbr::{Lease, LeaseSettings};
-use convoke::settings::{Dur, Settings};
+use convoke::settings::Settings;
 use convoke_discovery::kubernetes::{ApiServerSettings, KubernetesLease};
 use convoke_discovery::testkit::FakeApiServer;
 use serde_json::Value;
@@ -39,19 +39,20 @@ impl Api {
     /// second, released `release_after` after the downed nodes are removed.
     fn node_settings(&self, release_after: Duration) -> Settings {
         let mut s = fast_settings();
-        let sbr = &mut s.cluster.split_brain_resolver;
+        let sbr = &mut s.cluster.core.split_brain_resolver;
         sbr.active_strategy = "lease-majority".into();
-        sbr.stable_after = Dur(Duration::from_secs(1));
+        sbr.stable_after = Duration::from_secs(1);
         let l = &mut sbr.lease_majority;
         l.lease_name = LEASE.into();
-        l.release_after = Dur(release_after);
-        l.heartbeat_interval = Dur(Duration::from_secs(1));
-        l.heartbeat_timeout = Dur(Duration::from_secs(4));
-        l.lease_operation_timeout = Dur(Duration::from_secs(3));
-        l.kubernetes_api_url = self.server.url();
-        l.kubernetes_ca_path = self.dir.path().join("ca.crt").display().to_string();
-        l.kubernetes_token_path = self.dir.path().join("token").display().to_string();
-        l.kubernetes_namespace = NAMESPACE.into();
+        l.release_after = release_after;
+        l.heartbeat_interval = Duration::from_secs(1);
+        l.heartbeat_timeout = Duration::from_secs(4);
+        l.lease_operation_timeout = Duration::from_secs(3);
+        let k = &mut s.lease;
+        k.kubernetes_api_url = self.server.url();
+        k.kubernetes_ca_path = self.dir.path().join("ca.crt").display().to_string();
+        k.kubernetes_token_path = self.dir.path().join("token").display().to_string();
+        k.kubernetes_namespace = NAMESPACE.into();
         s
     }
 

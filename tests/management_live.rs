@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use convoke::Node;
-use convoke::settings::{Dur, Settings};
+use convoke::settings::Settings;
 use support::{all_up, fast_settings, wait_for};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -17,7 +17,7 @@ fn settings() -> Settings {
     s.management.enabled = true;
     s.management.port = 0;
     s.management.read_only = false;
-    s.management.limits.header_read_timeout = Dur(Duration::from_secs(2));
+    s.management.limits.header_read_timeout = Duration::from_secs(2);
     s
 }
 

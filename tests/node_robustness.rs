@@ -47,7 +47,7 @@ async fn closed_by_peer(mut s: TcpStream) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_keeps_its_membership_while_clients_send_garbage_and_hold_idle_connections() {
     let mut settings = fast_settings();
-    settings.cluster.transport.handshake_timeout = convoke::settings::Dur(Duration::from_secs(3));
+    settings.cluster.transport.handshake_timeout = Duration::from_secs(3);
     let nodes = support::start_cluster(&settings, 3).await;
     let target = nodes[1].clone();
     let mut watchers = Vec::new();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use convoke::membership::gossip::Gossip;
 use convoke::membership::wire::{self, PROTOCOL_VERSION};
 use convoke::membership::{Address, Message, Uid, UniqueAddress};
-use convoke::settings::{Dur, TransportSettings};
+use convoke::settings::TransportSettings;
 use convoke::transport::frame::encode_frame;
 use convoke::transport::handshake::{Handshake, StreamKind};
 use convoke::transport::{Inbound, Transport, TransportConfig, TransportStats};
@@ -29,9 +29,9 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 fn settings() -> TransportSettings {
     TransportSettings {
-        handshake_timeout: Dur(Duration::from_secs(2)),
-        max_reconnect_backoff: Dur(Duration::from_millis(200)),
-        connect_timeout: Dur(Duration::from_secs(2)),
+        handshake_timeout: Duration::from_secs(2),
+        max_reconnect_backoff: Duration::from_millis(200),
+        connect_timeout: Duration::from_secs(2),
         ..TransportSettings::default()
     }
 }
@@ -613,7 +613,7 @@ async fn a_thousand_idle_connections_are_capped_then_timed_out_while_heartbeats_
     let max_connections = 600;
     let mut arena = Arena::new(TransportSettings {
         max_connections,
-        handshake_timeout: Dur(Duration::from_secs(4)),
+        handshake_timeout: Duration::from_secs(4),
         ..settings()
     })
     .await;
@@ -652,11 +652,9 @@ async fn a_thousand_idle_connections_are_capped_then_timed_out_while_heartbeats_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inbound_connection_without_frames_for_idle_timeout_is_closed() {
-    let mut arena = Arena::new(TransportSettings {
-        idle_timeout: Dur(Duration::from_millis(500)),
-        ..settings()
-    })
-    .await;
+    let mut arena =
+        Arena::new(TransportSettings { idle_timeout: Duration::from_millis(500), ..settings() })
+            .await;
     let mut client = arena.handshaken_client().await;
     closed_by_node(&mut client).await;
     eventually("the idle close to be counted", || arena.stats().closed_idle >= 1).await;

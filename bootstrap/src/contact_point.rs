@@ -120,7 +120,7 @@ impl fmt::Display for SelfContactPoint {
     }
 }
 
-/// Picks the targets to probe (spec "selectHosts"): when the lookup had no port name and
+/// Picks the targets to probe (as Akka's `selectHosts` does): when the lookup had no port name and
 /// filtering is on, a host with several targets keeps only those on `fallback_port` if any of
 /// its targets has a port, so that a DNS answer listing every port of a host (management,
 /// remoting, http) does not make the node probe its remoting port.

@@ -1,6 +1,7 @@
-//! The coordinator (spec §4.4–4.6): a lookup loop with exponential backoff and jitter, one
-//! prober task per discovered target, and the decider run on a tick and whenever a probe reports
-//! an existing cluster. It returns the first decision to join; the caller performs the join.
+//! The coordinator: a lookup loop with exponential backoff and jitter, one prober task per
+//! discovered target (except this node's own cluster transport address), and the decider run on
+//! a tick and whenever a probe reports an existing cluster. It returns the first decision to
+//! join; the caller performs the join.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -17,8 +18,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::contact_point::{ContactPoint, select_hosts};
 use crate::decider::{self, Decision, Observation, SeedNodesInformation, Verdict};
+use crate::local_node::LocalNode;
 use crate::probe::{ProbeError, Prober, SeedNodes};
-use crate::settings::BootstrapConfig;
+use crate::settings::{BootstrapSettings, ContactPointSettings};
 use crate::status::{BootstrapStatus, Phase, ProbeOutcome};
 
 type LookupFuture = Pin<Box<dyn Future<Output = Result<Resolved, DiscoveryError>> + Send>>;
@@ -32,7 +34,11 @@ enum ProbeEvent {
 /// Runs bootstrap for one node until it decides to join.
 #[derive(Debug)]
 pub struct Coordinator {
-    config: BootstrapConfig,
+    settings: BootstrapSettings,
+    local: LocalNode,
+    lookup: Lookup,
+    /// `bootstrap.contact_point.fallback_port`, or this node's management port when unset.
+    fallback_port: u16,
     discovery: Arc<dyn ServiceDiscovery>,
     prober: Arc<dyn Prober>,
     status: watch::Sender<BootstrapStatus>,
@@ -40,20 +46,35 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator and the receiver of its status.
+    /// A coordinator for `local`, configured by `settings`, and the receiver of its status.
+    ///
+    /// The settings are used as given; check them first with [`BootstrapSettings::validate`].
+    /// `settings.enabled` and `settings.contact_point.ca_path` are the caller's: whether to run
+    /// the coordinator at all, and the CA the `prober` trusts.
     pub fn new(
-        config: BootstrapConfig,
+        settings: &BootstrapSettings,
+        local: LocalNode,
         discovery: Arc<dyn ServiceDiscovery>,
         prober: Arc<dyn Prober>,
     ) -> (Self, watch::Receiver<BootstrapStatus>) {
-        let status = BootstrapStatus::probing(
-            lookup_of(&config).to_string(),
-            config.self_contact_point.to_string(),
-        );
+        let lookup = settings.lookup(&local.system_name);
+        let fallback_port =
+            settings.contact_point.effective_fallback_port(local.contact_point.port);
+        let status = BootstrapStatus::probing(lookup.to_string(), local.contact_point.to_string());
         let (tx, rx) = watch::channel(status);
-        let seed = config.seed.unwrap_or_else(|| getrandom::u64().unwrap_or(0x5eed));
+        let seed = local.seed.unwrap_or_else(|| getrandom::u64().unwrap_or(0x5eed));
         let rng = ChaCha8Rng::seed_from_u64(seed);
-        (Self { config, discovery, prober, status: tx, rng }, rx)
+        let coordinator = Self {
+            settings: settings.clone(),
+            local,
+            lookup,
+            fallback_port,
+            discovery,
+            prober,
+            status: tx,
+            rng,
+        };
+        (coordinator, rx)
     }
 
     /// Like [`Coordinator::run`], but gives up when `stop` resolves first (the node joined by
@@ -73,8 +94,8 @@ impl Coordinator {
     /// ([`Decision::JoinOthers`] or [`Decision::JoinSelf`]). Dropping the future stops every
     /// prober.
     pub async fn run(mut self) -> Decision {
-        let lookup = lookup_of(&self.config);
-        tracing::info!(%lookup, self_contact_point = %self.config.self_contact_point, "bootstrap: looking for contact points");
+        let lookup = self.lookup.clone();
+        tracing::info!(%lookup, self_contact_point = %self.local.contact_point, "bootstrap: looking for contact points");
         let (events_tx, mut events) = mpsc::channel::<ProbeEvent>(256);
         let mut probers: BTreeMap<ContactPoint, tokio::task::AbortHandle> = BTreeMap::new();
         let mut tasks = JoinSet::new();
@@ -84,7 +105,7 @@ impl Coordinator {
         let mut failures = 0u32;
         let mut next_lookup = Instant::now();
         let mut in_flight: Option<LookupFuture> = None;
-        let mut tick = tokio::time::interval(self.config.probe_interval);
+        let mut tick = tokio::time::interval(self.settings.contact_point.probe_interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut last_reason = String::new();
 
@@ -94,7 +115,7 @@ impl Coordinator {
                 () = tokio::time::sleep_until(next_lookup), if in_flight.is_none() => {
                     let discovery = self.discovery.clone();
                     let lookup = lookup.clone();
-                    let timeout = self.config.resolve_timeout;
+                    let timeout = self.settings.resolve_timeout;
                     in_flight = Some(Box::pin(async move {
                         convoke_discovery::with_timeout(&lookup, timeout, discovery.lookup(&lookup, timeout)).await
                     }));
@@ -125,7 +146,7 @@ impl Coordinator {
                                         self.url(target),
                                         self.prober.clone(),
                                         events_tx.clone(),
-                                        self.config.clone(),
+                                        self.settings.contact_point.clone(),
                                         self.rng.random(),
                                     ));
                                     probers.insert(target.clone(), handle);
@@ -142,13 +163,13 @@ impl Coordinator {
                             });
                             observation = Some((changed_at, targets));
                             failures = 0;
-                            next_lookup = now + self.jittered(self.config.backoff(0), self.config.discovery_backoff_random_factor);
+                            next_lookup = now + self.backoff(0);
                         }
                         Err(error) => {
                             tracing::warn!(%lookup, %error, "bootstrap: lookup failed; no decision until a lookup succeeds");
                             observation = None;
                             failures = failures.saturating_add(1);
-                            next_lookup = now + self.jittered(self.config.backoff(failures), self.config.discovery_backoff_random_factor);
+                            next_lookup = now + self.backoff(failures);
                             self.status.send_modify(|s| {
                                 s.lookups += 1;
                                 s.last_lookup = Some((now, Err(error.to_string())));
@@ -188,10 +209,10 @@ impl Coordinator {
                             });
                         }
                         ProbeEvent::GaveUp(target) => {
-                            tracing::warn!(%target, timeout = ?self.config.probing_failure_timeout, "bootstrap: no answer from contact point within the probing failure timeout; it is probed again after the next lookup");
+                            tracing::warn!(%target, timeout = ?self.settings.contact_point.probing_failure_timeout, "bootstrap: no answer from contact point within the probing failure timeout; it is probed again after the next lookup");
                             seeds.remove(&target);
                             probers.remove(&target);
-                            next_lookup = now + self.jittered(self.config.backoff(failures), self.config.discovery_backoff_random_factor);
+                            next_lookup = now + self.backoff(failures);
                             self.status.send_modify(|s| {
                                 if let Some(p) = s.contact_points.get_mut(&target) {
                                     p.gave_up_at = Some(now);
@@ -216,12 +237,13 @@ impl Coordinator {
                 Some((changed_at, targets)) => {
                     let fresh: BTreeMap<ContactPoint, Observation> = seeds
                         .iter()
-                        .filter(|(_, o)| now.saturating_duration_since(o.observed_at) <= self.config.probing_failure_timeout)
+                        .filter(|(_, o)| now.saturating_duration_since(o.observed_at) <= self.settings.contact_point.probing_failure_timeout)
                         .map(|(t, o)| (t.clone(), o.clone()))
                         .collect();
                     decider::decide(
                         &SeedNodesInformation { now, contact_points_changed_at: *changed_at, contact_points: targets, observations: &fresh },
-                        &self.config.decider(),
+                        &self.settings,
+                        &self.local.contact_point,
                     )
                 }
             };
@@ -231,7 +253,7 @@ impl Coordinator {
                         if observation.is_some() && !verdict.self_in_contact_points =>
                     {
                         tracing::warn!(
-                            self_contact_point = %self.config.self_contact_point,
+                            self_contact_point = %self.local.contact_point,
                             reason = %verdict.reason,
                             "bootstrap: this node is not among the discovered contact points, so it cannot form a cluster"
                         );
@@ -266,15 +288,15 @@ impl Coordinator {
     fn select(&self, resolved: Resolved) -> BTreeSet<ContactPoint> {
         select_hosts(
             resolved.targets.into_iter().map(ContactPoint::from).collect(),
-            self.config.port_name.is_some(),
-            self.config.filter_on_fallback_port,
-            self.config.fallback_port,
+            self.lookup.port_name.is_some(),
+            self.settings.contact_point.filter_on_fallback_port,
+            self.fallback_port,
         )
     }
 
     fn is_self_remoting(&self, target: &ContactPoint) -> bool {
-        let (host, port) = &self.config.self_remoting;
-        let same = target.host == *host && target.probe_port(self.config.fallback_port) == *port;
+        let (host, port) = &self.local.transport;
+        let same = target.host == *host && target.probe_port(self.fallback_port) == *port;
         if same {
             tracing::warn!(%target, "bootstrap: misconfiguration detected: a discovered contact point is this node's cluster transport address, not its management address; check bootstrap.port_name and bootstrap.contact_point.fallback_port");
         }
@@ -284,14 +306,16 @@ impl Coordinator {
     fn url(&self, target: &ContactPoint) -> String {
         format!(
             "{}://{}{}/bootstrap/seed-nodes",
-            self.config.scheme,
-            target.authority(self.config.fallback_port),
-            self.config.base_path.trim_end_matches('/')
+            self.local.scheme(),
+            target.authority(self.fallback_port),
+            self.local.base_path.trim_end_matches('/')
         )
     }
 
-    fn jittered(&mut self, base: Duration, factor: f64) -> Duration {
-        jitter(&mut self.rng, base, factor)
+    /// The delay before the next lookup after `failures` consecutive failures, with jitter.
+    fn backoff(&mut self, failures: u32) -> Duration {
+        let base = self.settings.backoff(failures);
+        jitter(&mut self.rng, base, self.settings.discovery_backoff_random_factor)
     }
 }
 
@@ -300,14 +324,6 @@ fn jitter(rng: &mut ChaCha8Rng, base: Duration, factor: f64) -> Duration {
         return base;
     }
     base.mul_f64(1.0 + rng.random::<f64>() * factor)
-}
-
-fn lookup_of(config: &BootstrapConfig) -> Lookup {
-    Lookup {
-        service_name: config.service_name.clone(),
-        port_name: config.port_name.clone(),
-        protocol: config.protocol.clone(),
-    }
 }
 
 fn list(targets: &BTreeSet<ContactPoint>) -> String {
@@ -321,17 +337,17 @@ async fn probe_loop(
     url: String,
     prober: Arc<dyn Prober>,
     events: mpsc::Sender<ProbeEvent>,
-    config: BootstrapConfig,
+    settings: ContactPointSettings,
     seed: u64,
 ) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut deadline = Instant::now() + config.probing_failure_timeout;
+    let mut deadline = Instant::now() + settings.probing_failure_timeout;
     loop {
-        let result = prober.probe(&url, config.probe_timeout).await;
+        let result = prober.probe(&url, settings.probe_timeout).await;
         let now = Instant::now();
         let event = match result {
             Ok(answer) => {
-                deadline = now + config.probing_failure_timeout;
+                deadline = now + settings.probing_failure_timeout;
                 ProbeEvent::Answered(target.clone(), answer)
             }
             Err(error) => ProbeEvent::Failed(target.clone(), error),
@@ -344,8 +360,12 @@ async fn probe_loop(
             let _ = events.send(ProbeEvent::GaveUp(target)).await;
             return;
         }
-        tokio::time::sleep(jitter(&mut rng, config.probe_interval, config.probe_interval_jitter))
-            .await;
+        tokio::time::sleep(jitter(
+            &mut rng,
+            settings.probe_interval,
+            settings.probe_interval_jitter,
+        ))
+        .await;
     }
 }
 

@@ -1,5 +1,5 @@
-//! The lowest-address join decider: a pure function of (now, observations, settings), following
-//! the decision order of spec §4.7.
+//! The lowest-address join decider: a pure function of (now, observations, settings, this node's
+//! contact point), deciding in this order:
 //!
 //! 1. A contact point reports an existing cluster: join its seed nodes.
 //! 2. Fewer contact points answered than required: keep probing.
@@ -9,11 +9,11 @@
 //! 6. Otherwise keep probing, expecting the lowest to form it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::contact_point::{ContactPoint, SelfContactPoint};
+use crate::settings::BootstrapSettings;
 
 /// How many seed nodes are joined at most, as Akka does.
 pub const MAX_SEED_NODES: usize = 5;
@@ -40,21 +40,6 @@ pub struct SeedNodesInformation<'a> {
     pub contact_points: &'a BTreeSet<ContactPoint>,
     /// The recent observations (no older than the probing failure timeout) per contact point.
     pub observations: &'a BTreeMap<ContactPoint, Observation>,
-}
-
-/// The settings the decider reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeciderSettings {
-    /// Contact points that must have answered before a new cluster is formed.
-    pub required_contact_point_nr: usize,
-    /// How long the discovered set must be unchanged before a new cluster is formed.
-    pub stable_margin: Duration,
-    /// Whether every discovered contact point must have answered.
-    pub contact_with_all_contact_points: bool,
-    /// Whether this node may form a new cluster at all.
-    pub new_cluster_enabled: bool,
-    /// This node's own contact point.
-    pub self_contact_point: SelfContactPoint,
 }
 
 /// What to do.
@@ -90,9 +75,14 @@ pub struct Verdict {
     pub self_in_contact_points: bool,
 }
 
-/// Decides, following the order of spec §4.7.
-pub fn decide(info: &SeedNodesInformation<'_>, settings: &DeciderSettings) -> Verdict {
-    let me = &settings.self_contact_point;
+/// Decides, in the order of the module documentation. Of the settings it reads
+/// `required_contact_point_nr`, `stable_margin`, `contact_with_all_contact_points` and
+/// `new_cluster_enabled`; `me` is this node's own contact point.
+pub fn decide(
+    info: &SeedNodesInformation<'_>,
+    settings: &BootstrapSettings,
+    me: &SelfContactPoint,
+) -> Verdict {
     let self_in_contact_points = info.contact_points.iter().any(|t| me.matches(t));
     let verdict = |decision, reason: String| Verdict { decision, reason, self_in_contact_points };
     let not_found = || {
@@ -205,6 +195,8 @@ fn list<'a>(targets: impl Iterator<Item = &'a ContactPoint>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     const MARGIN: Duration = Duration::from_secs(5);
@@ -213,14 +205,21 @@ mod tests {
         ContactPoint::new(host, Some(8558), Some(host.parse().unwrap()))
     }
 
-    fn settings(me: &str) -> DeciderSettings {
-        DeciderSettings {
+    /// The settings of the node whose management host is `me`, requiring 3 contact points.
+    struct Settings {
+        bootstrap: BootstrapSettings,
+        self_contact_point: SelfContactPoint,
+    }
+
+    fn settings(me: &str) -> Settings {
+        let bootstrap = BootstrapSettings {
             required_contact_point_nr: 3,
             stable_margin: MARGIN,
             contact_with_all_contact_points: true,
             new_cluster_enabled: true,
-            self_contact_point: SelfContactPoint::new(me, 8558),
-        }
+            ..BootstrapSettings::default()
+        };
+        Settings { bootstrap, self_contact_point: SelfContactPoint::new(me, 8558) }
     }
 
     struct Case {
@@ -250,7 +249,7 @@ mod tests {
             self
         }
 
-        fn decide_after(&self, stable_for: Duration, settings: &DeciderSettings) -> Verdict {
+        fn decide_after(&self, stable_for: Duration, settings: &Settings) -> Verdict {
             decide(
                 &SeedNodesInformation {
                     now: self.start + stable_for,
@@ -258,7 +257,8 @@ mod tests {
                     contact_points: &self.contact_points,
                     observations: &self.observations,
                 },
-                settings,
+                &settings.bootstrap,
+                &settings.self_contact_point,
             )
         }
     }
@@ -270,7 +270,7 @@ mod tests {
         let case = Case::new(&HOSTS).answered("10.0.0.2", &["convoke://convoke@10.0.0.9:25520"]);
         // Within the stable margin, with too few answers, and with new clusters disabled.
         let mut s = settings("10.0.0.1");
-        s.new_cluster_enabled = false;
+        s.bootstrap.new_cluster_enabled = false;
         let v = case.decide_after(Duration::ZERO, &s);
         assert_eq!(
             v.decision,
@@ -322,7 +322,7 @@ mod tests {
     #[test]
     fn waits_while_answers_are_missing() {
         let mut s = settings("10.0.0.1");
-        s.required_contact_point_nr = 2;
+        s.bootstrap.required_contact_point_nr = 2;
         let case = Case::new(&HOSTS).answered("10.0.0.1", &[]).answered("10.0.0.2", &[]);
         let v = case.decide_after(MARGIN, &s);
         assert_eq!(v.decision, Decision::KeepProbing);
@@ -332,7 +332,7 @@ mod tests {
             v.reason
         );
         // Without the all-contact-points requirement the two answers suffice.
-        s.contact_with_all_contact_points = false;
+        s.bootstrap.contact_with_all_contact_points = false;
         assert_eq!(case.decide_after(MARGIN, &s).decision, Decision::JoinSelf);
     }
 
@@ -378,7 +378,7 @@ mod tests {
             .answered("10.0.0.2", &[])
             .answered("10.0.0.1", &[]);
         let mut s = settings("10.0.0.1");
-        s.new_cluster_enabled = false;
+        s.bootstrap.new_cluster_enabled = false;
         let v = case.decide_after(MARGIN * 10, &s);
         assert_eq!(v.decision, Decision::KeepProbing);
         assert!(v.reason.contains("new_cluster_enabled = false"), "{}", v.reason);
@@ -389,7 +389,7 @@ mod tests {
         let hosts = ["240b:c0e0:202:5e2b:b424:2:0:450", "240b:c0e0:202:5e2b:b424:2:0:451"];
         let case = Case::new(&hosts).answered(hosts[0], &[]).answered(hosts[1], &[]);
         let mut s = settings("[240b:c0e0:202:5e2b:b424:2:0:450]");
-        s.required_contact_point_nr = 2;
+        s.bootstrap.required_contact_point_nr = 2;
         let v = case.decide_after(MARGIN, &s);
         assert_eq!(v.decision, Decision::JoinSelf, "{}", v.reason);
         assert!(v.self_in_contact_points);

@@ -8,20 +8,41 @@
 //! with the lowest contact-point address forms a new cluster, and the others join it when it
 //! starts advertising itself.
 //!
+//! Configuration comes in two parts: [`BootstrapSettings`] is the `[bootstrap]` table of the
+//! node's settings file (serde, with its defaults and [`BootstrapSettings::validate`]), and
+//! [`LocalNode`] holds what is known about this node only at run time (its contact point, its
+//! cluster transport address, the probe scheme and base path, the jitter seed).
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use convoke_bootstrap::*;
+//! # async fn run(discovery: Arc<dyn convoke_discovery::ServiceDiscovery>) -> Result<(), Box<dyn std::error::Error>> {
+//! let settings: BootstrapSettings = toml::from_str("required_contact_point_nr = 3")?;
+//! settings.validate()?;
+//! let local = LocalNode::new("convoke", SelfContactPoint::new("10.0.0.1", 8558), ("10.0.0.1".into(), 25520));
+//! let (coordinator, _status) = Coordinator::new(&settings, local, discovery, Arc::new(HttpProber::new(None)?));
+//! let decision = coordinator.run().await; // JoinSelf or JoinOthers(seed nodes): the caller joins.
+//! # let _ = decision; Ok(()) }
+//! ```
+//!
 //! Layout:
+//! - [`settings`]: the `[bootstrap]` table ([`BootstrapSettings`], [`ContactPointSettings`]),
+//!   its defaults and checks.
+//! - [`local_node`]: [`LocalNode`], the run-time facts about this node.
 //! - [`contact_point`]: the [`ContactPoint`] type, its ordering, host selection by fallback port,
 //!   and matching this node's own contact point.
-//! - [`decider`]: the join decider, a pure function of (now, observations, settings).
-//! - [`probe`]: the contact-point probe ([`Prober`], the HTTP implementation, the `seed-nodes`
-//!   JSON).
+//! - [`decider`]: the join decider, a pure function of (now, observations, settings, this node's
+//!   contact point).
+//! - [`probe`]: the contact-point probe ([`Prober`], the HTTP implementation and its
+//!   [`HttpProberError`], the `seed-nodes` JSON).
 //! - [`coordinator`]: the lookup loop with backoff, one prober task per target, and the decision.
 //! - [`status`]: what `GET /bootstrap/status` shows.
-//! - [`settings`]: the coordinator's settings and their defaults.
 #![warn(missing_docs)]
 
 pub mod contact_point;
 pub mod coordinator;
 pub mod decider;
+pub mod local_node;
 pub mod probe;
 pub mod settings;
 pub mod status;
@@ -29,6 +50,7 @@ pub mod status;
 pub use contact_point::{ContactPoint, SelfContactPoint};
 pub use coordinator::Coordinator;
 pub use decider::{Decision, Verdict};
-pub use probe::{HttpProber, ProbeError, Prober, SeedNode, SeedNodes};
-pub use settings::{BootstrapConfig, InvalidConfig};
+pub use local_node::LocalNode;
+pub use probe::{HttpProber, HttpProberError, ProbeError, Prober, SeedNode, SeedNodes};
+pub use settings::{BootstrapSettings, ContactPointSettings, InvalidSetting};
 pub use status::{BootstrapStatus, StatusView};

@@ -6,7 +6,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-/// One seed node in a `seed-nodes` answer (spec §4.3; `nodeUid` is a number there).
+/// One seed node in a `seed-nodes` answer, in Akka Management's JSON shape (`nodeUid` is a JSON
+/// number).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SeedNode {
@@ -76,19 +77,136 @@ pub struct HttpProber {
     client: reqwest::Client,
 }
 
+/// Why an [`HttpProber`] cannot be built: mostly, what is wrong with the CA PEM
+/// (`bootstrap.contact_point.ca_path`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpProberError {
+    /// The CA file is not PEM: a section without its end line, a bad section start line, or a
+    /// section body that is not base64.
+    #[error("the CA file is not valid PEM: {reason}")]
+    CaNotPem {
+        /// What the PEM reader found wrong.
+        reason: String,
+    },
+    /// The CA file is PEM but holds no `CERTIFICATE` section (empty, or only keys, say).
+    #[error("the CA file holds no \"-----BEGIN CERTIFICATE-----\" section (found {})", found_list(.found))]
+    CaWithoutCertificate {
+        /// The PEM sections it holds instead, such as `"PRIVATE KEY"`; empty when none.
+        found: Vec<&'static str>,
+    },
+    /// A `CERTIFICATE` section of the CA file cannot be used as a trusted root (its content is
+    /// not a valid X.509 certificate).
+    #[error("certificate {index} of the CA file cannot be trusted as a root: {reason}")]
+    CaRejected {
+        /// Which `CERTIFICATE` section, counting from 1.
+        index: usize,
+        /// Why the TLS library rejected it.
+        reason: String,
+    },
+    /// The HTTP client cannot be built, for a reason other than the CA.
+    #[error("the HTTP client cannot be built: {reason}")]
+    Client {
+        /// Details.
+        reason: String,
+    },
+}
+
+fn found_list(found: &[&'static str]) -> String {
+    if found.is_empty() { "no PEM section at all".into() } else { found.join(", ") }
+}
+
 impl HttpProber {
-    /// A prober with its own connection pool; `extra_root_pem` adds a trusted CA for HTTPS.
+    /// A prober with its own connection pool; `extra_root_pem` (the content of
+    /// `bootstrap.contact_point.ca_path`) adds trusted CA certificates for HTTPS.
     ///
     /// # Errors
-    /// When the CA is not valid PEM or the client cannot be built.
-    pub fn new(extra_root_pem: Option<&[u8]>) -> Result<Self, String> {
-        let mut builder = reqwest::Client::builder().user_agent("convoke-bootstrap");
-        if let Some(pem) = extra_root_pem {
-            let cert = reqwest::Certificate::from_pem(pem).map_err(|e| e.to_string())?;
-            builder = builder.add_root_certificate(cert);
+    /// The CA is not PEM, has no certificate, or has a certificate the TLS library rejects; or
+    /// the client cannot be built.
+    pub fn new(extra_root_pem: Option<&[u8]>) -> Result<Self, HttpProberError> {
+        let builder = || reqwest::Client::builder().user_agent("convoke-bootstrap");
+        let Some(pem) = extra_root_pem else {
+            let client = builder()
+                .build()
+                .map_err(|e| HttpProberError::Client { reason: error_chain(&e) })?;
+            return Ok(Self { client });
+        };
+        let certs = ca_certificates(pem)?;
+        let with = |certs: &[reqwest::Certificate], builder: reqwest::ClientBuilder| {
+            certs
+                .iter()
+                .cloned()
+                .fold(builder, reqwest::ClientBuilder::add_root_certificate)
+                .build()
+        };
+        match with(&certs, builder()) {
+            Ok(client) => Ok(Self { client }),
+            Err(e) => {
+                // Name the first certificate the TLS library rejects on its own, if any.
+                let alone = || builder().tls_built_in_root_certs(false);
+                for (i, cert) in certs.iter().enumerate() {
+                    if let Err(e) = with(std::slice::from_ref(cert), alone()) {
+                        return Err(HttpProberError::CaRejected {
+                            index: i + 1,
+                            reason: error_chain(&e),
+                        });
+                    }
+                }
+                Err(HttpProberError::Client { reason: error_chain(&e) })
+            }
         }
-        Ok(Self { client: builder.build().map_err(|e| e.to_string())? })
     }
+}
+
+/// The `CERTIFICATE` sections of a PEM text, as reqwest certificates.
+fn ca_certificates(pem: &[u8]) -> Result<Vec<reqwest::Certificate>, HttpProberError> {
+    use rustls_pemfile::{Error, Item};
+    let mut certs = Vec::new();
+    let mut found = Vec::new();
+    let mut rest = pem;
+    loop {
+        let (item, remainder) = match rustls_pemfile::read_one_from_slice(rest) {
+            Ok(Some(next)) => next,
+            Ok(None) => break,
+            Err(e) => {
+                let reason = match e {
+                    Error::MissingSectionEnd { end_marker } => {
+                        let label = String::from_utf8_lossy(&end_marker);
+                        format!("a {label} section has no \"-----END {label}-----\" line")
+                    }
+                    Error::IllegalSectionStart { line } => {
+                        format!("bad section start line {:?}", String::from_utf8_lossy(&line))
+                    }
+                    Error::Base64Decode(detail) => {
+                        format!("a section's body is not base64 ({detail})")
+                    }
+                };
+                return Err(HttpProberError::CaNotPem { reason });
+            }
+        };
+        rest = remainder;
+        match item {
+            Item::X509Certificate(der) => certs.push(der),
+            Item::SubjectPublicKeyInfo(_) => found.push("PUBLIC KEY"),
+            Item::Pkcs1Key(_) => found.push("RSA PRIVATE KEY"),
+            Item::Pkcs8Key(_) => found.push("PRIVATE KEY"),
+            Item::Sec1Key(_) => found.push("EC PRIVATE KEY"),
+            Item::Crl(_) => found.push("X509 CRL"),
+            Item::Csr(_) => found.push("CERTIFICATE REQUEST"),
+            _ => found.push("an unsupported section"),
+        }
+    }
+    if certs.is_empty() {
+        return Err(HttpProberError::CaWithoutCertificate { found });
+    }
+    certs
+        .iter()
+        .enumerate()
+        .map(|(i, der)| {
+            reqwest::Certificate::from_der(der)
+                .map_err(|e| HttpProberError::CaRejected { index: i + 1, reason: error_chain(&e) })
+        })
+        .collect()
 }
 
 impl Prober for HttpProber {
@@ -138,4 +256,64 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ca() -> rcgen::CertifiedKey<rcgen::KeyPair> {
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap()
+    }
+
+    #[test]
+    fn a_prober_without_or_with_a_valid_ca_is_built() {
+        assert!(HttpProber::new(None).is_ok());
+        let one = ca().cert.pem();
+        assert!(HttpProber::new(Some(one.as_bytes())).is_ok());
+        // A bundle, with a key and text around the sections.
+        let key = ca().signing_key.serialize_pem();
+        let bundle = format!("# our CAs\n{one}\n{}{key}", ca().cert.pem());
+        assert!(HttpProber::new(Some(bundle.as_bytes())).is_ok());
+    }
+
+    #[test]
+    fn a_ca_file_without_a_certificate_says_what_it_holds() {
+        let e = HttpProber::new(Some(b"")).unwrap_err();
+        assert_eq!(e, HttpProberError::CaWithoutCertificate { found: vec![] });
+        assert!(e.to_string().contains("no PEM section at all"), "{e}");
+        let e = HttpProber::new(Some(b"not a pem file")).unwrap_err();
+        assert_eq!(e, HttpProberError::CaWithoutCertificate { found: vec![] });
+        let key = ca().signing_key.serialize_pem();
+        let e = HttpProber::new(Some(key.as_bytes())).unwrap_err();
+        assert_eq!(e, HttpProberError::CaWithoutCertificate { found: vec!["PRIVATE KEY"] });
+        assert!(e.to_string().contains("found PRIVATE KEY"), "{e}");
+    }
+
+    #[test]
+    fn a_ca_file_that_is_not_pem_says_where_it_breaks() {
+        let pem = ca().cert.pem();
+        let truncated = &pem[..pem.len() / 2];
+        let e = HttpProber::new(Some(truncated.as_bytes())).unwrap_err();
+        assert!(
+            matches!(&e, HttpProberError::CaNotPem { reason } if reason.contains("-----END CERTIFICATE-----")),
+            "{e:?}"
+        );
+        let not_base64 = "-----BEGIN CERTIFICATE-----\n%%%%\n-----END CERTIFICATE-----\n";
+        let e = HttpProber::new(Some(not_base64.as_bytes())).unwrap_err();
+        assert!(
+            matches!(&e, HttpProberError::CaNotPem { reason } if reason.contains("base64")),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("the CA file is not valid PEM"), "{e}");
+    }
+
+    #[test]
+    fn a_certificate_section_that_is_not_a_certificate_is_named() {
+        let garbage = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let bundle = format!("{}{garbage}", ca().cert.pem());
+        let e = HttpProber::new(Some(bundle.as_bytes())).unwrap_err();
+        assert!(matches!(&e, HttpProberError::CaRejected { index: 2, .. }), "{e:?}");
+        assert!(e.to_string().starts_with("certificate 2 of the CA file"), "{e}");
+    }
 }

@@ -1,5 +1,5 @@
 //! DNS discovery through hickory-resolver: A/AAAA records of the service name, or SRV records of
-//! `_<port>._<proto>.<name>` when the lookup names both a port and a protocol (spec §5.2).
+//! `_<port>._<proto>.<name>` when the lookup names both a port and a protocol.
 //!
 //! Answers are cached by the resolver for at most their TTL, and never longer than
 //! [`DnsSettings::cache_ttl_cap`], so that a discovery loop polling every second sees a

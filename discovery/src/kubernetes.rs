@@ -1,4 +1,4 @@
-//! Discovery through the Kubernetes API (spec §5.3): the pods of a namespace selected by a label,
+//! Discovery through the Kubernetes API: the pods of a namespace selected by a label,
 //! and the client settings shared with the [`lease`] on `coordination.k8s.io/v1` Lease objects.
 //!
 //! Layout: this file holds [`KubernetesApiDiscovery`] and its settings; `client.rs` the API

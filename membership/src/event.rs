@@ -102,7 +102,7 @@ impl ClusterEvent {
     }
 }
 
-/// The events that lead from `old` to `new` (spec §8): removals, then member status changes, then
+/// The events that lead from `old` to `new`: removals, then member status changes, then
 /// unreachable, reachable, leader and role-leader changes.
 pub fn diff(old: &MembershipState<'_>, new: &MembershipState<'_>) -> Vec<ClusterEvent> {
     // Both member maps iterate in member order: walk them side by side.
@@ -235,7 +235,7 @@ impl CurrentClusterState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gossip::Gossip;
+    use crate::gossip::{Gossip, WallMillis};
     use crate::member::UpNumber;
     use crate::member::tests::{member, member_up, node};
     use MemberStatus::*;
@@ -308,7 +308,7 @@ mod tests {
         new.reachability_mut().terminated(&n(1), &n(3));
         assert_eq!(names(&events(&old, &new)), ["UnreachableMember"]);
         let mut gone = new.clone();
-        gone.remove(&n(3), 1);
+        gone.remove(&n(3), WallMillis(1));
         assert_eq!(names(&events(&new, &gone)), ["MemberRemoved"]);
     }
 

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sha1::{Digest, Sha1};
 
@@ -11,8 +12,23 @@ use crate::member::{Member, MemberStatus};
 use crate::reachability::Reachability;
 use crate::vclock::VectorClock;
 
-/// Milliseconds of wall-clock time, used only to age tombstones.
-pub type WallMillis = u64;
+/// A wall-clock time in milliseconds since the Unix epoch, used only to age tombstones. Its own
+/// type, because the core otherwise measures time with `Instant`s, and a wall-clock reading must
+/// not be mistaken for a duration or a monotonic time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WallMillis(pub u64);
+
+impl WallMillis {
+    /// `d` later, rounded down to a millisecond and saturating at the largest time.
+    pub fn saturating_add(self, d: Duration) -> Self {
+        Self(self.0.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+    }
+
+    /// `d` earlier, rounded down to a millisecond and saturating at the epoch.
+    pub fn saturating_sub(self, d: Duration) -> Self {
+        Self(self.0.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+    }
+}
 
 /// One version of the cluster state, as gossiped between nodes.
 ///
@@ -212,7 +228,7 @@ impl Gossip {
         self.version.prune(node);
     }
 
-    /// Merges two concurrent versions (spec §2.4). Nobody has seen the result.
+    /// Merges two concurrent versions. Nobody has seen the result.
     ///
     /// A member that only one side has is kept unless the other side's tombstone says it was
     /// removed. Akka also drops a one-sided Down or Exiting member, assuming the other side removed
@@ -339,7 +355,7 @@ pub(crate) mod tests {
     fn merge_does_not_resurrect_removed_members() {
         let mut g1 = Gossip::with_members([member("h1:1", Up), member("h2:1", Up)]);
         g1.increment_version(&n(2));
-        g1.remove(&n(2), 100);
+        g1.remove(&n(2), WallMillis(100));
         let g2 = Gossip::with_members([member("h1:1", Up), member("h2:1", Up)]);
         let m = g1.merge(&g2);
         assert!(!m.has_member(&n(2)));
@@ -376,7 +392,7 @@ pub(crate) mod tests {
     #[test]
     fn merge_drops_a_one_sided_member_the_other_side_removed() {
         let mut g1 = Gossip::with_members([member("h1:1", Up), member("h3:1", Down)]);
-        g1.remove(&n(3), 7);
+        g1.remove(&n(3), WallMillis(7));
         let g2 = Gossip::with_members([member("h1:1", Up), member("h3:1", Down)]);
         assert!(!g1.merge(&g2).has_member(&n(3)));
         assert!(!g2.merge(&g1).has_member(&n(3)));
@@ -393,7 +409,7 @@ pub(crate) mod tests {
     fn merge_drops_reachability_of_non_members() {
         let mut g1 = Gossip::with_members([member("h1:1", Up), member("h2:1", Down)]);
         g1.reachability_mut().unreachable(&n(1), &n(2));
-        g1.remove(&n(2), 5);
+        g1.remove(&n(2), WallMillis(5));
         let mut g2 = Gossip::with_members([member("h1:1", Up), member("h2:1", Down)]);
         g2.reachability_mut().unreachable(&n(1), &n(2));
         let m = g1.merge(&g2);
@@ -416,11 +432,11 @@ pub(crate) mod tests {
     fn tombstones_older_than_the_cutoff_are_pruned() {
         let mut g =
             Gossip::with_members([member("h1:1", Up), member("h2:1", Up), member("h3:1", Up)]);
-        g.remove(&n(2), 100);
-        g.remove(&n(3), 200);
-        assert!(g.prune_tombstones(150));
+        g.remove(&n(2), WallMillis(100));
+        g.remove(&n(3), WallMillis(200));
+        assert!(g.prune_tombstones(WallMillis(150)));
         assert_eq!(g.tombstones().keys().cloned().collect::<Vec<_>>(), [n(3)]);
-        assert!(!g.prune_tombstones(150));
+        assert!(!g.prune_tombstones(WallMillis(150)));
     }
 
     #[test]
@@ -474,7 +490,7 @@ pub(crate) mod tests {
                             let absent = present[view] == 0 && (*removed || !ever_gone);
                             if absent {
                                 if *removed {
-                                    g.tombstones.insert(n(id), id * 10);
+                                    g.tombstones.insert(n(id), WallMillis(id * 10));
                                 }
                                 continue;
                             }

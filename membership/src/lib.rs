@@ -16,13 +16,15 @@
 //! - [`message`], [`wire`]: the protocol messages and their protobuf encoding.
 //! - [`event`]: cluster events and the current-state snapshot.
 //! - [`sbr`]: the split-brain resolver: downing strategies, decisions and the lease seam.
-//! - [`config`]: settings with their defaults and validation.
+//! - [`config`]: settings with their defaults and validation; [`compat`]: the join-compatibility
+//!   check.
 //! - [`cluster`]: the core state machine, [`Cluster`], that ties it all together.
 
 #![warn(missing_docs)]
 
 pub mod address;
 pub mod cluster;
+pub mod compat;
 pub mod config;
 pub mod event;
 pub mod gossip;

@@ -336,9 +336,9 @@ impl Member {
         self.up_number.cmp(&other.up_number).then_with(|| self.address().cmp(other.address()))
     }
 
-    /// Of two versions of the same node, the one that wins a gossip merge (spec §1.4, with the
-    /// shutdown statuses ranked below Leaving; see `merge_rank`): the higher status rank; with equal
-    /// statuses the older one; identical ones keep `b`.
+    /// Of two versions of the same node, the one that wins a gossip merge: the higher status rank
+    /// (see `merge_rank`, which ranks the shutdown statuses below Leaving); with equal statuses the
+    /// older one; identical ones keep `b`.
     pub fn highest_priority_of<'a>(a: &'a Member, b: &'a Member) -> &'a Member {
         match a.status.merge_rank().cmp(&b.status.merge_rank()) {
             Ordering::Greater => a,
@@ -390,7 +390,7 @@ impl fmt::Display for Member {
     }
 }
 
-/// Orders candidates for leadership when none has a leader-eligible status (spec §1.5): any other
+/// Orders candidates for leadership when none has a leader-eligible status: any other
 /// status first, then WeaklyUp, Joining, Exiting, Down; within one status by member ordering.
 pub fn leader_status_cmp(a: &Member, b: &Member) -> Ordering {
     fn rank(s: MemberStatus) -> u8 {

@@ -1,4 +1,4 @@
-//! Views computed from one node's gossip: convergence, leader, role leaders, oldest (spec §3).
+//! Views computed from one node's gossip: convergence, leader, role leaders, oldest.
 
 use std::collections::BTreeSet;
 
@@ -74,7 +74,7 @@ impl<'a> MembershipState<'a> {
     }
 
     /// Whether every relevant member has seen this gossip and every unreachable member is Down or
-    /// Exiting (spec §3.1). `exiting_confirmed` nodes count as seen and their unreachability is
+    /// Exiting. `exiting_confirmed` nodes count as seen and their unreachability is
     /// ignored.
     pub fn convergence(&self, exiting_confirmed: &BTreeSet<UniqueAddress>) -> bool {
         let first_member_in_dc = !self.dc_members().any(|m| m.status().is_leader_eligible());
@@ -98,7 +98,7 @@ impl<'a> MembershipState<'a> {
             .all(|m| m.status().is_down_or_exiting())
     }
 
-    /// The leader among `candidates` (spec §3.2): the first reachable leader-eligible member of
+    /// The leader among `candidates`: the first reachable leader-eligible member of
     /// this data center by member ordering, else the first by leader-status ordering.
     ///
     /// Reachability is read as for convergence, without the rows of Down observers. Akka counts

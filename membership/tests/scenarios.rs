@@ -1,5 +1,5 @@
-//! Multi-node scenarios of the membership core on a virtual-time network, modelled on the
-//! multi-node specs listed in spec §11.
+//! Multi-node scenarios of the membership core on a virtual-time network, modelled on Akka's
+//! multi-node cluster specs.
 
 mod net;
 

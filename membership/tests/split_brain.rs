@@ -1,5 +1,5 @@
-//! Split-brain resolver scenarios on the virtual-time network, modelled on the reference's SBR
-//! multi-node specs (spec §11) and checked against reliability invariants S1–S4 and S14: after a
+//! Split-brain resolver scenarios on the virtual-time network, modelled on Akka's SBR multi-node
+//! specs and checked against the simulator's safety invariants S1–S4 and S14: after a
 //! partition at most one side keeps running Up members, every node of the other sides is downed
 //! and stops, indirectly connected nodes are downed, and continued instability downs all.
 

@@ -18,6 +18,8 @@
 //!
 //! Process faults (crash, pause, restart, leave, down) are limited so that a majority of slots is
 //! always running and untouched: the cluster must survive to be able to heal.
+//!
+//! The nemesis acts on the world through [`Control`] only.
 
 use std::time::Duration;
 
@@ -26,9 +28,9 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::control::{Action, Control};
 use crate::invariants::WorldView;
 use crate::net::{NetConfig, PartitionKind};
-use crate::world::{Action, Sim, SlotState};
 
 /// Settings of the nemesis.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -125,11 +127,11 @@ impl Nemesis {
         &self.late
     }
 
-    /// Applies one fault now and schedules the next move.
-    pub fn fire(&mut self, sim: &mut Sim) {
-        let now = sim.now();
+    /// Applies one fault now; when the next move is due (`None`: no more faults).
+    pub fn fire(&mut self, w: &mut impl Control) -> Option<Duration> {
+        let now = w.now();
         if now >= self.config.end {
-            return;
+            return None;
         }
         let total: u32 = WEIGHTS.iter().map(|(_, w)| w).sum();
         let mut pick = self.rng.random_range(0..total);
@@ -142,13 +144,13 @@ impl Nemesis {
             })
             .map(|(k, _)| *k)
             .expect("weights cover the range");
-        if let Some(detail) = self.apply(sim, kind) {
+        if let Some(detail) = self.apply(w, kind) {
             self.log.push(FaultRecord { at_s: now.as_secs_f64(), kind, detail });
         }
         let mean = self.config.mean_interval.as_secs_f64();
         let u: f64 = self.rng.random();
         let gap = Duration::from_secs_f64((-mean * (1.0 - u).ln()).min(mean * 10.0));
-        sim.schedule_nemesis(now + gap.max(Duration::from_millis(10)));
+        Some(now + gap.max(Duration::from_millis(10)))
     }
 
     fn duration(&mut self) -> Duration {
@@ -166,27 +168,27 @@ impl Nemesis {
     }
 
     /// Running slots that are not in another process fault.
-    fn idle_running(&self, sim: &Sim) -> Vec<usize> {
-        sim.running().filter(|i| self.busy_until[*i] <= sim.now()).collect()
+    fn idle_running(&self, w: &impl Control) -> Vec<usize> {
+        w.running().filter(|i| self.busy_until[*i] <= w.now()).collect()
     }
 
     /// Whether another slot may be taken down without leaving less than a majority untouched.
-    fn may_take_one_more(&self, sim: &Sim) -> bool {
+    fn may_take_one_more(&self, w: &impl Control) -> bool {
         // After taking one more, a strict majority must remain untouched.
-        self.idle_running(sim).len() > sim.len() / 2 + 1
+        self.idle_running(w).len() > w.slots() / 2 + 1
     }
 
-    fn block(&mut self, sim: &mut Sim, kind: &PartitionKind, d: Duration) {
+    fn block(&mut self, w: &mut impl Control, kind: &PartitionKind, d: Duration) {
         self.next_partition += 1;
         let id = self.next_partition;
-        let all: Vec<usize> = (0..sim.len()).collect();
-        sim.apply(Action::Block { id, links: kind.blocked_links(&all) });
-        sim.schedule(sim.now() + d, Action::Unblock(id));
+        let all: Vec<usize> = (0..w.slots()).collect();
+        w.apply(Action::Block { id, links: kind.blocked_links(&all) });
+        w.schedule(w.now() + d, Action::Unblock(id));
     }
 
-    fn apply(&mut self, sim: &mut Sim, kind: FaultKind) -> Option<String> {
-        let n = sim.len();
-        let now = sim.now();
+    fn apply(&mut self, w: &mut impl Control, kind: FaultKind) -> Option<String> {
+        let n = w.slots();
+        let now = w.now();
         let all: Vec<usize> = (0..n).collect();
         let d = self.duration();
         match kind {
@@ -225,7 +227,7 @@ impl Nemesis {
                     }
                     _ => return None,
                 };
-                self.block(sim, &p, d);
+                self.block(w, &p, d);
                 Some(format!("{p:?} for {d:.1?}"))
             }
             FaultKind::SwizzleClog => {
@@ -235,13 +237,13 @@ impl Nemesis {
                 let step = Duration::from_secs_f64(self.rng.random_range(0.1..3.0));
                 let mut t = now;
                 for node in &order {
-                    sim.schedule(t, Action::Clog(*node));
+                    w.schedule(t, Action::Clog(*node));
                     t += step;
                 }
                 t += d;
                 order.shuffle(&mut self.rng);
                 for node in &order {
-                    sim.schedule(t, Action::Unclog(*node));
+                    w.schedule(t, Action::Unclog(*node));
                     t += step;
                 }
                 Some(format!("clog {order:?}, one every {step:.1?}, held {d:.1?}"))
@@ -252,17 +254,17 @@ impl Nemesis {
             | FaultKind::Leave
             | FaultKind::DownLive
             | FaultKind::IsolateAndDown => {
-                if !self.may_take_one_more(sim) {
+                if !self.may_take_one_more(w) {
                     return None;
                 }
-                let candidates = self.idle_running(sim);
+                let candidates = self.idle_running(w);
                 let victim = *candidates.get(self.rng.random_range(0..candidates.len().max(1)))?;
                 let others: Vec<usize> = all.iter().copied().filter(|i| *i != victim).collect();
                 let detail = match kind {
                     FaultKind::Crash => {
-                        sim.apply(Action::Crash(victim));
+                        w.apply(Action::Crash(victim));
                         if self.rng.random_bool(0.8) {
-                            sim.schedule(now + d, Action::Start { slot: victim, seeds: others });
+                            w.schedule(now + d, Action::Start { slot: victim, seeds: others });
                             format!("crash {victim}, restart after {d:.1?}")
                         } else {
                             format!("crash {victim} until the heal")
@@ -270,38 +272,34 @@ impl Nemesis {
                     }
                     FaultKind::Restart => {
                         let gap = Duration::from_secs_f64(self.rng.random_range(0.0..3.0));
-                        sim.apply(Action::Crash(victim));
-                        sim.schedule(now + gap, Action::Start { slot: victim, seeds: others });
+                        w.apply(Action::Crash(victim));
+                        w.schedule(now + gap, Action::Start { slot: victim, seeds: others });
                         format!("restart {victim} after {gap:.1?}")
                     }
                     FaultKind::Pause => {
-                        sim.apply(Action::Pause(victim));
-                        sim.schedule(now + d, Action::Resume(victim));
+                        w.apply(Action::Pause(victim));
+                        w.schedule(now + d, Action::Resume(victim));
                         format!("pause {victim} for {d:.1?}")
                     }
                     FaultKind::Leave => {
-                        sim.apply(Action::Leave(victim));
+                        w.apply(Action::Leave(victim));
                         format!("{victim} leaves")
                     }
                     FaultKind::DownLive => {
                         // The operator downs a live member it can reach. (Downing by hand a member
                         // cut off behind a partition shrinks only this side's count, so with
                         // keep-majority both sides can keep themselves: see the README.)
-                        let reaches =
-                            |i: usize| sim.link_open(i, victim) && sim.link_open(victim, i);
-                        let from = *self
-                            .idle_running(sim)
-                            .iter()
-                            .find(|i| **i != victim && reaches(**i))?;
-                        sim.apply(Action::Down { from, target: victim });
+                        let reaches = |i: usize| w.link_open(i, victim) && w.link_open(victim, i);
+                        let from =
+                            *self.idle_running(w).iter().find(|i| **i != victim && reaches(**i))?;
+                        w.apply(Action::Down { from, target: victim });
                         format!("{from} downs {victim}")
                     }
                     _ => {
-                        let node = sim.slot(victim).node.clone()?;
-                        let down_after = sim.operator.config().down_after;
-                        let d = d.max(down_after + Duration::from_secs(15));
-                        sim.operator.down_isolated(node, victim, now);
-                        self.block(sim, &PartitionKind::IsolateOne { node: victim }, d);
+                        let node = w.node(victim).cloned()?;
+                        let d = d.max(w.down_after() + Duration::from_secs(15));
+                        w.down_isolated(node, victim);
+                        self.block(w, &PartitionKind::IsolateOne { node: victim }, d);
                         format!("isolate {victim} for {d:.1?} and down it")
                     }
                 };
@@ -311,12 +309,12 @@ impl Nemesis {
             FaultKind::Join => {
                 let slot = self.late.pop()?;
                 let others: Vec<usize> = all.iter().copied().filter(|i| *i != slot).collect();
-                sim.apply(Action::Start { slot, seeds: others });
+                w.apply(Action::Start { slot, seeds: others });
                 Some(format!("{slot} joins"))
             }
             FaultKind::Stray => {
-                let victim = *self.idle_running(sim).first()?;
-                sim.apply(Action::Stray(victim));
+                let victim = *self.idle_running(w).first()?;
+                w.apply(Action::Stray(victim));
                 Some(format!("stray messages to {victim}"))
             }
             FaultKind::BadNetwork => {
@@ -336,15 +334,15 @@ impl Nemesis {
                     "bad network for {d:.1?}: loss {:.2}, dup {:.2}, reorder {:.2}",
                     bad.loss, bad.duplicate, bad.reorder
                 );
-                sim.apply(Action::SetNet(bad));
-                sim.schedule(now + d, Action::SetNet(base));
+                w.apply(Action::SetNet(bad));
+                w.schedule(now + d, Action::SetNet(base));
                 Some(detail)
             }
         }
     }
 }
 
-/// Whether slot `i` holds a process that could still come back on its own (not crashed).
-pub fn is_alive(sim: &Sim, i: usize) -> bool {
-    matches!(sim.slot(i).state, SlotState::Running | SlotState::Paused)
+/// Whether slot `i` holds a process that could still come back on its own (running or paused).
+pub fn is_alive(w: &impl WorldView, i: usize) -> bool {
+    !w.is_stopped(i)
 }

@@ -1,36 +1,59 @@
 //! convoke-sim: a deterministic simulator for the convoke membership core.
 //!
 //! It drives many sans-IO [`Cluster`](convoke_membership::Cluster) cores over a modelled network
-//! in virtual time, in one thread, with no async runtime (the TigerBeetle / FoundationDB approach
-//! of `design/STYLE.md`). A run is a pure function of its seed and options: every fault schedule,
-//! latency, uid and clock drift is drawn from streams derived from the seed, and the trace hash
-//! proves that two runs did the same thing. After every step the safety invariants of
-//! `spec/reliability.md` §2.1 are checked; chaos runs end with a liveness phase that heals every
-//! fault and demands convergence within a bound (§2.2).
+//! in virtual time, in one thread, with no async runtime (the approach of the FoundationDB and
+//! TigerBeetle simulators). A run is a pure function of its seed and options: every fault
+//! schedule, latency, uid and clock drift is drawn from streams derived from the seed, and the
+//! trace hash proves that two runs did the same thing. After every step the safety invariants
+//! (S1–S14, listed at [`invariants::registry`]) are checked; chaos runs end with a liveness phase
+//! that heals every fault and demands convergence within a bound ([`liveness`]).
+//!
+//! The cores run the split-brain resolver, which downs nodes in chaos runs by default. What a
+//! deployment adds around a core and the simulator does not model — the transport's quarantine,
+//! Cluster Bootstrap, a process supervisor, an operator downing by hand — is played by the
+//! [`operator`] and the [`processes`]' supervisor.
 //!
 //! Layout:
-//! - [`world`]: the simulator itself — slots, the event queue, the step, actions.
+//! - [`world`]: the simulator itself — [`world::Sim`] composes the parts below, takes the steps
+//!   and applies the actions.
+//! - [`queue`]: the event queue, in (time, sequence number) order.
+//! - [`processes`]: the slots, the core in each, and their lives (start, pause, crash, stop,
+//!   restart by the supervisor).
+//! - [`delivery`]: transmits through the modelled network and its link state, and the traffic
+//!   counters.
+//! - [`trace`]: the trace hash and the step log.
+//! - [`control`]: the actions, and the interface through which the nemesis and the operator act
+//!   on the world.
 //! - [`time`]: virtual time and drifting node clocks.
 //! - [`net`]: latency, loss, duplication, reordering, partitions and clogs.
 //! - [`faults`]: the nemesis that injects random faults in chaos runs.
-//! - [`operator`]: downing, quarantine and restarts on behalf of what does not exist yet (the
-//!   split-brain resolver, the transport, a process supervisor).
-//! - [`invariants`]: one checker per safety invariant, and the seam for the resolver's.
+//! - [`operator`]: quarantine, bootstrap, and oracle downing in place of the resolver.
+//! - [`invariants`]: one checker per safety invariant, of the core and of the resolver.
 //! - [`liveness`]: the post-heal checks and their bound.
 //! - [`counters`]: traffic per node and message type, with real wire sizes.
 //! - [`commands`]: `converge`, `detect` and `chaos` as functions returning reports.
-//! - [`stats`], [`trace`]: summaries and the trace hash.
+//! - [`stats`]: summaries of samples.
+//!
+//! No module imports one that imports it back: the world uses the parts, and the nemesis and the
+//! operator see the world only through [`control::Control`].
 
 #![warn(missing_docs)]
 
 pub mod commands;
+pub mod control;
 pub mod counters;
+pub mod delivery;
 pub mod faults;
 pub mod invariants;
 pub mod liveness;
 pub mod net;
 pub mod operator;
+pub mod processes;
+pub mod queue;
 pub mod stats;
 pub mod time;
 pub mod trace;
 pub mod world;
+
+#[cfg(test)]
+mod tests;

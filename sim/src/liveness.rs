@@ -1,5 +1,5 @@
-//! The liveness phase (reliability.md §2.2): once every fault is healed, the cluster must converge
-//! within a bound derived from the configuration and the cluster size.
+//! The liveness phase: once every fault is healed, the cluster must converge within a bound derived
+//! from the configuration and the cluster size.
 //!
 //! Checked properties:
 //! - **L1** eventual convergence: every running node is a member, holds the same member set (the
@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
-use convoke_membership::config::Config;
+use convoke_membership::config::{Config, RETRY_UNSUCCESSFUL_JOIN_AFTER_ON};
 use convoke_membership::member::MemberStatus;
 
 use convoke_membership::sbr::TICK_INTERVAL;
@@ -122,7 +122,7 @@ pub fn bound(config: &Config, n: usize, operator: &OperatorConfig, max_drift_ppm
     let bootstrap = operator.bootstrap_after.map_or(Duration::ZERO, |b| b + operator.tick);
     let restart = operator.restart_after.map_or(Duration::ZERO, |(_, hi)| hi);
     let join = config.seed_node_timeout
-        + config.retry_unsuccessful_join_after.unwrap_or(Duration::from_secs(10));
+        + config.retry_unsuccessful_join_after.unwrap_or(RETRY_UNSUCCESSFUL_JOIN_AFTER_ON);
     let log2 = usize::BITS - n.max(1).leading_zeros();
     let spread = config.gossip_interval * (2 * log2 + 5);
     let total = fd * 2 + down + restart + bootstrap + join * 2 + spread * 3;

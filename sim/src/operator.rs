@@ -1,39 +1,42 @@
-//! The operator: downing, quarantine and process restarts, done by the simulator on behalf of
-//! the parts of a deployment that do not exist yet.
+//! The operator: downing, quarantine and bootstrap, done by the simulator on behalf of the parts
+//! of a deployment it does not model (a runtime's transport, Cluster Bootstrap, a human).
 //!
 //! **Downing.** The cores run the split-brain resolver (keep-majority by default), which downs
 //! crashed and cut-off nodes on its own; chaos runs use it by default (`--downing resolver`), and
 //! then the operator downs nothing. With `--downing oracle` the resolver is switched off and the
-//! operator downs instead, modelled on Akka's test-only AutoDowning (membership.md §10.5): once
-//! the leader, in its own view, has seen a member unreachable for `down_after`, it downs it;
-//! Reachable or Removed cancels. Unlike AutoDowning, which downs whatever is unreachable on both
-//! sides of a partition and so makes split brains, the operator is an *oracle*: it downs only
-//! incarnations that really are gone — crashed processes, and nodes a fault deliberately cut off
-//! *and* that the fault marks for downing ([`Operator::down_isolated`]). For such an isolated node
-//! it also downs the node from itself, as a resolver's minority side would, so that it stops
-//! rather than lingering as a zombie. Running both at once would let the oracle pre-empt most of
-//! the resolver's decisions, so a run picks one.
+//! operator downs instead, modelled on Akka's test-only AutoDowning: once the leader, in its own
+//! view, has seen a member unreachable for `down_after`, it downs it; Reachable or Removed
+//! cancels. Unlike AutoDowning, which downs whatever is unreachable on both sides of a partition
+//! and so makes split brains, the operator is an *oracle*: it downs only incarnations that really
+//! are gone — crashed processes, and nodes a fault deliberately cut off *and* that the fault marks
+//! for downing ([`Operator::down_isolated`]). For such an isolated node it also downs the node from
+//! itself, as a resolver's minority side would, so that it stops rather than lingering as a
+//! zombie. Running both at once would let the oracle pre-empt most of the resolver's decisions, so
+//! a run picks one.
 //!
-//! Three more duties stand in for the runtime and its environment:
+//! Two more duties stand in for the runtime and its environment:
 //! - **Quarantine.** A transport refuses a removed incarnation (Akka quarantines it), and such a
 //!   process can never rejoin; it must be restarted. The operator stops a running incarnation once
 //!   a node that removed it (holds its tombstone) can reach it, so a node downed and removed while
-//!   partitioned or paused does not live on as a zombie after the heal.
-//! - **Supervision.** A process that stopped (shut down by its core, or quarantined) is restarted
-//!   after a random delay, as Kubernetes would, with a new uid on the same address, joining through
-//!   every other slot.
+//!   partitioned or paused does not live on as a zombie after the heal; the supervisor then
+//!   restarts it like any other stopped process.
 //! - **Bootstrap.** When no process is a member of any cluster any more, the lowest running slot
-//!   forms a new one (see [`bootstrap_tick`]).
+//!   forms a new one (see [`Operator::tick`]).
+//!
+//! The supervisor itself (restarts after a random delay, with a new uid on the same address,
+//! joining through every other slot) belongs to the processes ([`crate::processes::Supervisor`]);
+//! its delays are configured here, in [`OperatorConfig::restart_after`].
+//!
+//! The operator acts on the world through [`Control`] only.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use convoke_membership::UniqueAddress;
 use convoke_membership::member::MemberStatus;
-use convoke_membership::{ShutdownReason, UniqueAddress};
-use rand::Rng;
 use serde::Serialize;
 
-use crate::world::{Action, Sim, SlotState};
+use crate::control::{Action, Control};
 
 /// How downing is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -58,7 +61,7 @@ pub struct OperatorConfig {
     /// Restart stopped processes after a delay drawn uniformly from this range; `None`: never.
     pub restart_after: Option<(Duration, Duration)>,
     /// When no process has been a member of any cluster for this long, the lowest running slot
-    /// joins itself (see [`bootstrap_tick`]); `None`: never.
+    /// joins itself (see [`Operator::tick`]); `None`: never.
     pub bootstrap_after: Option<Duration>,
 }
 
@@ -170,150 +173,147 @@ impl Operator {
     pub fn pending(&self) -> impl Iterator<Item = &UniqueAddress> {
         self.pending.keys()
     }
+
+    /// The operator's periodic look at the world.
+    ///
+    /// Crashes are taken in here, not as they happen: nothing reads the marks between two looks,
+    /// and a mark keeps the time of its crash.
+    pub fn tick(&mut self, w: &mut impl Control) {
+        for (node, at) in w.take_crashes() {
+            self.on_crash(node, at);
+        }
+        if self.config.downing == Downing::Oracle {
+            self.downing_tick(w);
+        }
+        if self.config.quarantine {
+            self.quarantine_tick(w);
+        }
+        if self.config.bootstrap_after.is_some() {
+            self.bootstrap_tick(w);
+        }
+    }
+
+    /// What Cluster Bootstrap does in a deployment: when the resolver downed every member
+    /// (down-all, or each side of a partition downing itself), the restarted processes all try to
+    /// join some other slot, and nobody would ever form a cluster again. Once no process (running
+    /// or paused) has been a member of any cluster for `bootstrap_after`, the lowest running slot
+    /// joins itself; the others' join attempts then find it. As the operator sees the whole world,
+    /// this never makes a second cluster.
+    fn bootstrap_tick(&mut self, w: &mut impl Control) {
+        let now = w.now();
+        let any_member =
+            (0..w.slots()).any(|i| w.core(i).is_some_and(|c| c.gossip().has_member(c.self_node())));
+        let first_running = w.running().next();
+        let (Some(slot), false) = (first_running, any_member) else {
+            self.no_cluster_since = None;
+            return;
+        };
+        let since = *self.no_cluster_since.get_or_insert(now);
+        let wait = self.config.bootstrap_after.unwrap_or(Duration::MAX);
+        if now.saturating_sub(since) >= wait {
+            self.no_cluster_since = None;
+            self.bootstraps.push((slot, now));
+            w.join(slot, slot);
+        }
+    }
+
+    fn downing_tick(&mut self, w: &mut impl Control) {
+        let now = w.now();
+        let down_after = self.config.down_after;
+        let targets: Vec<UniqueAddress> = self.pending.keys().cloned().collect();
+        for target in targets {
+            let mut member_somewhere = false;
+            let mut down_somewhere = false;
+            let mut leader_sees_unreachable = None;
+            for i in w.running().collect::<Vec<_>>() {
+                let core = w.core(i).expect("running");
+                let g = core.gossip();
+                let Some(m) = g.member(&target) else { continue };
+                member_somewhere = true;
+                if m.status() == MemberStatus::Down {
+                    down_somewhere = true;
+                    break;
+                }
+                let me = core.self_node();
+                if *me != target
+                    && leader_sees_unreachable.is_none()
+                    && core.membership().is_leader(me)
+                    && g.reachability().all_unreachable_or_terminated().contains(&target)
+                {
+                    leader_sees_unreachable = Some(i);
+                }
+            }
+            let p = self.pending.get_mut(&target).expect("listed");
+            if !member_somewhere {
+                // Gone everywhere; but a join it sent before it died may still be admitted, so
+                // wait a while before forgetting it.
+                if now.saturating_sub(p.marked_at) > FORGET_AFTER {
+                    self.pending.remove(&target);
+                }
+                continue;
+            }
+            if down_somewhere {
+                p.since = None;
+                continue;
+            }
+            let Some(leader) = leader_sees_unreachable else {
+                p.since = None;
+                continue;
+            };
+            let since = *p.since.get_or_insert(now);
+            if now.saturating_sub(since) < down_after {
+                continue;
+            }
+            let isolated = p.isolated_slot;
+            p.since = None;
+            let Some(target_slot) = w.slot_of(&target.address) else { continue };
+            self.downs.push((target.clone(), leader, now));
+            // `down` takes an address: make sure it still names this incarnation in the leader's
+            // view.
+            let names_target = w.core(leader).is_some_and(|c| {
+                c.gossip().members().find(|m| m.address() == &target.address).map(|m| m.node())
+                    == Some(&target)
+            });
+            if names_target {
+                w.apply(Action::Down { from: leader, target: target_slot });
+            }
+            if let Some(slot) = isolated
+                && w.node(slot) == Some(&target)
+            {
+                w.apply(Action::Down { from: slot, target: slot });
+            }
+        }
+    }
+
+    fn quarantine_tick(&mut self, w: &mut impl Control) {
+        let running: Vec<usize> = w.running().collect();
+        let mut victims = Vec::new();
+        for &i in &running {
+            let Some(node) = w.node(i).cloned() else { continue };
+            let removed_by_reachable = running.iter().any(|&j| {
+                j != i
+                    && w.core(j).is_some_and(|c| c.gossip().tombstones().contains_key(&node))
+                    && w.link_open(i, j)
+            });
+            if removed_by_reachable {
+                victims.push((i, node));
+            }
+        }
+        for (i, node) in victims {
+            self.quarantined.push(node);
+            w.crash(i);
+            // A quarantined process exits; the supervisor restarts it like any other stopped one.
+            w.schedule_restart(i);
+        }
+    }
+}
+
+impl Default for Operator {
+    /// No operator at all.
+    fn default() -> Self {
+        Self::new(OperatorConfig::off())
+    }
 }
 
 /// How long a marked incarnation that is nowhere a member stays marked.
 const FORGET_AFTER: Duration = Duration::from_secs(120);
-
-/// The operator's periodic look at the world.
-pub(crate) fn tick(sim: &mut Sim) {
-    if sim.operator.config.downing == Downing::Oracle {
-        downing_tick(sim);
-    }
-    if sim.operator.config.quarantine {
-        quarantine_tick(sim);
-    }
-    if sim.operator.config.bootstrap_after.is_some() {
-        bootstrap_tick(sim);
-    }
-}
-
-/// What Cluster Bootstrap does in a deployment (reliability S15): when the resolver downed every
-/// member (down-all, or each side of a partition downing itself), the restarted processes all try
-/// to join some other slot, and nobody would ever form a cluster again. Once no process (running or
-/// paused) has been a member of any cluster for `bootstrap_after`, the lowest running slot joins
-/// itself; the others' join attempts then find it. As the operator sees the whole world, this never
-/// makes a second cluster.
-fn bootstrap_tick(sim: &mut Sim) {
-    let now = sim.now();
-    let any_member =
-        (0..sim.len()).any(|i| sim.core(i).is_some_and(|c| c.gossip().has_member(c.self_node())));
-    let first_running = sim.running().next();
-    let (Some(slot), false) = (first_running, any_member) else {
-        sim.operator.no_cluster_since = None;
-        return;
-    };
-    let since = *sim.operator.no_cluster_since.get_or_insert(now);
-    let wait = sim.operator.config.bootstrap_after.unwrap_or(Duration::MAX);
-    if now.saturating_sub(since) >= wait {
-        sim.operator.no_cluster_since = None;
-        sim.operator.bootstraps.push((slot, now));
-        sim.join(slot, slot);
-    }
-}
-
-fn downing_tick(sim: &mut Sim) {
-    let now = sim.now();
-    let down_after = sim.operator.config.down_after;
-    let targets: Vec<UniqueAddress> = sim.operator.pending.keys().cloned().collect();
-    for target in targets {
-        let mut member_somewhere = false;
-        let mut down_somewhere = false;
-        let mut leader_sees_unreachable = None;
-        for i in sim.running().collect::<Vec<_>>() {
-            let core = sim.core(i).expect("running");
-            let g = core.gossip();
-            let Some(m) = g.member(&target) else { continue };
-            member_somewhere = true;
-            if m.status() == MemberStatus::Down {
-                down_somewhere = true;
-                break;
-            }
-            let me = core.self_node();
-            if *me != target
-                && leader_sees_unreachable.is_none()
-                && core.membership().is_leader(me)
-                && g.reachability().all_unreachable_or_terminated().contains(&target)
-            {
-                leader_sees_unreachable = Some(i);
-            }
-        }
-        let p = sim.operator.pending.get_mut(&target).expect("listed");
-        if !member_somewhere {
-            // Gone everywhere; but a join it sent before it died may still be admitted, so wait
-            // a while before forgetting it.
-            if now.saturating_sub(p.marked_at) > FORGET_AFTER {
-                sim.operator.pending.remove(&target);
-            }
-            continue;
-        }
-        if down_somewhere {
-            p.since = None;
-            continue;
-        }
-        let Some(leader) = leader_sees_unreachable else {
-            p.since = None;
-            continue;
-        };
-        let since = *p.since.get_or_insert(now);
-        if now.saturating_sub(since) < down_after {
-            continue;
-        }
-        let isolated = p.isolated_slot;
-        p.since = None;
-        let Some(target_slot) = sim.slot_of(&target.address) else { continue };
-        sim.operator.downs.push((target.clone(), leader, now));
-        // `down` takes an address: make sure it still names this incarnation in the leader's view.
-        let names_target = sim.core(leader).is_some_and(|c| {
-            c.gossip().members().find(|m| m.address() == &target.address).map(|m| m.node())
-                == Some(&target)
-        });
-        if names_target {
-            sim.apply(Action::Down { from: leader, target: target_slot });
-        }
-        if let Some(slot) = isolated
-            && sim.slot(slot).node.as_ref() == Some(&target)
-        {
-            sim.apply(Action::Down { from: slot, target: slot });
-        }
-    }
-}
-
-fn quarantine_tick(sim: &mut Sim) {
-    let running: Vec<usize> = sim.running().collect();
-    let mut victims = Vec::new();
-    for &i in &running {
-        let Some(node) = sim.slot(i).node.clone() else { continue };
-        let removed_by_reachable = running.iter().any(|&j| {
-            j != i
-                && sim.core(j).is_some_and(|c| c.gossip().tombstones().contains_key(&node))
-                && crate::invariants::WorldView::link_open(sim, i, j)
-        });
-        if removed_by_reachable {
-            victims.push((i, node));
-        }
-    }
-    for (i, node) in victims {
-        sim.operator.quarantined.push(node);
-        sim.crash(i);
-        // A quarantined process exits; the supervisor restarts it like any other stopped one.
-        schedule_restart(sim, i);
-    }
-}
-
-/// A process in `slot` stopped on its own (its core asked to shut down).
-pub(crate) fn on_stopped(sim: &mut Sim, slot: usize) {
-    if matches!(sim.slot(slot).state, SlotState::Stopped(ShutdownReason::JoinUnsuccessful)) {
-        return;
-    }
-    schedule_restart(sim, slot);
-}
-
-fn schedule_restart(sim: &mut Sim, slot: usize) {
-    let Some((lo, hi)) = sim.operator.config.restart_after else { return };
-    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let delay =
-        Duration::from_nanos(sim.rng_operator.random_range(nanos(lo)..=nanos(hi).max(nanos(lo))));
-    let after = sim.slot(slot).incarnations;
-    sim.schedule(sim.now() + delay, Action::Restart { slot, after });
-}

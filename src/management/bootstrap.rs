@@ -1,4 +1,5 @@
-//! `/bootstrap/seed-nodes` (the contact-point route every node serves, spec §4.3) and
+//! `/bootstrap/seed-nodes` (the contact-point route every node serves: other nodes' bootstrap
+//! probes it to learn whether this node is in a cluster and who its seeds are) and
 //! `/bootstrap/status` (what this node's bootstrap is doing and why).
 
 use axum::Json;
@@ -45,11 +46,11 @@ pub fn seed_nodes(state: &CurrentClusterState) -> SeedNodes {
 }
 
 pub(super) async fn get_seed_nodes(State(app): State<AppState>) -> Json<SeedNodes> {
-    let answer = seed_nodes(&app.node.state());
+    let answer = seed_nodes(&app.node.control.state());
     tracing::debug!(seed_nodes = answer.seed_nodes.len(), "bootstrap request");
     Json(answer)
 }
 
 pub(super) async fn get_status(State(app): State<AppState>) -> Json<StatusView> {
-    Json(app.node.bootstrap_status().view(tokio::time::Instant::now()))
+    Json(app.node.bootstrap.borrow().view(tokio::time::Instant::now()))
 }

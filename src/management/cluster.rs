@@ -1,4 +1,5 @@
-//! `/cluster/members` and `/cluster`: the cluster routes and their JSON (spec §3.1–3.4).
+//! `/cluster/members` and `/cluster`: the cluster routes and their JSON, in the shapes Akka
+//! Management answers with (README, "Management API").
 
 use std::collections::BTreeMap;
 
@@ -133,14 +134,14 @@ fn field<'a>(form: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, 
 }
 
 pub(super) async fn get_members(State(app): State<AppState>) -> Json<ClusterMembers> {
-    Json(ClusterMembers::of(&app.node.state()))
+    Json(ClusterMembers::of(&app.node.control.state()))
 }
 
 pub(super) async fn get_member(
     State(app): State<AppState>,
     Path(address): Path<String>,
 ) -> Result<Json<ClusterMember>, ApiError> {
-    let state = app.node.state();
+    let state = app.node.control.state();
     find(&state, &address)
         .map(|m| Json(ClusterMember::of(m)))
         .ok_or_else(|| ApiError::member_not_found(&address))
@@ -156,7 +157,11 @@ pub(super) async fn post_members(
     let address: Address = text
         .parse()
         .map_err(|e: convoke_membership::AddressError| ApiError::bad_request(e.to_string()))?;
-    app.node.join(address.clone()).await.map_err(|e| ApiError::bad_request(e.to_string()))?;
+    app.node
+        .control
+        .join(address.clone())
+        .await
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(Message::new(format!("Joining {address}")))
 }
 
@@ -166,7 +171,7 @@ pub(super) async fn delete_member(
 ) -> Result<Json<Message>, ApiError> {
     app.writable()?;
     let target = app.member_address(&address)?;
-    app.node.leave(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
+    app.node.control.leave(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
     Ok(Message::new(format!("Leaving {target}")))
 }
 
@@ -180,11 +185,11 @@ pub(super) async fn put_member(
     let form = form(&body)?;
     match field(&form, "operation")?.to_ascii_lowercase().as_str() {
         "down" => {
-            app.node.down(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
+            app.node.control.down(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
             Ok(Message::new(format!("Downing {target}")))
         }
         "leave" => {
-            app.node.leave(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
+            app.node.control.leave(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
             Ok(Message::new(format!("Leaving {target}")))
         }
         _ => Err(ApiError::bad_request("Operation not supported")),
@@ -200,7 +205,7 @@ pub(super) async fn put_cluster(
     if !field(&form, "operation")?.eq_ignore_ascii_case("prepare-for-full-shutdown") {
         return Err(ApiError::bad_request("Operation not supported"));
     }
-    app.node.prepare_for_full_shutdown().await.map_err(|_| ApiError::node_stopped())?;
+    app.node.control.prepare_for_full_shutdown().await.map_err(|_| ApiError::node_stopped())?;
     Ok(Message::new("Preparing for full cluster shutdown"))
 }
 
@@ -210,7 +215,7 @@ impl AppState {
     }
 
     fn member_address(&self, given: &str) -> Result<Address, ApiError> {
-        let state = self.node.state();
+        let state = self.node.control.state();
         find(&state, given)
             .map(|m| m.address().clone())
             .ok_or_else(|| ApiError::member_not_found(given))

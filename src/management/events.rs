@@ -1,4 +1,5 @@
-//! `GET /cluster/domain-events`: cluster events as server-sent events (spec §3.5).
+//! `GET /cluster/domain-events`: cluster events as server-sent events, with Akka Management's
+//! event names and JSON, filtered by `?type=`.
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
@@ -13,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::node::RecvError;
+use crate::control::RecvError;
 
 /// How often an idle stream sends a keep-alive comment.
 pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(10);
@@ -52,7 +53,7 @@ fn member_json(m: &Member) -> Value {
     })
 }
 
-/// The JSON payload of one event: `type` plus the fields the spec gives for it.
+/// The JSON payload of one event: `type` plus the fields Akka Management sends for it.
 pub fn event_json(e: &ClusterEvent) -> Value {
     let mut v = match e {
         ClusterEvent::MemberRemoved { member, previous_status } => {
@@ -93,7 +94,7 @@ pub(super) async fn domain_events(
     let Ok(permit) = app.event_clients.clone().try_acquire_owned() else {
         return ApiError::too_many_streams().into_response();
     };
-    let Ok(mut subscription) = app.node.subscribe().await else {
+    let Ok(mut subscription) = app.node.control.subscribe().await else {
         return ApiError::node_stopped().into_response();
     };
     let buffer = app.settings.limits.event_buffer;

@@ -1,12 +1,16 @@
 //! The management HTTP server: cluster routes compatible with Akka Management, health checks,
 //! server-sent cluster events, Prometheus metrics, authentication and TLS.
 //!
-//! [`router`] builds the routes for a [`Node`], so a service can mount them on its own axum
-//! server; [`serve`] runs convoke's own server with the limits of `[management.limits]`.
+//! [`router`] builds the routes for a [`Handle`] — the few things of a node the routes need — so
+//! a service can mount them on its own axum server ([`Node::management_handle`]) and tests can
+//! build one in memory; [`serve`] runs convoke's own server with the limits of
+//! `[management.limits]`.
 //!
 //! Layout: `cluster.rs` (members routes and JSON), `bootstrap.rs` (`/bootstrap/seed-nodes`,
-//! `/bootstrap/status`), `health.rs` (`/ready`, `/alive`),
-//! `events.rs` (SSE), `metrics.rs`, `auth.rs`, `server.rs` (accept loop, TLS), `error.rs`.
+//! `/bootstrap/status`), `health.rs` (`/ready`, `/alive`), `events.rs` (SSE), `metrics.rs`,
+//! `auth.rs`, `server.rs` (accept loop, TLS), `error.rs`.
+//!
+//! [`Node::management_handle`]: crate::Node::management_handle
 
 mod auth;
 mod bootstrap;
@@ -31,11 +35,15 @@ pub use bootstrap::seed_nodes;
 pub use cluster::{ClusterMember, ClusterMembers, ClusterUnreachableMember};
 pub use error::{ApiError, Message};
 pub use events::event_json;
-pub use health::{Check, HealthChecks};
-pub use metrics::{RuntimeMetrics, SharedMetrics};
 pub use server::{TlsError, serve, tls_acceptor};
 
-use crate::node::Node;
+use convoke_bootstrap::BootstrapStatus;
+use convoke_membership::UniqueAddress;
+use tokio::sync::watch;
+
+use crate::control::Control;
+use crate::health::HealthChecks;
+use crate::metrics::Metrics;
 use crate::settings::ManagementSettings;
 
 /// The operations the management API serves, as (method, path template). The OpenAPI document
@@ -59,13 +67,27 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// The OpenAPI document, served at `/openapi.yaml`.
 pub const OPENAPI: &str = include_str!("../../openapi/openapi.yaml");
 
+/// What the routes need of a node: its identity, the driver's control (snapshots and commands),
+/// bootstrap's status, the user's health checks and the metrics. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Handle {
+    /// The node's identity.
+    pub self_node: UniqueAddress,
+    /// The driver's commands, snapshots and termination.
+    pub control: Control,
+    /// What bootstrap is doing and why.
+    pub bootstrap: watch::Receiver<BootstrapStatus>,
+    /// The user's readiness and liveness checks.
+    pub health: HealthChecks,
+    /// The metrics served at `/metrics`.
+    pub metrics: Metrics,
+}
+
 /// What every handler sees.
 #[derive(Clone, Debug)]
 pub struct AppState {
-    node: Node,
+    node: Handle,
     settings: Arc<ManagementSettings>,
-    checks: HealthChecks,
-    metrics: SharedMetrics,
     event_clients: Arc<Semaphore>,
 }
 
@@ -75,10 +97,8 @@ fn with_405(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
 
 /// The management routes for `node`, under `settings.base_path`, with authentication, the body
 /// limit and the request timeout (event streams excepted).
-pub fn router(node: Node, settings: &ManagementSettings) -> Router {
+pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
     let state = AppState {
-        checks: node.health_checks().clone(),
-        metrics: node.metrics().clone(),
         node,
         event_clients: Arc::new(Semaphore::new(settings.limits.max_event_clients)),
         settings: Arc::new(settings.clone()),
@@ -103,7 +123,7 @@ pub fn router(node: Node, settings: &ManagementSettings) -> Router {
         .route("/openapi.yaml", with_405(get(openapi)))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
-            settings.limits.request_timeout.0,
+            settings.limits.request_timeout,
         ));
     let streaming =
         Router::new().route("/cluster/domain-events", with_405(get(events::domain_events)));

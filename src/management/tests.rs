@@ -1,25 +1,79 @@
-//! Router tests with `oneshot`, against a running node (no management socket).
+//! Router tests with `oneshot` against an in-memory node: the real core and driver, with no
+//! transport and no socket.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use convoke_membership::{Address, Cluster, Uid};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
 use super::*;
-use crate::settings::{AuthSettings, Dur, Settings};
+use crate::control::Termination;
+use crate::settings::{AuthSettings, Settings};
 
-async fn node() -> Node {
+/// A node that has not joined: its handle, built in memory.
+fn unjoined(s: &Settings) -> Handle {
+    let self_node = UniqueAddress::new(
+        "convoke://convoke@127.0.0.1:25520".parse().unwrap(),
+        Uid::new(7).unwrap(),
+    );
+    let now = tokio::time::Instant::now().into_std();
+    let core =
+        Cluster::new(s.core_config().unwrap(), self_node.clone(), now, crate::driver::wall_clock())
+            .unwrap();
+    let metrics = Metrics::default();
+    let control = crate::driver::spawn(core, now, None, None, metrics.clone());
+    let bootstrap = crate::bootstrap::start(s, None, &self_node.address, &control).unwrap();
+    Handle { self_node, control, bootstrap, health: HealthChecks::default(), metrics }
+}
+
+/// The calls these tests make on a node, on its handle.
+trait TestNode {
+    fn self_address(&self) -> &Address;
+    fn self_node(&self) -> &UniqueAddress;
+    fn health_checks(&self) -> &HealthChecks;
+    fn self_status(&self) -> convoke_membership::MemberStatus;
+    async fn stop(&self);
+    async fn terminated(&self) -> Termination;
+}
+
+impl TestNode for Handle {
+    fn self_address(&self) -> &Address {
+        &self.self_node.address
+    }
+
+    fn self_node(&self) -> &UniqueAddress {
+        &self.self_node
+    }
+
+    fn health_checks(&self) -> &HealthChecks {
+        &self.health
+    }
+
+    fn self_status(&self) -> convoke_membership::MemberStatus {
+        self.control.self_status()
+    }
+
+    async fn stop(&self) {
+        self.control.stop().await;
+    }
+
+    async fn terminated(&self) -> Termination {
+        self.control.terminated().await
+    }
+}
+
+async fn node() -> Handle {
     let mut s = Settings::default();
-    s.cluster.port = 0;
     s.management.enabled = false;
-    s.cluster.periodic_tasks_initial_delay = Dur(Duration::from_millis(50));
-    s.cluster.leader_actions_interval = Dur(Duration::from_millis(50));
-    let node = Node::start(&s).await.unwrap();
-    node.join(node.self_address().clone()).await.unwrap();
-    let mut rx = node.watch();
+    s.cluster.core.periodic_tasks_initial_delay = Duration::from_millis(50);
+    s.cluster.core.leader_actions_interval = Duration::from_millis(50);
+    let node = unjoined(&s);
+    node.control.join(node.self_address().clone()).await.unwrap();
+    let mut rx = node.control.watch();
     tokio::time::timeout(
         Duration::from_secs(10),
         rx.wait_for(|s| {
@@ -217,7 +271,7 @@ async fn health_routes_answer_in_plain_text_and_user_checks_count() {
     assert_eq!(call(&router, "GET", "/ready", "", None).await, (StatusCode::OK, "OK".to_owned()));
     assert_eq!(call(&router, "GET", "/alive", "", None).await, (StatusCode::OK, "OK".to_owned()));
     node.health_checks().add_readiness("warm-cache", || async { Ok(false) });
-    node.health_checks().add_liveness("db", || async { Err("connection refused".to_owned()) });
+    node.health_checks().add_liveness("db", || async { Err("connection refused".into()) });
     let (status, text) = call(&router, "GET", "/ready", "", None).await;
     assert_eq!(
         (status, text.as_str()),
@@ -347,9 +401,8 @@ async fn metrics_are_served_in_the_prometheus_text_format() {
 #[tokio::test]
 async fn seed_nodes_are_empty_before_joining_and_list_self_with_a_numeric_uid_after() {
     let mut s = Settings::default();
-    s.cluster.port = 0;
     s.management.enabled = false;
-    let alone = Node::start(&s).await.unwrap();
+    let alone = unjoined(&s);
     let router_alone = router(alone.clone(), &settings(true));
     let (status, text) = call(&router_alone, "GET", "/bootstrap/seed-nodes", "", None).await;
     assert_eq!(status, StatusCode::OK);

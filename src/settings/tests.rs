@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use figment::Jail;
 
+use convoke_membership::gossip::WallMillis;
+
 use super::*;
 
 fn load_sets(sets: &[&str]) -> Result<Settings, SettingsError> {
@@ -20,8 +22,8 @@ fn defaults_match_the_documented_interface() {
     let s = Settings::default();
     assert_eq!(s.cluster.port, 25520);
     assert_eq!(s.management.port, 8558);
-    assert_eq!(s.cluster.system_name, "convoke");
-    assert_eq!(s.cluster.split_brain_resolver.active_strategy, "keep-majority");
+    assert_eq!(s.cluster.core.system_name, "convoke");
+    assert_eq!(s.cluster.core.split_brain_resolver.active_strategy, "keep-majority");
     assert!(s.management.read_only);
     assert_eq!(s.bootstrap.required_contact_point_nr, 2);
     s.validate().unwrap();
@@ -46,8 +48,8 @@ fn later_layers_win_file_then_env_then_set() {
         .map_err(|e| e.to_string())?;
         assert_eq!(s.cluster.port, 3000);
         assert_eq!(s.cluster.hostname, "file");
-        assert_eq!(s.cluster.roles, ["a"]);
-        assert!((s.cluster.failure_detector.threshold - 9.5).abs() < f64::EPSILON);
+        assert_eq!(s.cluster.core.roles.iter().collect::<Vec<_>>(), ["a"]);
+        assert!((s.cluster.core.failure_detector.threshold - 9.5).abs() < f64::EPSILON);
         Ok(())
     });
 }
@@ -63,7 +65,7 @@ fn set_takes_toml_values_and_bare_strings() {
     .unwrap();
     assert_eq!(s.cluster.seed_nodes, ["convoke://convoke@127.0.0.1:25520"]);
     assert_eq!(s.cluster.hostname, "10.0.0.7");
-    assert_eq!(s.cluster.gossip_interval.0, Duration::from_millis(500));
+    assert_eq!(s.cluster.core.gossip_interval, Duration::from_millis(500));
     assert_eq!(s.core_config().unwrap().allow_weakly_up_members, None);
 }
 
@@ -91,6 +93,18 @@ fn every_bad_value_names_its_key() {
         ("bootstrap.stable_margin=\"soon\"", "bootstrap.stable_margin"),
         ("management.bind_port=\"x\"", "management.bind_port"),
         ("cluster.transport.max_frame_size=0", "cluster.transport.max_frame_size"),
+        (
+            "cluster.split_brain_resolver.lease_majority.nonsense=1",
+            "cluster.split_brain_resolver.lease_majority.nonsense",
+        ),
+        (
+            "cluster.split_brain_resolver.lease_majority.release_after=\"later\"",
+            "cluster.split_brain_resolver.lease_majority.release_after",
+        ),
+        (
+            "cluster.split_brain_resolver.lease_majority.kubernetes_api_url=1",
+            "cluster.split_brain_resolver.lease_majority.kubernetes_api_url",
+        ),
         ("nonsense.key=1", "nonsense"),
         ("cluster.port", "--set"),
     ];
@@ -156,7 +170,7 @@ fn bootstrap_and_discovery_settings_are_read_and_bad_combinations_name_the_key()
     ])
     .unwrap();
     s.validate().unwrap();
-    assert_eq!(s.bootstrap.stable_margin, Dur(Duration::from_secs(1)));
+    assert_eq!(s.bootstrap.stable_margin, Duration::from_secs(1));
     assert_eq!(s.discovery.dns.nameservers, ["127.0.0.1:5353"]);
     assert_eq!(s.bootstrap.effective_service_name("My_Cluster system"), "my-cluster-system");
 
@@ -209,18 +223,21 @@ fn every_split_brain_strategy_table_reaches_the_core_config() {
 #[test]
 fn split_brain_defaults_are_keep_majority_after_20s_with_the_documented_lease_timing() {
     let s = Settings::default();
-    let sbr = &s.cluster.split_brain_resolver;
-    assert_eq!(sbr.stable_after.0, Duration::from_secs(20));
+    let sbr = &s.cluster.core.split_brain_resolver;
+    assert_eq!(sbr.stable_after, Duration::from_secs(20));
     assert!(sbr.keep_oldest.down_if_alone);
     assert_eq!(sbr.static_quorum.quorum_size, 0);
     let l = &sbr.lease_majority;
-    assert_eq!(l.heartbeat_interval.0, Duration::from_secs(12));
-    assert_eq!(l.heartbeat_timeout.0, Duration::from_secs(120));
-    assert_eq!(l.lease_operation_timeout.0, Duration::from_secs(5));
-    assert_eq!(l.acquire_lease_delay_for_minority.0, Duration::from_secs(2));
-    assert_eq!(l.release_after.0, Duration::from_secs(40));
-    assert_eq!(l.kubernetes_api_url, "");
-    assert_eq!(l.kubernetes_token_path, "/var/run/secrets/kubernetes.io/serviceaccount/token");
+    assert_eq!(l.heartbeat_interval, Duration::from_secs(12));
+    assert_eq!(l.heartbeat_timeout, Duration::from_secs(120));
+    assert_eq!(l.lease_operation_timeout, Duration::from_secs(5));
+    assert_eq!(l.acquire_lease_delay_for_minority, Duration::from_secs(2));
+    assert_eq!(l.release_after, Duration::from_secs(40));
+    assert_eq!(s.lease.kubernetes_api_url, "");
+    assert_eq!(
+        s.lease.kubernetes_token_path,
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
     let core = s.core_config().unwrap().split_brain_resolver;
     assert_eq!(core.down_all_when_unstable_after(), Some(Duration::from_secs(15)));
     assert_eq!(core.lease_majority.effective_lease_name("orders"), "orders-convoke-sbr");
@@ -236,7 +253,8 @@ fn active_strategy_off_turns_automatic_downing_off() {
         convoke_membership::Uid::new(7).unwrap(),
     );
     let cluster =
-        convoke_membership::Cluster::new(core, node, std::time::Instant::now(), 0).unwrap();
+        convoke_membership::Cluster::new(core, node, std::time::Instant::now(), WallMillis(0))
+            .unwrap();
     assert!(cluster.split_brain_resolver().is_none());
 }
 
@@ -253,9 +271,9 @@ fn lease_majority_is_accepted_with_its_lease_settings() {
     ])
     .unwrap();
     assert_eq!(s.core_config().unwrap().split_brain_resolver.active_strategy, "lease-majority");
-    let l = &s.cluster.split_brain_resolver.lease_majority;
-    assert_eq!(l.heartbeat_timeout.0, Duration::from_secs(3));
-    assert_eq!(l.kubernetes_namespace, "orders");
+    let l = &s.cluster.core.split_brain_resolver.lease_majority;
+    assert_eq!(l.heartbeat_timeout, Duration::from_secs(3));
+    assert_eq!(s.lease.kubernetes_namespace, "orders");
 }
 
 #[test]
@@ -339,7 +357,7 @@ fn split_brain_tables_load_from_a_file_and_print_back() {
             sets: vec![],
         })
         .map_err(|e| e.to_string())?;
-        let ko = &s.cluster.split_brain_resolver.keep_oldest;
+        let ko = &s.cluster.core.split_brain_resolver.keep_oldest;
         assert!(!ko.down_if_alone);
         assert_eq!(ko.role, "backend");
         let printed = s.to_toml();

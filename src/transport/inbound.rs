@@ -93,7 +93,7 @@ async fn serve(
         StreamKind::Control => queues.control,
         StreamKind::Ordinary => queues.ordinary,
     };
-    let idle_timeout = shared.settings.idle_timeout.0;
+    let idle_timeout = shared.settings.idle_timeout;
     loop {
         let next = tokio::select! {
             biased;
@@ -161,7 +161,7 @@ async fn handshake(
     frames: &mut FramedRead<TcpStream, FrameCodec>,
     peer: SocketAddr,
 ) -> Option<Handshake> {
-    let timeout = shared.settings.handshake_timeout.0;
+    let timeout = shared.settings.handshake_timeout;
     let payload = match tokio::time::timeout(timeout, frames.next()).await {
         Err(_) => {
             tracing::warn!(%peer, ?timeout, "closing connection: no handshake within handshake_timeout");

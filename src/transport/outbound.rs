@@ -173,7 +173,7 @@ enum End {
 
 /// The lane's task: wait for messages, connect, write, reconnect with backoff.
 pub(super) async fn run(shared: Arc<Shared>, lane: Arc<Lane>) {
-    let max_backoff = shared.settings.max_reconnect_backoff.0;
+    let max_backoff = shared.settings.max_reconnect_backoff;
     let mut backoff = Backoff::new(max_backoff);
     let mut failures = 0u32;
     loop {
@@ -218,8 +218,7 @@ pub(super) async fn run(shared: Arc<Shared>, lane: Arc<Lane>) {
                 } else {
                     tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), error = %e, failures, "cannot connect");
                 }
-                if shared.stopping.is_cancelled()
-                    || lane.idle_for() >= shared.settings.idle_timeout.0
+                if shared.stopping.is_cancelled() || lane.idle_for() >= shared.settings.idle_timeout
                 {
                     // Shutting down, or nobody has had anything new for this peer for a while.
                     retire(&shared, &lane, true);
@@ -250,7 +249,7 @@ async fn wait_for_work(shared: &Shared, lane: &Arc<Lane>) -> bool {
             biased;
             () = shared.stopping.cancelled() => {}
             () = lane.notify.notified() => {}
-            () = tokio::time::sleep(shared.settings.idle_timeout.0) => {
+            () = tokio::time::sleep(shared.settings.idle_timeout) => {
                 if retire(shared, lane, false) {
                     return false;
                 }
@@ -273,7 +272,7 @@ async fn connect(shared: &Shared, peer: &Address) -> io::Result<TcpStream> {
             io::Error::new(io::ErrorKind::NotFound, "the host resolved to no address")
         }))
     };
-    let timeout = shared.settings.connect_timeout.0;
+    let timeout = shared.settings.connect_timeout;
     tokio::time::timeout(timeout, attempt).await.unwrap_or_else(|_| {
         Err(io::Error::new(io::ErrorKind::TimedOut, format!("no connection within {timeout:?}")))
     })
@@ -300,7 +299,7 @@ async fn write(shared: &Shared, lane: &Lane, socket: TcpStream) -> End {
     let _open = stats::open(&shared.counters.open_outbound);
     tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), "connected");
     // Close before the peer's idle timeout can cut the connection during a write.
-    let idle = shared.settings.idle_timeout.0 / 2;
+    let idle = shared.settings.idle_timeout / 2;
     let mut probe = [0u8; 1];
     loop {
         while let Some(message) = lane.pop() {

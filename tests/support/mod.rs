@@ -8,24 +8,24 @@ pub mod process;
 use std::time::Duration;
 
 use convoke::Node;
-use convoke::driver::Snapshot;
-use convoke::settings::{Dur, Settings};
+use convoke::control::Snapshot;
+use convoke::settings::Settings;
 
 /// Settings with short intervals, so failures are detected in about a second of real time.
 pub fn fast_settings() -> Settings {
     let mut s = Settings::default();
     let c = &mut s.cluster;
     c.port = 0;
-    c.gossip_interval = Dur(Duration::from_millis(200));
-    c.leader_actions_interval = Dur(Duration::from_millis(200));
-    c.unreachable_nodes_reaper_interval = Dur(Duration::from_millis(200));
-    c.periodic_tasks_initial_delay = Dur(Duration::from_millis(100));
-    c.seed_node_timeout = Dur(Duration::from_secs(2));
-    c.retry_unsuccessful_join_after = convoke::settings::Switch::after(Duration::from_secs(2));
-    c.failure_detector.heartbeat_interval = Dur(Duration::from_millis(200));
-    c.failure_detector.acceptable_heartbeat_pause = Dur(Duration::from_millis(800));
-    c.failure_detector.expected_response_after = Dur(Duration::from_millis(500));
-    c.leave_timeout = Dur(Duration::from_secs(10));
+    c.core.gossip_interval = Duration::from_millis(200);
+    c.core.leader_actions_interval = Duration::from_millis(200);
+    c.core.unreachable_nodes_reaper_interval = Duration::from_millis(200);
+    c.core.periodic_tasks_initial_delay = Duration::from_millis(100);
+    c.core.seed_node_timeout = Duration::from_secs(2);
+    c.core.retry_unsuccessful_join_after = Some(Duration::from_secs(2));
+    c.core.failure_detector.heartbeat_interval = Duration::from_millis(200);
+    c.core.failure_detector.acceptable_heartbeat_pause = Duration::from_millis(800);
+    c.core.failure_detector.expected_response_after = Duration::from_millis(500);
+    c.leave_timeout = Duration::from_secs(10);
     s.management.enabled = false;
     s
 }

@@ -6,6 +6,7 @@ use futures::future::BoxFuture;
 
 use super::*;
 use crate::contact_point::SelfContactPoint;
+use crate::local_node::LocalNode;
 use crate::probe::SeedNode;
 
 type Script = dyn Fn(usize, Duration) -> Result<Vec<ContactPoint>, ()> + Send + Sync;
@@ -135,15 +136,23 @@ fn cp(last_octet: u8) -> ContactPoint {
     ContactPoint::new(ip.to_string(), Some(8558), Some(ip))
 }
 
-fn config(self_octet: u8) -> BootstrapConfig {
-    let mut c = BootstrapConfig::new(
-        "svc",
+fn settings() -> BootstrapSettings {
+    BootstrapSettings {
+        service_name: "svc".into(),
+        required_contact_point_nr: 3,
+        ..BootstrapSettings::default()
+    }
+}
+
+/// Node `10.0.0.<self_octet>`: management port 8558, cluster transport port 25520.
+fn local(self_octet: u8) -> LocalNode {
+    let mut local = LocalNode::new(
+        "convoke",
         SelfContactPoint::new(format!("10.0.0.{self_octet}"), 8558),
         (format!("10.0.0.{self_octet}"), 25520),
     );
-    c.required_contact_point_nr = 3;
-    c.seed = Some(1);
-    c
+    local.seed = Some(1);
+    local
 }
 
 const LONG: Duration = Duration::from_secs(600);
@@ -152,9 +161,9 @@ const LONG: Duration = Duration::from_secs(600);
 async fn failed_lookups_back_off_exponentially_up_to_the_cap() {
     let discovery = ScriptedDiscovery::new(|_, _| Err(()));
     let prober = ScriptedProber::new(|_| Answer::NoCluster);
-    let mut c = config(1);
-    c.discovery_backoff_random_factor = 0.0;
-    let (coordinator, status) = Coordinator::new(c, discovery.clone(), prober);
+    let mut s = settings();
+    s.discovery_backoff_random_factor = 0.0;
+    let (coordinator, status) = Coordinator::new(&s, local(1), discovery.clone(), prober);
     assert!(tokio::time::timeout(Duration::from_secs(60), coordinator.run()).await.is_err());
     let secs: Vec<u64> = discovery.gaps().iter().map(Duration::as_secs).collect();
     assert_eq!(secs[..5], [2, 4, 8, 15, 15], "{secs:?}");
@@ -175,8 +184,12 @@ async fn failed_lookups_back_off_exponentially_up_to_the_cap() {
 #[tokio::test(start_paused = true)]
 async fn backoff_jitter_adds_at_most_the_random_factor() {
     let discovery = ScriptedDiscovery::new(|_, _| Err(()));
-    let (coordinator, _status) =
-        Coordinator::new(config(1), discovery.clone(), ScriptedProber::new(|_| Answer::NoCluster));
+    let (coordinator, _status) = Coordinator::new(
+        &settings(),
+        local(1),
+        discovery.clone(),
+        ScriptedProber::new(|_| Answer::NoCluster),
+    );
     assert!(tokio::time::timeout(Duration::from_secs(120), coordinator.run()).await.is_err());
     let gaps = discovery.gaps();
     let bases = [2u64, 4, 8, 15, 15, 15];
@@ -195,8 +208,12 @@ async fn backoff_jitter_adds_at_most_the_random_factor() {
 #[tokio::test(start_paused = true)]
 async fn the_lowest_node_forms_a_cluster_once_the_set_has_been_stable_for_the_margin() {
     let discovery = ScriptedDiscovery::new(|_, _| Ok(vec![cp(1), cp(2), cp(3)]));
-    let (coordinator, status) =
-        Coordinator::new(config(1), discovery, ScriptedProber::new(|_| Answer::NoCluster));
+    let (coordinator, status) = Coordinator::new(
+        &settings(),
+        local(1),
+        discovery,
+        ScriptedProber::new(|_| Answer::NoCluster),
+    );
     let start = Instant::now();
     assert_eq!(coordinator.run().await, Decision::JoinSelf);
     let took = start.elapsed();
@@ -216,8 +233,12 @@ async fn the_stable_margin_restarts_when_the_discovered_set_changes() {
         }
         Ok(targets)
     });
-    let (coordinator, status) =
-        Coordinator::new(config(1), discovery, ScriptedProber::new(|_| Answer::NoCluster));
+    let (coordinator, status) = Coordinator::new(
+        &settings(),
+        local(1),
+        discovery,
+        ScriptedProber::new(|_| Answer::NoCluster),
+    );
     let start = Instant::now();
     let mut watch = status.clone();
     let changed = tokio::spawn(async move {
@@ -249,7 +270,7 @@ async fn a_reported_cluster_is_joined_at_once_without_waiting_for_the_margin() {
     let prober = ScriptedProber::new(|url| {
         if url.contains("10.0.0.3") { Answer::Cluster } else { Answer::NoCluster }
     });
-    let (coordinator, _status) = Coordinator::new(config(1), discovery, prober);
+    let (coordinator, _status) = Coordinator::new(&settings(), local(1), discovery, prober);
     let start = Instant::now();
     assert_eq!(
         coordinator.run().await,
@@ -264,7 +285,7 @@ async fn a_probe_gives_up_only_after_its_deadline_and_a_slow_answer_costs_one_at
     let prober = ScriptedProber::new(|url| {
         if url.contains("10.0.0.2") { Answer::Hang } else { Answer::NoCluster }
     });
-    let (coordinator, status) = Coordinator::new(config(1), discovery, prober.clone());
+    let (coordinator, status) = Coordinator::new(&settings(), local(1), discovery, prober.clone());
     let start = Instant::now();
     let mut watch = status.clone();
     let run = tokio::spawn(coordinator.run());
@@ -282,9 +303,9 @@ async fn a_probe_gives_up_only_after_its_deadline_and_a_slow_answer_costs_one_at
         .filter(|(at, url)| url.contains("10.0.0.2") && *at < gave_up)
         .count();
     run.abort();
-    let config = config(1);
+    let settings = settings();
     assert!(
-        gave_up - start >= config.probing_failure_timeout,
+        gave_up - start >= settings.contact_point.probing_failure_timeout,
         "gave up after {:?}",
         gave_up - start
     );
@@ -307,8 +328,12 @@ async fn no_decision_is_made_without_a_current_observation() {
     // The first lookup succeeds; every later one fails.
     let discovery =
         ScriptedDiscovery::new(|n, _| if n == 0 { Ok(vec![cp(1), cp(2), cp(3)]) } else { Err(()) });
-    let (coordinator, status) =
-        Coordinator::new(config(1), discovery, ScriptedProber::new(|_| Answer::NoCluster));
+    let (coordinator, status) = Coordinator::new(
+        &settings(),
+        local(1),
+        discovery,
+        ScriptedProber::new(|_| Answer::NoCluster),
+    );
     assert!(
         tokio::time::timeout(LONG / 10, coordinator.run()).await.is_err(),
         "decided without an observation"
@@ -340,7 +365,7 @@ async fn a_node_that_is_not_the_lowest_waits_and_joins_once_the_lowest_reports_a
             Answer::NoCluster
         }
     });
-    let (coordinator, status) = Coordinator::new(config(2), discovery, prober);
+    let (coordinator, status) = Coordinator::new(&settings(), local(2), discovery, prober);
     let start = Instant::now();
     assert_eq!(
         coordinator.run().await,
@@ -348,4 +373,50 @@ async fn a_node_that_is_not_the_lowest_waits_and_joins_once_the_lowest_reports_a
     );
     assert!(start.elapsed() >= Duration::from_secs(20));
     assert_eq!(status.borrow().phase, Phase::JoiningExisting);
+}
+
+#[tokio::test(start_paused = true)]
+async fn probe_urls_use_the_fallback_port_scheme_and_base_path_and_skip_the_transport_address() {
+    // 10.0.0.2 without a port; 10.0.0.3 with one; 10.0.0.1:25520 is this node's transport.
+    let targets = || {
+        let ip = |o: u8| std::net::IpAddr::from([10, 0, 0, o]);
+        vec![
+            ContactPoint::new("10.0.0.1", Some(8558), Some(ip(1))),
+            ContactPoint::new("10.0.0.1", Some(25520), Some(ip(1))),
+            ContactPoint::new("10.0.0.2", None, Some(ip(2))),
+            ContactPoint::new("10.0.0.3", Some(9000), Some(ip(3))),
+        ]
+    };
+    let probed = |settings: BootstrapSettings, local: LocalNode| async move {
+        let prober = ScriptedProber::new(|_| Answer::NoCluster);
+        let discovery = ScriptedDiscovery::new(move |_, _| Ok(targets()));
+        let (coordinator, _status) = Coordinator::new(&settings, local, discovery, prober.clone());
+        let _ = tokio::time::timeout(Duration::from_secs(2), coordinator.run()).await;
+        let probes = prober.probes.lock().unwrap();
+        probes.iter().map(|(_, url)| url.clone()).collect::<BTreeSet<String>>()
+    };
+
+    // Unset fallback port: this node's management port; filtering off keeps both ports of
+    // 10.0.0.1, but its transport port is never probed.
+    let mut s = settings();
+    s.contact_point.filter_on_fallback_port = false;
+    let urls = probed(s.clone(), local(1)).await;
+    let expected: BTreeSet<String> = [
+        "http://10.0.0.1:8558/bootstrap/seed-nodes",
+        "http://10.0.0.2:8558/bootstrap/seed-nodes",
+        "http://10.0.0.3:9000/bootstrap/seed-nodes",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(urls, expected);
+
+    // A set fallback port, HTTPS and a base path.
+    s.contact_point.fallback_port = Some(7000);
+    let mut l = local(1);
+    l.https = true;
+    l.base_path = "/admin/".into();
+    let urls = probed(s, l).await;
+    assert!(urls.contains("https://10.0.0.2:7000/admin/bootstrap/seed-nodes"), "{urls:?}");
+    assert!(urls.iter().all(|u| u.starts_with("https://") && !u.contains(":25520")), "{urls:?}");
 }

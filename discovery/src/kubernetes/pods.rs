@@ -1,5 +1,4 @@
-//! Which pods of a `PodList` are contact points, and on which ports (spec §5.3, "target
-//! derivation").
+//! Which pods of a `PodList` are contact points, and on which ports.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;

@@ -1,4 +1,4 @@
-//! Commands from the application or an operator: leave, down, prepare for full shutdown (§9).
+//! Commands from the application or an operator: leave, down, prepare for full shutdown.
 
 use std::time::Instant;
 

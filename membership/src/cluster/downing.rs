@@ -1,6 +1,6 @@
-//! The split-brain resolver inside the core (spec §7): it sees every published event and the
-//! current reachability and seen set, ticks every second, and its downs become ordinary downs
-//! (§9.2). Lease requests and decisions are outputs for the driver.
+//! The split-brain resolver inside the core: it sees every published event and the current
+//! reachability and seen set, ticks every second, and its downs become ordinary downs, as if an
+//! operator had issued them. Lease requests and decisions are outputs for the driver.
 
 use std::time::Instant;
 

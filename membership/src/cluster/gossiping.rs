@@ -1,4 +1,4 @@
-//! Gossip: the periodic tick, target selection, and receiving gossip and status (spec §2.5–2.8).
+//! Gossip: the periodic tick, target selection, and receiving gossip and status.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,7 +59,7 @@ impl Cluster {
             .collect()
     }
 
-    /// Picks the gossip target (spec §2.8): with the configured probability a member that has not
+    /// Picks the gossip target: with the configured probability a member that has not
     /// seen the current version, otherwise (or when all have) any valid member.
     fn select_gossip_target(&mut self) -> Option<UniqueAddress> {
         let latest = self.latest.clone();
@@ -173,7 +173,7 @@ impl Cluster {
         }
     }
 
-    /// Receives a full gossip (spec §2.7).
+    /// Receives a full gossip.
     pub(super) fn on_gossip(
         &mut self,
         now: Instant,

@@ -1,4 +1,4 @@
-//! The join handshake (spec §5): seed-node processes, InitJoin, Join and Welcome.
+//! The join handshake: seed-node processes, InitJoin, Join and Welcome.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::{Cluster, JoinError, Phase, ShutdownReason, Timer};
 use crate::address::{Address, UniqueAddress};
-use crate::config::check_compat;
+use crate::compat::check_compat;
 use crate::gossip::Gossip;
 use crate::member::{Member, MemberStatus};
 use crate::message::{ConfigCheck, Message};
@@ -15,7 +15,7 @@ use crate::version::AppVersion;
 /// How often the first seed node resends InitJoin while it waits to form a cluster alone.
 const FIRST_SEED_RESEND: Duration = Duration::from_secs(1);
 
-/// A running seed-node process (spec §5.3).
+/// A running seed-node process: asking the seed nodes who is there, to pick the one to join.
 #[derive(Clone, Debug)]
 pub(super) enum SeedProcess {
     /// This node is first in the seed list: ask the others, and form a new cluster alone if
@@ -161,7 +161,7 @@ impl Cluster {
         }
     }
 
-    /// Sends Join to `address`, or forms a new cluster when it is this node (spec §5.4).
+    /// Sends Join to `address`, or forms a new cluster when it is this node.
     fn join_to(&mut self, now: Instant, address: Address) -> Result<(), JoinError> {
         if address.system() != self.config.system_name {
             return Err(JoinError::SystemMismatch {
@@ -214,7 +214,7 @@ impl Cluster {
         self.start_heartbeats(now);
     }
 
-    /// A Join request on a member (spec §5.6), or this node joining itself.
+    /// A Join request on a member, or this node joining itself.
     pub(super) fn on_join(
         &mut self,
         now: Instant,

@@ -1,5 +1,4 @@
-//! Leader actions, the unreachable-nodes reaper, and the checks that end a node (spec §4, §6.5,
-//! §9).
+//! Leader actions, the unreachable-nodes reaper, and the checks that end a node.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -12,7 +11,7 @@ use crate::message::Message;
 use crate::reachability::ReachabilityStatus;
 
 impl Cluster {
-    /// The leader-actions tick (spec §4). The leader part runs only on the leader.
+    /// The leader-actions tick. The leader part runs only on the leader.
     pub(super) fn leader_actions(&mut self, now: Instant) {
         if self.membership().is_leader(&self.self_node) {
             if self.membership().convergence(&self.exiting_confirmed) {
@@ -105,9 +104,8 @@ impl Cluster {
             g.remove(n, wall);
             self.exiting_confirmed.remove(n);
         }
-        let cutoff = self.config.prune_gossip_tombstones_after.as_millis();
         let pruned =
-            g.prune_tombstones(wall.saturating_sub(u64::try_from(cutoff).unwrap_or(u64::MAX)));
+            g.prune_tombstones(wall.saturating_sub(self.config.prune_gossip_tombstones_after));
         if !any_change && !pruned {
             return;
         }
@@ -145,7 +143,7 @@ impl Cluster {
         targets
     }
 
-    /// Turns failure-detector verdicts into this node's reachability rows (spec §6.5).
+    /// Turns failure-detector verdicts into this node's reachability rows.
     pub(super) fn reap_unreachable(&mut self, now: Instant) {
         if self.latest.len() <= 1 {
             return;
@@ -172,7 +170,7 @@ impl Cluster {
         }
     }
 
-    /// A Down node shuts down once the Down has spread, or after a few ticks (spec §9.3).
+    /// A Down node shuts down once the Down has spread, or after a few ticks.
     pub(super) fn shutdown_self_when_down(&mut self) {
         if self.self_status() != MemberStatus::Down || self.shutdown.is_some() {
             return;
@@ -191,7 +189,7 @@ impl Cluster {
         }
     }
 
-    /// Once one member prepares for a full shutdown, every Up member does (spec §9.4).
+    /// Once one member prepares for a full shutdown, every Up member does.
     fn check_for_prepare_for_shutdown(&mut self, now: Instant) {
         if self.self_status() == MemberStatus::Up && self.preparing_for_shutdown() {
             self.start_prepare_for_shutdown(now);

@@ -516,8 +516,7 @@ impl Cluster {
     }
 
     fn wall_clock(&self, now: Instant) -> WallMillis {
-        let elapsed = now.saturating_duration_since(self.start).as_millis();
-        self.wall_at_start.saturating_add(u64::try_from(elapsed).unwrap_or(u64::MAX))
+        self.wall_at_start.saturating_add(now.saturating_duration_since(self.start))
     }
 
     fn nanos_since_start(&self, now: Instant) -> i64 {

@@ -1,13 +1,13 @@
 //! Message-level tests of the core: one or two [`Cluster`]s driven directly with hand-made
-//! messages and timeouts, asserting on what they send, publish and hold (spec §2.5–2.10, §4, §5,
-//! §6.1, §6.5, §9).
+//! messages and timeouts, asserting on what they send, publish and hold.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::config::{COMPAT_ACTIVE_STRATEGY, TargetPreference};
+use crate::compat::COMPAT_ACTIVE_STRATEGY;
+use crate::config::TargetPreference;
 use crate::member::tests::node;
 use crate::member::{Member, UpNumber};
 use crate::message::ConfigCheck;
@@ -15,7 +15,7 @@ use crate::reachability::ReachabilityStatus;
 use crate::vclock::VectorClock;
 use MemberStatus::*;
 
-const WALL: WallMillis = 1_700_000_000_000;
+const WALL: WallMillis = WallMillis(1_700_000_000_000);
 
 #[allow(clippy::disallowed_methods, reason = "tests need a base instant; only offsets matter")]
 fn t0() -> Instant {
@@ -192,7 +192,7 @@ fn sent_gossip(t: &Transmit) -> &Gossip {
     }
 }
 
-// ---- join handshake (§5) ------------------------------------------------------------------------
+// ---- join handshake -----------------------------------------------------------------------------
 
 #[test]
 fn init_join_is_answered_with_nack_while_not_initialized() {
@@ -721,7 +721,7 @@ fn a_joiner_handshakes_with_a_member_and_is_moved_up_by_the_leader() {
     assert!(events2.iter().any(|e| matches!(e, ClusterEvent::MemberUp(m) if m.node() == &n(2))));
 }
 
-// ---- self-join (§4) -----------------------------------------------------------------------------
+// ---- self-join ----------------------------------------------------------------------------------
 
 #[test]
 fn the_first_node_is_up_with_up_number_1_immediately_after_joining_itself() {
@@ -736,7 +736,7 @@ fn the_first_node_is_up_with_up_number_1_immediately_after_joining_itself() {
     assert!(es.contains(&ClusterEvent::LeaderChanged(Some(a(1)))));
 }
 
-// ---- receiving gossip (§2.7) --------------------------------------------------------------------
+// ---- receiving gossip ---------------------------------------------------------------------------
 
 /// Node 1 holding {1, 2, 3} all Up, seen by 1 and 2.
 fn three_up(config: Config, t: Instant) -> (Cluster, Gossip) {
@@ -807,7 +807,7 @@ fn gossips_that_differ_only_in_a_removal_time_are_not_the_same_state() {
     let base = gossip([up(1, 1), up(2, 2), member(3, Down, 3)], &[1]);
     let (mut early, mut late) = (base.clone(), base);
     early.remove(&n(3), WALL);
-    late.remove(&n(3), WALL + 1_000);
+    late.remove(&n(3), WallMillis(WALL.0 + 1_000));
     assert!(early.same_state_as(&early.clone()));
     assert!(!early.same_state_as(&late), "a merge keeping one side's clock must get a new version");
 }
@@ -996,7 +996,7 @@ fn gossip_that_waited_longer_than_gossip_time_to_live_is_dropped() {
     assert_eq!(c.gossip().version(), newer.version());
 }
 
-// ---- gossip status (§2.7) -----------------------------------------------------------------------
+// ---- gossip status ------------------------------------------------------------------------------
 
 fn status_msg(from: u64, version: &VectorClock, digest: Vec<u8>) -> Message {
     Message::GossipStatus { from: n(from), version: version.clone(), seen_digest: digest }
@@ -1071,7 +1071,7 @@ fn gossip_status_from_an_unknown_or_unreachable_sender_is_ignored() {
     assert!(transmits(&mut c).is_empty());
 }
 
-// ---- periodic gossip (§2.6, §2.8) ---------------------------------------------------------------
+// ---- periodic gossip ----------------------------------------------------------------------------
 
 fn gossip_sent(sent: &[(Instant, Transmit)]) -> Vec<(Instant, &Transmit)> {
     sent.iter().filter(|(_, tr)| is_gossip(tr)).map(|(at, tr)| (*at, tr)).collect()
@@ -1167,7 +1167,7 @@ fn gossip_does_not_speed_up_once_half_have_seen() {
     }
 }
 
-// ---- leader actions (§4) ------------------------------------------------------------------------
+// ---- leader actions -----------------------------------------------------------------------------
 
 /// Fires the timers up to `t + s` seconds, dropping what is sent.
 fn tick_until(c: &mut Cluster, t: Instant, s: u64) {
@@ -1325,7 +1325,11 @@ fn the_leader_removes_a_down_unreachable_member_leaving_a_tombstone() {
 
     let g = c.gossip();
     assert!(!g.has_member(&n(3)));
-    assert_eq!(g.tombstones().get(&n(3)), Some(&(WALL + 1_000)), "stamped with the wall clock");
+    assert_eq!(
+        g.tombstones().get(&n(3)),
+        Some(&WallMillis(WALL.0 + 1_000)),
+        "stamped with the wall clock"
+    );
     assert!(!g.reachability().nodes().contains(&n(3)));
     assert_eq!(g.version().counter(&n(3)), 0, "its clock entry is pruned");
     let removed: Vec<_> = events(&mut c)
@@ -1458,7 +1462,9 @@ fn the_leader_prunes_tombstones_older_than_prune_gossip_tombstones_after() {
         BTreeSet::from([n(2)]),
         Default::default(),
         VectorClock::from_entries([(n(1), 1)]),
-        [(n(8), WALL - day), (n(9), WALL + 2_000 - day)].into_iter().collect(),
+        [(n(8), WallMillis(WALL.0 - day)), (n(9), WallMillis(WALL.0 + 2_000 - day))]
+            .into_iter()
+            .collect(),
     );
     let mut c = member_core(1, no_reaper(), t, 2, g);
     let before = c.gossip().version().clone();
@@ -1522,7 +1528,7 @@ fn tombstones_are_not_pruned_without_convergence() {
         BTreeSet::new(),
         Default::default(),
         VectorClock::from_entries([(n(1), 1)]),
-        [(n(8), WALL - day)].into_iter().collect(),
+        [(n(8), WallMillis(WALL.0 - day))].into_iter().collect(),
     );
     let mut c = member_core(1, no_reaper(), t, 2, g);
     assert!(!c.convergence());
@@ -1571,7 +1577,7 @@ fn a_leader_that_leaves_moves_itself_to_exiting_confirms_to_the_next_leaders_and
     assert!(told_exiting, "{sent:?}");
 }
 
-// ---- commands (§9) ------------------------------------------------------------------------------
+// ---- commands -----------------------------------------------------------------------------------
 
 #[test]
 fn leave_marks_the_member_leaving_and_gossips_at_once() {
@@ -1713,7 +1719,7 @@ fn prepare_for_full_shutdown_moves_up_members_to_preparing_and_others_follow_on_
     assert_eq!(c.self_status(), PreparingForShutdown);
 }
 
-// ---- heartbeats and the reaper (§6.1, §6.5) -----------------------------------------------------
+// ---- heartbeats and the reaper ------------------------------------------------------------------
 
 #[test]
 fn any_core_answers_a_heartbeat_echoing_its_sequence_number_and_creation_time() {

@@ -1,5 +1,5 @@
 //! The pure part of the split-brain resolver: the local model of the members, the decision each
-//! strategy takes on it, and the nodes each decision downs (spec §7.1, §7.3–7.5).
+//! strategy takes on it, and the nodes each decision downs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -11,7 +11,7 @@ use crate::reachability::{Reachability, ReachabilityStatus};
 
 use super::strategy::Strategy;
 
-/// What a strategy decided (spec §7.4). [`DowningModel::nodes_to_down`] turns it into nodes.
+/// What a strategy decided. [`DowningModel::nodes_to_down`] turns it into nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Decision {
@@ -112,7 +112,7 @@ pub struct DoubleIndirectlyConnected {
     pub decision: Decision,
 }
 
-/// The resolver's view of its own data center (spec §7.1): every member with its last known
+/// The resolver's view of its own data center: every member with its last known
 /// status, which of them are unreachable, the unreachable records among them, and who has seen
 /// the current gossip. The resolver keeps it up to date from the cluster's events; tests build it
 /// directly.
@@ -338,7 +338,7 @@ impl DowningModel {
     }
 
     /// Members that are unreachable from some members yet still talk to the cluster through
-    /// others (spec §7.3): those that both observe someone unreachable and are observed so (a
+    /// others: those that both observe someone unreachable and are observed so (a
     /// cycle), and both ends of every record whose subject has seen the current gossip. Clean
     /// partitions and crashes produce none.
     pub fn indirectly_connected(&self) -> BTreeSet<UniqueAddress> {
@@ -349,7 +349,7 @@ impl DowningModel {
 
     // ---- decisions ----------------------------------------------------------------------------
 
-    /// The strategy's decision on the current model (spec §7.5).
+    /// The strategy's decision on the current model.
     pub fn decide(&self) -> Decision {
         let indirect = !self.indirectly_connected().is_empty();
         match &self.strategy {
@@ -509,7 +509,7 @@ impl DowningModel {
 
     // ---- resulting node sets ------------------------------------------------------------------
 
-    /// The nodes `decision` downs, given `self_node` (spec §7.4).
+    /// The nodes `decision` downs, given `self_node`.
     ///
     /// # Errors
     /// [`DoubleIndirectlyConnected`] when indirect connections and a clean partition cannot be

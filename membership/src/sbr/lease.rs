@@ -47,6 +47,14 @@ pub struct LeaseRequest {
     pub owner: String,
 }
 
+/// How often a held lease is renewed unless configured otherwise. Shared with
+/// [`LeaseMajorityConfig`](crate::config::LeaseMajorityConfig)'s default so the two cannot drift.
+pub(crate) const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(12);
+/// After how long an unrenewed lease expires unless configured otherwise.
+pub(crate) const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(120);
+/// After how long a lease operation fails unless configured otherwise.
+pub(crate) const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The identity and timing of one lease, as a runtime's [`Lease`] uses them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -70,9 +78,9 @@ impl LeaseSettings {
         Self {
             lease_name: lease_name.into(),
             owner_name: owner_name.into(),
-            heartbeat_interval: Duration::from_secs(12),
-            heartbeat_timeout: Duration::from_secs(120),
-            operation_timeout: Duration::from_secs(5),
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The split-brain resolver (spec §7): automatic downing that keeps at most one side of a
+//! The split-brain resolver: automatic downing that keeps at most one side of a
 //! partition running.
 //!
 //! [`SplitBrainResolver`] is a sans-IO state machine that the core feeds with the cluster events
@@ -35,6 +35,10 @@ pub use self::lease::{
     LeaseRequest, LeaseSettings, perform,
 };
 pub use self::strategy::Strategy;
+
+pub(crate) use self::lease::{
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
+};
 
 /// How often the resolver looks at its model.
 pub const TICK_INTERVAL: Duration = Duration::from_secs(1);
@@ -441,7 +445,7 @@ impl SplitBrainResolver {
         }
     }
 
-    /// The 1 s tick (spec §7.2): down all when unstable for too long (on every node), decide when
+    /// The 1 s tick: down all when unstable for too long (on every node), decide when
     /// stable (on the responsible node), and release a lease no longer needed.
     pub fn handle_tick(&mut self, now: Instant) {
         if self.stopped || self.waiting.is_some() {

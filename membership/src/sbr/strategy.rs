@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::config::SplitBrainResolverConfig;
 
-/// A split-brain strategy with its settings (spec §7.5). `active_strategy = "off"` has none.
+/// A split-brain strategy with its settings. `active_strategy = "off"` has none.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Strategy {

@@ -11,7 +11,7 @@ use prost::Message as _;
 use super::nodes::{Interner, NodeTable, decode_node_table, lookup, vclock_from_pb, vclock_to_pb};
 use super::{DecodeError, DecodeLimits, pb};
 use crate::address::UniqueAddress;
-use crate::gossip::Gossip;
+use crate::gossip::{Gossip, WallMillis};
 use crate::member::{Member, MemberStatus, UpNumber};
 use crate::reachability::{Reachability, ReachabilityStatus, Record};
 use crate::version::AppVersion;
@@ -93,7 +93,7 @@ pub(super) fn to_pb(g: &Gossip) -> pb::GossipPayload {
     let tombstones = g
         .tombstones()
         .iter()
-        .map(|(n, at)| pb::Tombstone { node: nodes.index(n), removed_at_millis: *at })
+        .map(|(n, at)| pb::Tombstone { node: nodes.index(n), removed_at_millis: at.0 })
         .collect();
     let (all_systems, all_addresses) = nodes.finish();
     pb::GossipPayload {
@@ -208,7 +208,7 @@ fn from_pb(p: pb::GossipPayload) -> Result<Gossip, DecodeError> {
 
     let mut tombstones = BTreeMap::new();
     for t in p.tombstones {
-        if tombstones.insert(node(t.node)?.clone(), t.removed_at_millis).is_some() {
+        if tombstones.insert(node(t.node)?.clone(), WallMillis(t.removed_at_millis)).is_some() {
             return Err(DecodeError::Duplicate("tombstone"));
         }
     }

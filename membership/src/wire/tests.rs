@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use super::payload::{compress, decode_uncompressed, to_pb};
 use super::*;
 use crate::address::{Address, Uid, UniqueAddress};
-use crate::gossip::Gossip;
+use crate::gossip::{Gossip, WallMillis};
 use crate::member::{Member, MemberStatus, UpNumber};
 use crate::message::ConfigCheck;
 use crate::reachability::Reachability;
@@ -74,7 +74,7 @@ fn arb_gossip() -> impl Strategy<Value = Gossip> {
         ),
         prop::collection::vec(prop_oneof![Just(0u64), 1u64..100, any::<u64>()], 8),
         prop::collection::vec(any::<bool>(), 8),
-        prop::collection::btree_map(arb_node(), any::<u64>(), 0..3),
+        prop::collection::btree_map(arb_node(), any::<u64>().prop_map(WallMillis), 0..3),
     )
         .prop_map(|(nodes, fields, ops, counters, seen, tombstones)| {
             let nodes: Vec<UniqueAddress> = nodes.into_iter().collect();

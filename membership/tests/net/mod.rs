@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use convoke_membership::config::Config;
 use convoke_membership::event::ClusterEvent;
+use convoke_membership::gossip::WallMillis;
 use convoke_membership::member::MemberStatus;
 use convoke_membership::message::Message;
 use convoke_membership::sbr::{DowningDecision, InMemoryLeaseTable};
@@ -78,8 +79,9 @@ pub struct Net {
     last_status: BTreeMap<(Address, UniqueAddress), MemberStatus>,
 }
 
-/// Fast settings in the style of the multi-node test harness (spec §10.5), with automatic downing
-/// off: these scenarios partition and crash nodes and expect only the downs they make themselves.
+/// Fast settings (short intervals and timeouts, as Akka's multi-node tests use), with automatic
+/// downing off: these scenarios partition and crash nodes and expect only the downs they make
+/// themselves.
 pub fn test_config() -> Config {
     let mut c = Config::default();
     c.split_brain_resolver.active_strategy = "off".to_owned();
@@ -129,7 +131,8 @@ impl Net {
         let uid = Uid::new(self.rng.random_range(1..u64::MAX)).unwrap();
         config.seed = self.rng.random();
         let node = UniqueAddress::new(addr(port), uid);
-        let core = Cluster::new(config, node.clone(), self.now, 1_700_000_000_000).unwrap();
+        let core =
+            Cluster::new(config, node.clone(), self.now, WallMillis(1_700_000_000_000)).unwrap();
         self.nodes.insert(
             node.address.clone(),
             Node { core: Some(core), events: Vec::new(), decisions: Vec::new(), paused: false },

@@ -123,7 +123,8 @@ pub struct SeedReport {
     pub log: Vec<String>,
 }
 
-/// The multi-node test harness settings (membership.md §10.5).
+/// The settings of a multi-node test harness (Akka's): every periodic task several times faster
+/// than by default, so that a test converges and detects in a few seconds.
 fn harness_config() -> Config {
     let mut c = Config::default();
     c.gossip_interval = Duration::from_millis(200);
@@ -304,12 +305,12 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         reproduce: reproduce(o.seed, n, o.duration, o.downing),
         faults: fault_log.len(),
         fault_log,
-        operator_downs: sim.operator.downs.len(),
-        quarantined: sim.operator.quarantined.len(),
+        operator_downs: sim.operator().downs.len(),
+        quarantined: sim.operator().quarantined.len(),
         downing: o.downing,
         stable_after_s: (o.downing == ChaosDowning::Resolver).then_some(stable_after.as_secs_f64()),
         sbr_decisions: sim.decisions(),
-        bootstraps: sim.operator.bootstraps.len(),
+        bootstraps: sim.operator().bootstraps.len(),
         liveness_s,
         liveness_bound_s: bound.as_secs_f64(),
         simulated_s: secs(sim.now()),

@@ -65,8 +65,8 @@ pub struct DetectReport {
     /// φ reaches the threshold this long after the last heartbeat, for a history of perfectly
     /// regular heartbeats (σ at its floor).
     pub phi_bound_steady_s: f64,
-    /// The same with a history of one heartbeat (the bootstrap estimate, σ = interval / 4): the
-    /// spec's "≈ 5.3 s".
+    /// The same with a history of one heartbeat (the bootstrap estimate, σ = interval / 4): about
+    /// 5.3 s with the default settings.
     pub phi_bound_bootstrap_s: f64,
     /// Invariants checked after every step.
     pub invariants: Vec<&'static str>,

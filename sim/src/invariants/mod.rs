@@ -1,4 +1,4 @@
-//! Safety invariants of reliability.md §2.1, one checker per file, evaluated after every step.
+//! Safety invariants, one checker per file, evaluated after every step.
 //!
 //! A *step* is one input to one node's core: a delivered message, a timer, a command, or the
 //! core's creation. After each step the simulator builds an [`Observation`] — the node's gossip
@@ -20,10 +20,10 @@
 //! [`Observation::decisions`]), S1 and S14 look at the whole world every half second of virtual
 //! time.
 
-mod s01_one_live_cluster;
+pub(crate) mod s01_one_live_cluster;
 mod s02_complementary_decisions;
 mod s03_indirectly_connected_downed;
-mod s04_down_all_when_unstable;
+pub(crate) mod s04_down_all_when_unstable;
 mod s05_no_resurrection;
 mod s06_transitions;
 mod s07_structure;
@@ -33,7 +33,7 @@ mod s10_single_leader;
 mod s11_monotonic_versions;
 mod s12_no_silent_disappearance;
 mod s13_gossip_acceptance;
-mod s14_downed_node_stops;
+pub(crate) mod s14_downed_node_stops;
 pub mod view;
 
 use std::collections::BTreeSet;
@@ -216,7 +216,7 @@ pub trait WorldView {
 
 /// A safety invariant.
 pub trait Invariant: std::fmt::Debug {
-    /// Its number in reliability.md §2.1, e.g. `"S7"`.
+    /// Its number, e.g. `"S7"` (the list is at [`registry`]).
     fn id(&self) -> &'static str;
 
     /// Checks one step of one node. Runs after every step that changed the node's gossip.

@@ -56,7 +56,7 @@ pub struct OneLiveCluster {
 /// down-all-when-unstable, two resolver ticks, and the losing side's Down spreading (up to five
 /// leader ticks before a Down node shuts down anyway, plus ten seconds of dissemination under
 /// loss), stretched by 10 % for clock drift.
-pub(super) fn bound(config: &Config) -> Duration {
+pub(crate) fn bound(config: &Config) -> Duration {
     let fd = &config.failure_detector;
     let sbr = &config.split_brain_resolver;
     let detect = fd.acceptable_heartbeat_pause + fd.heartbeat_interval * 3;
@@ -100,7 +100,7 @@ pub(super) fn split_pairs(world: &dyn WorldView) -> Vec<(UniqueAddress, UniqueAd
 impl OneLiveCluster {
     /// A checker that looks from the start, as if a member had been downed already.
     #[cfg(test)]
-    pub(super) fn armed() -> Self {
+    pub(crate) fn armed() -> Self {
         Self { armed: true, ..Self::default() }
     }
 }

@@ -5,11 +5,11 @@
 //! other node, also keeping itself, downs the first within the same episode (the S1 bound of each
 //! other), both sides kept themselves — the split brain the resolver exists to prevent.
 //!
-//! As in the spec, only decisions on the same membership are paired: clean-partition decisions
+//! Only decisions on the same membership are paired: clean-partition decisions
 //! (down the unreachable, or the reachable) taken by deciders that counted the same members and
 //! split them into two disjoint sides, each keeping its own. Deciders whose kept sides overlap
 //! saw different reachability (one decided, the other later decided on a newer partition without
-//! having heard of the first decision); that is not the split A | B of the spec.
+//! having heard of the first decision); that is not a split into two sides A | B.
 //! Decisions about indirectly connected nodes are taken on each side's own, possibly stale,
 //! reachability and need not be complementary; whether two live clusters remain is S1's to judge.
 

@@ -42,7 +42,7 @@ pub struct DownAllWhenUnstable {
 
 /// How long a node may hold an unreachable member without deciding, or `None` when
 /// down-all-when-unstable is off.
-pub(super) fn bound(config: &convoke_membership::Config) -> Option<Duration> {
+pub(crate) fn bound(config: &convoke_membership::Config) -> Option<Duration> {
     let sbr = &config.split_brain_resolver;
     let after = sbr.down_all_when_unstable_after()?;
     Some((sbr.stable_after + after + TICK_INTERVAL * 2).mul_f64(1.1) + LOOK_EVERY)

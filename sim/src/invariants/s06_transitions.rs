@@ -1,7 +1,7 @@
 //! S6: member status transitions follow the allowed graph only.
 //!
-//! Between two consecutive gossips of one node, each member that is in both moves along the graph
-//! of membership.md §1.3 (several hops at once are fine: a merge can skip statuses). The graph is
+//! Between two consecutive gossips of one node, each member that is in both moves along the member
+//! status graph ([`hop`]; several hops at once are fine: a merge can skip statuses). The graph is
 //! written out here again rather than taken from the core, so that a mistake in the core's table
 //! is caught rather than trusted.
 
@@ -13,7 +13,7 @@ use super::{Invariant, Observation};
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AllowedTransitions;
 
-/// One allowed hop (membership.md §1.3).
+/// One allowed hop of the member status graph.
 fn hop(from: MemberStatus, to: MemberStatus) -> bool {
     use MemberStatus::*;
     match from {

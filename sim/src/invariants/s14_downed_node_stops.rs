@@ -1,9 +1,9 @@
 //! S14: a downed node stops.
 //!
 //! A running process whose core holds itself Down must shut down within a bound of its own running
-//! time: the core waits for the Down to spread, at most four leader ticks (membership.md §9.3), so
-//! the bound is five leader ticks plus a second, stretched by 10 % for clock drift. Time spent
-//! paused does not count (a paused process runs nothing).
+//! time: the core waits at most four leader ticks for the Down to spread, so the bound is five
+//! leader ticks plus a second, stretched by 10 % for clock drift. Time spent paused does not count
+//! (a paused process runs nothing).
 //!
 //! A process paused for longer than `stable_after × 2` may have been downed and removed while it
 //! could not hear of it. When every other live member removed it meanwhile, it must stop soon
@@ -36,7 +36,7 @@ pub struct DownedNodeStops {
 }
 
 /// How long a process that resumed after its removal may keep running.
-pub(super) fn resumed_bound(config: &convoke_membership::Config) -> Duration {
+pub(crate) fn resumed_bound(config: &convoke_membership::Config) -> Duration {
     let sbr = &config.split_brain_resolver;
     (sbr.stable_after + TICK_INTERVAL + bound(config) + Duration::from_secs(10)).mul_f64(1.1)
 }

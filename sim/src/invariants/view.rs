@@ -1,7 +1,7 @@
-//! The checkers' own reading of a gossip: convergence and unreachability recomputed from
-//! membership.md §3.1 without calling the core's implementation.
+//! The checkers' own reading of a gossip: convergence and unreachability recomputed from their
+//! definitions, without calling the core's implementation.
 //!
-//! The simulator runs one data center, so the data-center filters of the spec are no-ops here.
+//! The simulator runs one data center, so the definitions' data-center filters are left out.
 
 use std::collections::BTreeSet;
 
@@ -60,10 +60,10 @@ pub fn converged(
     not_converged_because(g, self_node, confirmed).is_none()
 }
 
-/// The leader of `g` as `self_node` computes it (membership.md §3.2): the first member by address
-/// among those not Down and reachable (or self) with a leader status; failing that, the first by
-/// leader-status ordering (other statuses, then WeaklyUp, Joining, Exiting). Unlike Akka, and like
-/// convergence, verdicts of Down observers are ignored (see the core's `leader_of`).
+/// The leader of `g` as `self_node` computes it: the first member by address among those not Down
+/// and reachable (or self) with a leader status; failing that, the first by leader-status ordering
+/// (other statuses, then WeaklyUp, Joining, Exiting). Unlike Akka, and like convergence, verdicts
+/// of Down observers are ignored (see the core's `leader_of`).
 pub fn leader<'g>(g: &'g Gossip, self_node: &UniqueAddress) -> Option<&'g UniqueAddress> {
     let unreachable = unreachable_for_convergence(g);
     let pool = g.members().filter(|m| {

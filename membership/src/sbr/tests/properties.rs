@@ -1,5 +1,6 @@
 //! Properties of the decisions over random memberships split cleanly in two sides A | B, each side
-//! seeing the other as unreachable (spec reliability §2, S2).
+//! seeing the other as unreachable: the two sides' decisions must complement each other, so that
+//! exactly one side survives (the simulator checks the same as invariant S2).
 
 use std::time::Duration;
 
@@ -153,7 +154,7 @@ proptest! {
     /// changes a side's decision, except into downing all (the check for members that may have
     /// been moved Up on the other side during the partition); the lease's minority delay does not
     /// change at all. Keep-oldest with `down_if_alone` is left out on purpose: its re-check counts
-    /// them on both sides (spec §7.5), as they may flip the "alone" test; that it stays safe is
+    /// them on both sides, as they may flip the "alone" test; that it stays safe is
     /// the previous property, whose memberships include such members.
     #[test]
     fn joining_and_weakly_up_members_are_never_counted(

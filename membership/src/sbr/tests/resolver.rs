@@ -1,4 +1,4 @@
-//! The resolver over time (spec §7.2, §7.5): who decides, when, down-all-when-unstable, and the
+//! The resolver over time: who decides, when, down-all-when-unstable, and the
 //! lease handshake, driven with events, ticks and lease answers in virtual time. Modelled on the
 //! "Split Brain Resolver" cases of the reference `SplitBrainResolverSpec`.
 

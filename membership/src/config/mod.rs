@@ -1,8 +1,8 @@
-//! Settings of the membership core: [`Config`] with the defaults of the spec (§10), its validation,
-//! the keys a joiner compares with the cluster (§5.5), and the duration parsers the runtime reuses
-//! when it reads the TOML file, the environment and `--set`.
+//! Settings of the membership core: [`Config`] with its defaults and validation. How values are
+//! written as text (durations, on/off switches) is in `text.rs`; the keys a joiner compares with
+//! the cluster are in [`crate::compat`].
 //!
-//! Field names are the configuration keys of ARCHITECTURE.md without their table prefix:
+//! Field names are the configuration keys (README, "Configuration") without their table prefix:
 //! `Config::gossip_interval` is `cluster.gossip_interval`, `FailureDetectorConfig::threshold` is
 //! `cluster.failure_detector.threshold`. Errors name the full dotted key so that a bad setting can
 //! be found in whichever layer set it.
@@ -11,34 +11,47 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
+use crate::sbr::LeaseSettings;
+use crate::sbr::{
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
+};
+
+pub mod text;
+
+pub use text::{SwitchDuration, format_duration, parse_duration, parse_switch_duration};
+
 /// The split-brain strategies `cluster.split_brain_resolver.active_strategy` may name.
 pub const ACTIVE_STRATEGIES: [&str; 6] =
     ["keep-majority", "static-quorum", "keep-oldest", "down-all", "lease-majority", "off"];
 
-/// Compatibility key: the split-brain strategy, which must be the same on every node, or two sides
-/// of a partition could both survive.
-pub const COMPAT_ACTIVE_STRATEGY: &str = "cluster.split_brain_resolver.active_strategy";
+/// What `"on"` means for `cluster.allow_weakly_up_members`, and its default.
+pub const ALLOW_WEAKLY_UP_MEMBERS_ON: Duration = Duration::from_secs(7);
 
-/// Compatibility key: the protocol version, sent for logging only.
-pub const COMPAT_PROTOCOL_VERSION: &str = "convoke.protocol_version";
+/// What `"on"` means for `cluster.retry_unsuccessful_join_after`, and its default.
+pub const RETRY_UNSUCCESSFUL_JOIN_AFTER_ON: Duration = Duration::from_secs(10);
 
-/// The protocol version this build speaks, sent under [`COMPAT_PROTOCOL_VERSION`].
-pub const PROTOCOL_VERSION: &str = "1";
-
-/// Compatibility keys that must be present on both sides and equal for a join to go ahead.
-pub const REQUIRED_COMPAT_KEYS: [&str; 1] = [COMPAT_ACTIVE_STRATEGY];
+/// The shortest delay `"on"` means for `cluster.split_brain_resolver.down_all_when_unstable`;
+/// above it, `"on"` is ¾ of `stable_after`. See
+/// [`SplitBrainResolverConfig::down_all_when_unstable_after`].
+pub const DOWN_ALL_WHEN_UNSTABLE_ON_AT_LEAST: Duration = Duration::from_secs(4);
 
 /// Prefix of the role that carries a member's data center.
 const DC_ROLE_PREFIX: &str = "dc-";
 
-const DURATION_EXPECTED: &str =
-    "a duration: a number and a unit (ns, us, ms, s, m, h, d), like \"500ms\", \"5s\" or \"1.5s\"";
-
 /// The configuration of one node's membership core.
 ///
-/// Start from [`Config::default`], which holds the defaults of the spec (§10) with convoke's own
-/// choices (downing on by default), change fields, then call [`Config::validate`].
+/// Start from [`Config::default`], which holds the Akka defaults with convoke's own choices
+/// (downing on by default), change fields, then call [`Config::validate`].
+///
+/// With the `serde` feature it is the `[cluster]` table of a settings file: missing keys keep
+/// their defaults, durations are text, and `seed` and the two `gossip_different_view`
+/// probability keys are not read. Unknown keys are *not* rejected here: the runtime reads the same
+/// table into this type and into its own keys (`hostname`, `port`, ...), so it is the runtime
+/// that checks for keys neither knows. The nested tables do reject unknown keys, except
+/// [`LeaseMajorityConfig`], which the runtime also shares.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct Config {
     /// `cluster.system_name`: the cluster's name; nodes of different systems never join. Letters,
@@ -58,46 +71,61 @@ pub struct Config {
     pub role_min_nr_of_members: BTreeMap<String, usize>,
     /// `cluster.seed_node_timeout`: how long to wait for seed nodes to answer before asking again
     /// (and, on the first seed, before forming a new cluster alone).
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub seed_node_timeout: Duration,
     /// `cluster.gossip_interval`: how often this node gossips to one other member.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub gossip_interval: Duration,
     /// `cluster.gossip_time_to_live`: gossip not processed within this time of arrival is dropped.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub gossip_time_to_live: Duration,
     /// `cluster.leader_actions_interval`: how often the leader moves members along.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub leader_actions_interval: Duration,
     /// `cluster.unreachable_nodes_reaper_interval`: how often the failure detector's verdicts are
     /// turned into reachability records.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub unreachable_nodes_reaper_interval: Duration,
     /// `cluster.periodic_tasks_initial_delay`: periodic tasks first run after the larger of this
     /// and their interval.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub periodic_tasks_initial_delay: Duration,
     /// `cluster.allow_weakly_up_members`: after how long without convergence the leader moves
-    /// Joining members to WeaklyUp; `None` (`"off"`) never.
+    /// Joining members to WeaklyUp; `None` (`"off"`) never. `"on"` is
+    /// [`ALLOW_WEAKLY_UP_MEMBERS_ON`].
+    #[cfg_attr(feature = "serde", serde(with = "allow_weakly_up_members"))]
     pub allow_weakly_up_members: Option<Duration>,
     /// `cluster.retry_unsuccessful_join_after`: resend an unanswered join after this long; `None`
-    /// (`"off"`) never.
+    /// (`"off"`) never. `"on"` is [`RETRY_UNSUCCESSFUL_JOIN_AFTER_ON`].
+    #[cfg_attr(feature = "serde", serde(with = "retry_unsuccessful_join_after"))]
     pub retry_unsuccessful_join_after: Option<Duration>,
     /// `cluster.shutdown_after_unsuccessful_join_seed_nodes`: give up and ask for shutdown when
     /// joining the seed nodes has not succeeded after this long; `None` (`"off"`) keeps trying.
+    /// There is no `"on"`: no delay suits every deployment.
+    #[cfg_attr(feature = "serde", serde(with = "shutdown_after_unsuccessful_join_seed_nodes"))]
     pub shutdown_after_unsuccessful_join_seed_nodes: Option<Duration>,
     /// `cluster.prune_gossip_tombstones_after`: how long the leader keeps tombstones of removed
     /// members. A partition longer than this may bring removed members back.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub prune_gossip_tombstones_after: Duration,
     /// `cluster.gossip_different_view_probability`: with
     /// [`TargetPreference::ReducedProbability`], the probability of gossiping to a member that
     /// has not seen the current state, in clusters up to
     /// [`Config::reduce_gossip_different_view_probability`] members.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub gossip_different_view_probability: f64,
     /// `cluster.reduce_gossip_different_view_probability`: the cluster size from which that
     /// probability falls, reaching a tenth of it at three times this size.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub reduce_gossip_different_view_probability: usize,
-    /// `cluster.gossip_target_preference`: how gossip targets are chosen (spec §2.8).
+    /// `cluster.gossip_target_preference`: how gossip targets are chosen.
     pub gossip_target_preference: TargetPreference,
     /// `cluster.config_compat_enforce_on_join`: refuse to join a cluster whose
     /// [compatibility keys](Config::compat_keys) differ (otherwise only warn).
     pub config_compat_enforce_on_join: bool,
     /// `cluster.seed`: the seed of the core's random number generator. The runtime picks a random
     /// one at start; tests and the simulator set it to replay a run.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub seed: u64,
     /// `cluster.failure_detector`: the phi-accrual failure detector and the heartbeat ring.
     pub failure_detector: FailureDetectorConfig,
@@ -120,8 +148,8 @@ impl Default for Config {
             leader_actions_interval: Duration::from_secs(1),
             unreachable_nodes_reaper_interval: Duration::from_secs(1),
             periodic_tasks_initial_delay: Duration::from_secs(1),
-            allow_weakly_up_members: Some(Duration::from_secs(7)),
-            retry_unsuccessful_join_after: Some(Duration::from_secs(10)),
+            allow_weakly_up_members: Some(ALLOW_WEAKLY_UP_MEMBERS_ON),
+            retry_unsuccessful_join_after: Some(RETRY_UNSUCCESSFUL_JOIN_AFTER_ON),
             shutdown_after_unsuccessful_join_seed_nodes: None,
             prune_gossip_tombstones_after: Duration::from_secs(24 * 60 * 60),
             gossip_different_view_probability: 0.8,
@@ -231,18 +259,8 @@ impl Config {
         roles
     }
 
-    /// The settings a joiner compares with the cluster it joins (spec §5.5), keyed by their
-    /// configuration key. Compare two sides with [`check_compat`]. The system name is not among
-    /// them: addresses carry it and it is checked on its own.
-    pub fn compat_keys(&self) -> BTreeMap<String, String> {
-        BTreeMap::from([
-            (COMPAT_ACTIVE_STRATEGY.to_owned(), self.split_brain_resolver.active_strategy.clone()),
-            (COMPAT_PROTOCOL_VERSION.to_owned(), PROTOCOL_VERSION.to_owned()),
-        ])
-    }
-
     /// The probability of gossiping to a member that has not seen the current state, in a cluster
-    /// of `members` members (spec §2.8).
+    /// of `members` members.
     ///
     /// With [`TargetPreference::AlwaysPreferUnseen`] it is 1. With
     /// [`TargetPreference::ReducedProbability`] it is `P` =
@@ -272,18 +290,23 @@ impl Config {
 
 /// Settings of the phi-accrual failure detector and of the heartbeat ring (`cluster.failure_detector`).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct FailureDetectorConfig {
     /// `cluster.failure_detector.heartbeat_interval`: how often heartbeats are sent; also the
     /// first estimate of the interval between them.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub heartbeat_interval: Duration,
     /// `cluster.failure_detector.threshold`: the phi above which a node is considered unreachable.
     pub threshold: f64,
     /// `cluster.failure_detector.acceptable_heartbeat_pause`: a pause in heartbeats this long is
     /// tolerated (garbage collection, network hiccups). May be zero.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub acceptable_heartbeat_pause: Duration,
     /// `cluster.failure_detector.min_std_deviation`: the floor under the measured standard
     /// deviation, so that very regular heartbeats do not make phi jumpy.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub min_std_deviation: Duration,
     /// `cluster.failure_detector.max_sample_size`: how many heartbeat intervals are remembered.
     pub max_sample_size: usize,
@@ -292,6 +315,7 @@ pub struct FailureDetectorConfig {
     pub monitored_by_nr_of_members: usize,
     /// `cluster.failure_detector.expected_response_after`: a node that never answers its first
     /// heartbeat starts being monitored after this long, so it is still detected.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub expected_response_after: Duration,
 }
 
@@ -333,6 +357,8 @@ impl FailureDetectorConfig {
 /// Settings of the split-brain resolver (`cluster.split_brain_resolver`): the active strategy,
 /// the timing shared by all strategies, and one sub-table of settings per strategy.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct SplitBrainResolverConfig {
     /// `cluster.split_brain_resolver.active_strategy`: one of [`ACTIVE_STRATEGIES`]; `"off"`
@@ -340,10 +366,11 @@ pub struct SplitBrainResolverConfig {
     pub active_strategy: String,
     /// `cluster.split_brain_resolver.stable_after`: how long membership and reachability must be
     /// unchanged before the resolver acts. May be zero.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub stable_after: Duration,
     /// `cluster.split_brain_resolver.down_all_when_unstable`: down every node when reachability
     /// keeps changing for this long after `stable_after`. [`SwitchDuration::On`] means the larger
-    /// of 4 s and ¾ of `stable_after`; see
+    /// of [`DOWN_ALL_WHEN_UNSTABLE_ON_AT_LEAST`] and ¾ of `stable_after`; see
     /// [`down_all_when_unstable_after`](SplitBrainResolverConfig::down_all_when_unstable_after).
     pub down_all_when_unstable: SwitchDuration,
     /// `cluster.split_brain_resolver.keep_majority`: settings of the keep-majority strategy.
@@ -373,7 +400,7 @@ impl Default for SplitBrainResolverConfig {
 impl SplitBrainResolverConfig {
     /// The effective `down_all_when_unstable` delay, `None` when it is off.
     pub fn down_all_when_unstable_after(&self) -> Option<Duration> {
-        let on = (self.stable_after * 3 / 4).max(Duration::from_secs(4));
+        let on = (self.stable_after * 3 / 4).max(DOWN_ALL_WHEN_UNSTABLE_ON_AT_LEAST);
         self.down_all_when_unstable.resolve(on)
     }
 
@@ -414,12 +441,19 @@ impl SplitBrainResolverConfig {
                 "a name without spaces, or \"\" for \"<system_name>-convoke-sbr\"",
             ));
         }
+        // The lease's timing matters only to the strategy that takes it; a node configured for
+        // another strategy may leave it inconsistent.
+        if self.active_strategy == "lease-majority" {
+            lease.validate_timing()?;
+        }
         Ok(())
     }
 }
 
 /// Settings of the keep-majority strategy (`cluster.split_brain_resolver.keep_majority`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct KeepMajorityConfig {
     /// `cluster.split_brain_resolver.keep_majority.role`: count only members with this role;
@@ -429,6 +463,8 @@ pub struct KeepMajorityConfig {
 
 /// Settings of the static-quorum strategy (`cluster.split_brain_resolver.static_quorum`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct StaticQuorumConfig {
     /// `cluster.split_brain_resolver.static_quorum.quorum_size`: the side that still has at least
@@ -443,6 +479,8 @@ pub struct StaticQuorumConfig {
 
 /// Settings of the keep-oldest strategy (`cluster.split_brain_resolver.keep_oldest`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct KeepOldestConfig {
     /// `cluster.split_brain_resolver.keep_oldest.down_if_alone`: when the oldest member is cut off
@@ -459,8 +497,15 @@ impl Default for KeepOldestConfig {
     }
 }
 
-/// Settings of the lease-majority strategy (`cluster.split_brain_resolver.lease_majority`).
+/// Settings of the lease-majority strategy (`cluster.split_brain_resolver.lease_majority`): how it
+/// decides, and the timing of its lease ([`lease_settings`](LeaseMajorityConfig::lease_settings)).
+///
+/// With the `serde` feature, unknown keys of the table are *not* rejected here: the runtime keeps
+/// where its lease store is (the `kubernetes_*` keys) in the same table, reads it into this type
+/// and into its own keys, and checks for keys neither knows.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct LeaseMajorityConfig {
     /// `cluster.split_brain_resolver.lease_majority.lease_name`: the lease both sides contend
@@ -470,13 +515,28 @@ pub struct LeaseMajorityConfig {
     /// `cluster.split_brain_resolver.lease_majority.acquire_lease_delay_for_minority`: how long
     /// the minority side waits before it tries to take the lease, so that the majority usually
     /// wins. Default 2 s.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub acquire_lease_delay_for_minority: Duration,
     /// `cluster.split_brain_resolver.lease_majority.release_after`: after the downed nodes are
     /// removed, the winner keeps the lease this much longer before releasing it. Default 40 s.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
     pub release_after: Duration,
     /// `cluster.split_brain_resolver.lease_majority.role`: count only members with this role
     /// when deciding which side is the minority; `""` (the default) counts all.
     pub role: String,
+    /// `cluster.split_brain_resolver.lease_majority.heartbeat_interval`: how often the holder
+    /// renews the lease. At most half of `heartbeat_timeout`. Default 12 s.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
+    pub heartbeat_interval: Duration,
+    /// `cluster.split_brain_resolver.lease_majority.heartbeat_timeout`: a lease not renewed for
+    /// this long has expired and may be taken by the other side. Default 120 s.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
+    pub heartbeat_timeout: Duration,
+    /// `cluster.split_brain_resolver.lease_majority.lease_operation_timeout`: a lease operation
+    /// taking longer has failed, and the lease counts as not taken. Less than
+    /// `heartbeat_timeout`. Default 5 s.
+    #[cfg_attr(feature = "serde", serde(with = "text::duration"))]
+    pub lease_operation_timeout: Duration,
 }
 
 impl Default for LeaseMajorityConfig {
@@ -486,6 +546,9 @@ impl Default for LeaseMajorityConfig {
             acquire_lease_delay_for_minority: Duration::from_secs(2),
             release_after: Duration::from_secs(40),
             role: String::new(),
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
+            lease_operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         }
     }
 }
@@ -499,9 +562,58 @@ impl LeaseMajorityConfig {
             self.lease_name.clone()
         }
     }
+
+    /// The lease of a node of `system_name` whose contender name is `owner` (its `host:port`),
+    /// with this configuration's name and timing.
+    pub fn lease_settings(&self, system_name: &str, owner: impl Into<String>) -> LeaseSettings {
+        let mut lease = LeaseSettings::new(self.effective_lease_name(system_name), owner);
+        lease.heartbeat_interval = self.heartbeat_interval;
+        lease.heartbeat_timeout = self.heartbeat_timeout;
+        lease.operation_timeout = self.lease_operation_timeout;
+        lease
+    }
+
+    /// Checks the lease timing: every duration positive, and renewals at least twice within a
+    /// `heartbeat_timeout`, so that one slow or failed renewal does not lose the lease.
+    fn validate_timing(&self) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("cluster.split_brain_resolver.lease_majority.{k}");
+        for (k, d) in [
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("heartbeat_timeout", self.heartbeat_timeout),
+            ("lease_operation_timeout", self.lease_operation_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::new(key(k), "\"0s\"", "a duration greater than 0"));
+            }
+        }
+        if self.heartbeat_interval * 2 > self.heartbeat_timeout {
+            return Err(ConfigError::new(
+                key("heartbeat_interval"),
+                format!("{:?}", format_duration(self.heartbeat_interval)),
+                format!(
+                    "at most half of heartbeat_timeout ({}), so that the lease is renewed at \
+                     least twice before it expires",
+                    format_duration(self.heartbeat_timeout)
+                ),
+            ));
+        }
+        if self.lease_operation_timeout >= self.heartbeat_timeout {
+            return Err(ConfigError::new(
+                key("lease_operation_timeout"),
+                format!("{:?}", format_duration(self.lease_operation_timeout)),
+                format!(
+                    "less than heartbeat_timeout ({})",
+                    format_duration(self.heartbeat_timeout)
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
-/// How a node picks the member it gossips to (spec §2.8), `cluster.gossip_target_preference`.
+const TARGET_PREFERENCE_EXPECTED: &str = "\"always-prefer-unseen\" or \"reduced-probability\"";
+
+/// How a node picks the member it gossips to, `cluster.gossip_target_preference`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TargetPreference {
     /// `"always-prefer-unseen"`: gossip to a member that has not seen the current state whenever
@@ -529,13 +641,7 @@ impl TargetPreference {
         [Self::AlwaysPreferUnseen, Self::ReducedProbability]
             .into_iter()
             .find(|p| p.as_str() == text.trim())
-            .ok_or_else(|| {
-                ConfigError::new(
-                    key,
-                    format!("{text:?}"),
-                    "\"always-prefer-unseen\" or \"reduced-probability\"",
-                )
-            })
+            .ok_or_else(|| ConfigError::new(key, format!("{text:?}"), TARGET_PREFERENCE_EXPECTED))
     }
 }
 
@@ -545,36 +651,56 @@ impl fmt::Display for TargetPreference {
     }
 }
 
-/// A setting that is `"on"` (with a default that depends on the setting), `"off"`, or an
-/// explicit duration. Read with [`parse_switch_duration`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SwitchDuration {
-    /// `"on"`: the setting's default duration.
-    On,
-    /// `"off"`: disabled.
-    Off,
-    /// An explicit duration.
-    After(Duration),
-}
-
-impl SwitchDuration {
-    /// The effective duration, given what `On` means for this setting; `None` when off.
-    pub fn resolve(self, on: Duration) -> Option<Duration> {
-        match self {
-            Self::On => Some(on),
-            Self::Off => None,
-            Self::After(d) => Some(d),
-        }
+/// Written as its [name](TargetPreference::as_str).
+#[cfg(feature = "serde")]
+impl serde::Serialize for TargetPreference {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
-impl fmt::Display for SwitchDuration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::On => f.write_str("on"),
-            Self::Off => f.write_str("off"),
-            Self::After(d) => f.write_str(&format_duration(*d)),
-        }
+/// Reads a name as [`TargetPreference::parse`] does.
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for TargetPreference {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let text = text::deserialize_text(d, TARGET_PREFERENCE_EXPECTED)?;
+        Self::parse("", &text).map_err(|e| D::Error::custom(text::not_valid(&text, &e.expected)))
+    }
+}
+
+// The serde adapters of the `Option<Duration>` switches of `Config`: `"off"` is `None`, and what
+// `"on"` means is each key's own.
+#[cfg(feature = "serde")]
+mod allow_weakly_up_members {
+    pub(super) use super::text::serialize_switch as serialize;
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<std::time::Duration>, D::Error> {
+        super::text::deserialize_switch(d, Ok(super::ALLOW_WEAKLY_UP_MEMBERS_ON))
+    }
+}
+
+#[cfg(feature = "serde")]
+mod retry_unsuccessful_join_after {
+    pub(super) use super::text::serialize_switch as serialize;
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<std::time::Duration>, D::Error> {
+        super::text::deserialize_switch(d, Ok(super::RETRY_UNSUCCESSFUL_JOIN_AFTER_ON))
+    }
+}
+
+#[cfg(feature = "serde")]
+mod shutdown_after_unsuccessful_join_seed_nodes {
+    pub(super) use super::text::serialize_switch as serialize;
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<std::time::Duration>, D::Error> {
+        super::text::deserialize_switch(d, Err("\"off\" or a duration like \"60s\""))
     }
 }
 
@@ -603,116 +729,6 @@ impl ConfigError {
     ) -> Self {
         Self { key: key.into(), value: value.into(), expected: expected.into() }
     }
-}
-
-/// Compares the [compatibility keys](Config::compat_keys) of this node (`own`) with those of the
-/// cluster it joins (`theirs`).
-///
-/// Every key in [`REQUIRED_COMPAT_KEYS`] must be present on both sides with the same value; other
-/// keys, such as [`COMPAT_PROTOCOL_VERSION`], are informational and ignored here.
-///
-/// # Errors
-/// All problems in one message, separated by `"; "`: `"X is missing"` when the cluster does not
-/// send key X, `"X is missing on this node"` when this node does not, and
-/// `"X is incompatible: ours a, theirs b"`.
-pub fn check_compat(
-    own: &BTreeMap<String, String>,
-    theirs: &BTreeMap<String, String>,
-) -> Result<(), String> {
-    let problems: Vec<String> = REQUIRED_COMPAT_KEYS
-        .iter()
-        .filter_map(|&key| match (own.get(key), theirs.get(key)) {
-            (_, None) => Some(format!("{key} is missing")),
-            (None, Some(_)) => Some(format!("{key} is missing on this node")),
-            (Some(ours), Some(their)) if ours != their => {
-                Some(format!("{key} is incompatible: ours {ours}, theirs {their}"))
-            }
-            _ => None,
-        })
-        .collect();
-    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
-}
-
-/// Reads a duration such as `"500ms"`, `"5s"`, `"2m"`, `"1h"` or `"1.5s"`: a non-negative decimal
-/// number and one of the units `ns`, `us`, `ms`, `s`, `m`, `h`, `d`. Zero is accepted here;
-/// [`Config::validate`] decides where it is allowed.
-///
-/// # Errors
-/// A [`ConfigError`] for `key` when the text is empty, negative, has no or an unknown unit, is
-/// finer than a nanosecond or too large.
-pub fn parse_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
-    let bad = || ConfigError::new(key, format!("{text:?}"), DURATION_EXPECTED);
-    let trimmed = text.trim();
-    let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
-    let (number, unit) = trimmed.split_at(split);
-    let unit_nanos: u128 = match unit.trim_start() {
-        "ns" => 1,
-        "us" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        "m" => 60 * 1_000_000_000,
-        "h" => 60 * 60 * 1_000_000_000,
-        "d" => 24 * 60 * 60 * 1_000_000_000,
-        _ => return Err(bad()),
-    };
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(whole) || (number.contains('.') && !digits(fraction)) || fraction.len() > 9 {
-        return Err(bad());
-    }
-    let whole: u128 = whole.parse().map_err(|_| bad())?;
-    let scale = 10u128.pow(fraction.len() as u32);
-    let fraction: u128 =
-        if fraction.is_empty() { 0 } else { fraction.parse().map_err(|_| bad())? };
-    if !(fraction * unit_nanos).is_multiple_of(scale) {
-        return Err(bad());
-    }
-    let nanos = whole
-        .checked_mul(unit_nanos)
-        .and_then(|n| n.checked_add(fraction * unit_nanos / scale))
-        .ok_or_else(bad)?;
-    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| bad())?;
-    Ok(Duration::new(secs, (nanos % 1_000_000_000) as u32))
-}
-
-/// Reads `"on"`, `"off"` (any case) or a duration as [`parse_duration`] does, for keys such as
-/// `cluster.allow_weakly_up_members`. What `"on"` means is up to the key; see
-/// [`SwitchDuration::resolve`].
-///
-/// # Errors
-/// A [`ConfigError`] for `key` when the text is neither.
-pub fn parse_switch_duration(key: &str, text: &str) -> Result<SwitchDuration, ConfigError> {
-    let trimmed = text.trim();
-    if trimmed.eq_ignore_ascii_case("on") {
-        return Ok(SwitchDuration::On);
-    }
-    if trimmed.eq_ignore_ascii_case("off") {
-        return Ok(SwitchDuration::Off);
-    }
-    parse_duration(key, text).map(SwitchDuration::After).map_err(|mut e| {
-        e.expected = format!("\"on\", \"off\" or {DURATION_EXPECTED}");
-        e
-    })
-}
-
-/// Writes a duration in the form [`parse_duration`] reads, in the largest unit up to hours that
-/// represents it exactly: `"24h"`, `"1500ms"`, `"0s"`.
-pub fn format_duration(d: Duration) -> String {
-    const UNITS: [(u128, &str); 6] = [
-        (60 * 60 * 1_000_000_000, "h"),
-        (60 * 1_000_000_000, "m"),
-        (1_000_000_000, "s"),
-        (1_000_000, "ms"),
-        (1_000, "us"),
-        (1, "ns"),
-    ];
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".to_owned();
-    }
-    let (size, unit) =
-        UNITS.into_iter().find(|(size, _)| nanos.is_multiple_of(*size)).unwrap_or((1, "ns"));
-    format!("{}{unit}", nanos / size)
 }
 
 fn positive(key: &str, d: Duration) -> Result<(), ConfigError> {
@@ -1019,6 +1035,89 @@ mod tests {
     }
 
     #[test]
+    fn lease_timing_is_checked_only_for_the_lease_majority_strategy() {
+        type Change = fn(&mut LeaseMajorityConfig);
+        let cases: [(Change, &str, &str, &str); 5] = [
+            (
+                |l| l.heartbeat_interval = Duration::ZERO,
+                "heartbeat_interval",
+                "\"0s\"",
+                "a duration greater than 0",
+            ),
+            (
+                |l| l.heartbeat_timeout = Duration::ZERO,
+                "heartbeat_timeout",
+                "\"0s\"",
+                "a duration greater than 0",
+            ),
+            (
+                |l| l.lease_operation_timeout = Duration::ZERO,
+                "lease_operation_timeout",
+                "\"0s\"",
+                "a duration greater than 0",
+            ),
+            (
+                |l| l.heartbeat_interval = secs(61),
+                "heartbeat_interval",
+                "\"61s\"",
+                "at most half of heartbeat_timeout (2m), so that the lease is renewed at least \
+                 twice before it expires",
+            ),
+            (
+                |l| l.lease_operation_timeout = secs(120),
+                "lease_operation_timeout",
+                "\"2m\"",
+                "less than heartbeat_timeout (2m)",
+            ),
+        ];
+        for (change, key, value, expected) in cases {
+            let mut c = Config::default();
+            change(&mut c.split_brain_resolver.lease_majority);
+            assert_eq!(c.validate(), Ok(()), "{key}: not checked for keep-majority");
+            c.split_brain_resolver.active_strategy = "lease-majority".into();
+            let err = c.validate().expect_err(key);
+            assert_eq!(err.key, format!("cluster.split_brain_resolver.lease_majority.{key}"));
+            assert_eq!(err.value, value);
+            assert_eq!(err.expected, expected);
+        }
+        let mut c = Config::default();
+        c.split_brain_resolver.active_strategy = "lease-majority".into();
+        c.split_brain_resolver.lease_majority.heartbeat_interval = secs(60);
+        c.split_brain_resolver.lease_majority.lease_operation_timeout = secs(119);
+        assert_eq!(c.validate(), Ok(()), "half the timeout, and just under it, are fine");
+    }
+
+    #[test]
+    fn lease_settings_carry_the_name_owner_and_timing() {
+        let mut l = LeaseMajorityConfig::default();
+        assert_eq!(l.heartbeat_interval, secs(12));
+        assert_eq!(l.heartbeat_timeout, secs(120));
+        assert_eq!(l.lease_operation_timeout, secs(5));
+        let lease = l.lease_settings("orders", "10.0.0.1:25520");
+        assert_eq!(lease, LeaseSettings::new("orders-convoke-sbr", "10.0.0.1:25520"));
+        l.lease_name = "shared".into();
+        l.heartbeat_interval = secs(3);
+        l.heartbeat_timeout = secs(9);
+        l.lease_operation_timeout = secs(1);
+        let lease = l.lease_settings("orders", "n1");
+        assert_eq!(lease.lease_name, "shared");
+        assert_eq!(lease.owner_name, "n1");
+        assert_eq!(lease.heartbeat_interval, secs(3));
+        assert_eq!(lease.heartbeat_timeout, secs(9));
+        assert_eq!(lease.operation_timeout, secs(1));
+    }
+
+    #[test]
+    fn the_on_durations_are_the_defaults() {
+        let c = Config::default();
+        assert_eq!(c.allow_weakly_up_members, Some(ALLOW_WEAKLY_UP_MEMBERS_ON));
+        assert_eq!(c.retry_unsuccessful_join_after, Some(RETRY_UNSUCCESSFUL_JOIN_AFTER_ON));
+        let mut sbr = c.split_brain_resolver;
+        sbr.stable_after = Duration::ZERO;
+        assert_eq!(sbr.down_all_when_unstable_after(), Some(DOWN_ALL_WHEN_UNSTABLE_ON_AT_LEAST));
+    }
+
+    #[test]
     fn target_preference_reads_its_names() {
         for p in [TargetPreference::AlwaysPreferUnseen, TargetPreference::ReducedProbability] {
             assert_eq!(TargetPreference::parse("k", &p.to_string()), Ok(p));
@@ -1029,151 +1128,200 @@ mod tests {
         assert_eq!(err.value, "\"random\"");
     }
 
-    #[test]
-    fn durations_parse_from_number_and_unit() {
-        let good = [
-            ("500ms", ms(500)),
-            ("5s", secs(5)),
-            ("2m", secs(120)),
-            ("1h", secs(3600)),
-            ("24h", secs(24 * 3600)),
-            ("1d", secs(24 * 3600)),
-            ("1.5s", ms(1500)),
-            ("0.25s", ms(250)),
-            ("0s", Duration::ZERO),
-            ("0ms", Duration::ZERO),
-            ("250us", Duration::from_micros(250)),
-            ("7ns", Duration::from_nanos(7)),
-            ("1.000000001s", Duration::new(1, 1)),
-            (" 3s ", secs(3)),
-            ("3 s", secs(3)),
-            ("007s", secs(7)),
-        ];
-        for (text, want) in good {
-            assert_eq!(parse_duration("k", text), Ok(want), "{text:?}");
-        }
-    }
+    #[cfg(feature = "serde")]
+    mod serde {
+        use super::*;
 
-    #[test]
-    fn bad_durations_are_rejected_naming_the_key() {
-        let bad = [
-            "",
-            " ",
-            "s",
-            "5",
-            "-1s",
-            "-0s",
-            "+1s",
-            "1.s",
-            ".5s",
-            "1..5s",
-            "1.5.5s",
-            "5sec",
-            "5S",
-            "5 parsecs",
-            "1e3ms",
-            "1,5s",
-            "0x10s",
-            "1s 2s",
-            "0.5ns",
-            "1.0000000001s",
-            "99999999999999999999999h",
-            "999999999999999999999999999999999999999999s",
-            "inf s",
-            "off",
-        ];
-        for text in bad {
-            let err = parse_duration("cluster.gossip_interval", text).expect_err(text);
-            assert_eq!(err.key, "cluster.gossip_interval");
-            assert_eq!(err.value, format!("{text:?}"));
-            assert!(err.expected.contains("\"500ms\""), "{}", err.expected);
+        fn read(toml_text: &str) -> Result<Config, String> {
+            toml::from_str(toml_text).map_err(|e| e.message().to_owned())
         }
-    }
 
-    #[test]
-    fn switch_durations_read_on_off_or_a_duration() {
-        let key = "cluster.allow_weakly_up_members";
-        assert_eq!(parse_switch_duration(key, "on"), Ok(SwitchDuration::On));
-        assert_eq!(parse_switch_duration(key, "OFF"), Ok(SwitchDuration::Off));
-        assert_eq!(parse_switch_duration(key, " off "), Ok(SwitchDuration::Off));
-        assert_eq!(parse_switch_duration(key, "7s"), Ok(SwitchDuration::After(secs(7))));
-        for bad in ["", "yes", "true", "-7s", "onn"] {
-            let err = parse_switch_duration(key, bad).expect_err(bad);
-            assert_eq!(err.key, key);
-            assert!(err.expected.starts_with("\"on\", \"off\" or a duration"), "{}", err.expected);
+        #[test]
+        fn an_empty_table_is_the_default_config() {
+            assert_eq!(read(""), Ok(Config::default()));
         }
-        assert_eq!(SwitchDuration::On.resolve(secs(7)), Some(secs(7)));
-        assert_eq!(SwitchDuration::Off.resolve(secs(7)), None);
-        assert_eq!(SwitchDuration::After(secs(3)).resolve(secs(7)), Some(secs(3)));
-        assert_eq!(SwitchDuration::After(ms(1500)).to_string(), "1500ms");
-    }
 
-    #[test]
-    fn formatted_durations_read_back_the_same() {
-        let cases = [
-            (Duration::ZERO, "0s"),
-            (secs(24 * 3600), "24h"),
-            (secs(120), "2m"),
-            (secs(90), "90s"),
-            (ms(1500), "1500ms"),
-            (ms(100), "100ms"),
-            (Duration::from_micros(3), "3us"),
-            (Duration::new(1, 1), "1000000001ns"),
-        ];
-        for (d, text) in cases {
-            assert_eq!(format_duration(d), text);
-            assert_eq!(parse_duration("k", text), Ok(d));
+        #[test]
+        fn the_default_config_writes_and_reads_back() {
+            let text = toml::to_string(&Config::default()).unwrap();
+            assert_eq!(read(&text), Ok(Config::default()), "{text}");
+            assert!(text.contains("allow_weakly_up_members = \"7s\""), "{text}");
+            assert!(text.contains("shutdown_after_unsuccessful_join_seed_nodes = \"off\""));
+            assert!(text.contains("down_all_when_unstable = \"on\""), "{text}");
+            assert!(text.contains("gossip_target_preference = \"always-prefer-unseen\""));
+            for skipped in [
+                "seed",
+                "gossip_different_view_probability",
+                "reduce_gossip_different_view_probability",
+            ] {
+                let written = text.lines().any(|l| l.starts_with(&format!("{skipped} =")));
+                assert!(!written, "{skipped} is not a settings key: {text}");
+            }
         }
-    }
 
-    #[test]
-    fn compat_keys_carry_the_strategy_and_the_protocol_version() {
-        let mut c = Config::default();
-        c.split_brain_resolver.active_strategy = "down-all".into();
-        let keys = c.compat_keys();
-        assert_eq!(keys.len(), 2);
-        assert_eq!(keys[COMPAT_ACTIVE_STRATEGY], "down-all");
-        assert_eq!(keys[COMPAT_PROTOCOL_VERSION], PROTOCOL_VERSION);
-    }
+        #[test]
+        fn every_key_reads_from_its_table() {
+            let c = read(
+                r#"
+                system_name = "orders"
+                roles = ["backend", "api"]
+                data_center = "eu-west-1"
+                app_version = "1.2.3"
+                min_nr_of_members = 3
+                role_min_nr_of_members = { backend = 2 }
+                seed_node_timeout = "6s"
+                gossip_interval = "500ms"
+                gossip_time_to_live = "3s"
+                leader_actions_interval = "2s"
+                unreachable_nodes_reaper_interval = "1.5s"
+                periodic_tasks_initial_delay = "0s"
+                allow_weakly_up_members = "on"
+                retry_unsuccessful_join_after = "off"
+                shutdown_after_unsuccessful_join_seed_nodes = "60s"
+                prune_gossip_tombstones_after = "1h"
+                gossip_target_preference = "reduced-probability"
+                config_compat_enforce_on_join = false
+                hostname = "runtime key, ignored here"
 
-    #[test]
-    fn compat_check_requires_equal_strategies_on_both_sides() {
-        type Map = BTreeMap<String, String>;
-        fn map(pairs: &[(&str, &str)]) -> Map {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+                [failure_detector]
+                heartbeat_interval = "2s"
+                threshold = 10.5
+                acceptable_heartbeat_pause = "4s"
+                min_std_deviation = "200ms"
+                max_sample_size = 100
+                monitored_by_nr_of_members = 5
+                expected_response_after = "3s"
+
+                [split_brain_resolver]
+                active_strategy = "lease-majority"
+                stable_after = "10s"
+                down_all_when_unstable = "off"
+                keep_majority = { role = "a" }
+                static_quorum = { quorum_size = 3, role = "b" }
+                keep_oldest = { down_if_alone = false, role = "c" }
+
+                [split_brain_resolver.lease_majority]
+                lease_name = "shared"
+                acquire_lease_delay_for_minority = "1s"
+                release_after = "30s"
+                role = "d"
+                heartbeat_interval = "10s"
+                heartbeat_timeout = "60s"
+                lease_operation_timeout = "2s"
+                kubernetes_namespace = "runtime key, ignored here"
+                "#,
+            )
+            .unwrap();
+            assert_eq!(c.system_name, "orders");
+            assert_eq!(c.roles, BTreeSet::from(["api".to_owned(), "backend".to_owned()]));
+            assert_eq!(c.data_center, "eu-west-1");
+            assert_eq!(c.app_version, "1.2.3");
+            assert_eq!(c.min_nr_of_members, 3);
+            assert_eq!(c.role_min_nr_of_members, BTreeMap::from([("backend".to_owned(), 2)]));
+            assert_eq!(c.seed_node_timeout, secs(6));
+            assert_eq!(c.gossip_interval, ms(500));
+            assert_eq!(c.gossip_time_to_live, secs(3));
+            assert_eq!(c.leader_actions_interval, secs(2));
+            assert_eq!(c.unreachable_nodes_reaper_interval, ms(1500));
+            assert_eq!(c.periodic_tasks_initial_delay, Duration::ZERO);
+            assert_eq!(c.allow_weakly_up_members, Some(ALLOW_WEAKLY_UP_MEMBERS_ON));
+            assert_eq!(c.retry_unsuccessful_join_after, None);
+            assert_eq!(c.shutdown_after_unsuccessful_join_seed_nodes, Some(secs(60)));
+            assert_eq!(c.prune_gossip_tombstones_after, secs(3600));
+            assert_eq!(c.gossip_target_preference, TargetPreference::ReducedProbability);
+            assert!(!c.config_compat_enforce_on_join);
+            let fd = &c.failure_detector;
+            assert_eq!(fd.heartbeat_interval, secs(2));
+            assert_eq!(fd.threshold, 10.5);
+            assert_eq!(fd.acceptable_heartbeat_pause, secs(4));
+            assert_eq!(fd.min_std_deviation, ms(200));
+            assert_eq!(fd.max_sample_size, 100);
+            assert_eq!(fd.monitored_by_nr_of_members, 5);
+            assert_eq!(fd.expected_response_after, secs(3));
+            let sbr = &c.split_brain_resolver;
+            assert_eq!(sbr.active_strategy, "lease-majority");
+            assert_eq!(sbr.stable_after, secs(10));
+            assert_eq!(sbr.down_all_when_unstable, SwitchDuration::Off);
+            assert_eq!(sbr.keep_majority.role, "a");
+            assert_eq!(sbr.static_quorum.quorum_size, 3);
+            assert_eq!(sbr.static_quorum.role, "b");
+            assert!(!sbr.keep_oldest.down_if_alone);
+            assert_eq!(sbr.keep_oldest.role, "c");
+            let lease = &sbr.lease_majority;
+            assert_eq!(lease.lease_name, "shared");
+            assert_eq!(lease.acquire_lease_delay_for_minority, secs(1));
+            assert_eq!(lease.release_after, secs(30));
+            assert_eq!(lease.role, "d");
+            assert_eq!(lease.heartbeat_interval, secs(10));
+            assert_eq!(lease.heartbeat_timeout, secs(60));
+            assert_eq!(lease.lease_operation_timeout, secs(2));
+            assert_eq!(c.validate(), Ok(()));
+            assert_eq!(c.seed, 0);
+            assert_eq!(c.gossip_different_view_probability, 0.8);
         }
-        let strategy = COMPAT_ACTIVE_STRATEGY;
-        let version = COMPAT_PROTOCOL_VERSION;
-        let ours = map(&[(strategy, "keep-majority"), (version, "1")]);
-        let cases: Vec<(Map, Map, Result<(), String>)> = vec![
-            (ours.clone(), ours.clone(), Ok(())),
-            // The protocol version is informational: different or absent is fine.
-            (ours.clone(), map(&[(strategy, "keep-majority"), (version, "2")]), Ok(())),
-            (ours.clone(), map(&[(strategy, "keep-majority")]), Ok(())),
-            // Unknown keys from newer nodes are ignored.
-            (ours.clone(), map(&[(strategy, "keep-majority"), ("cluster.future", "x")]), Ok(())),
-            (
-                ours.clone(),
-                map(&[(strategy, "down-all"), (version, "1")]),
-                Err(format!("{strategy} is incompatible: ours keep-majority, theirs down-all")),
-            ),
-            (ours.clone(), map(&[(version, "1")]), Err(format!("{strategy} is missing"))),
-            (ours.clone(), BTreeMap::new(), Err(format!("{strategy} is missing"))),
-            (
-                map(&[(version, "1")]),
-                ours.clone(),
-                Err(format!("{strategy} is missing on this node")),
-            ),
-            (BTreeMap::new(), BTreeMap::new(), Err(format!("{strategy} is missing"))),
-        ];
-        for (own, theirs, want) in cases {
-            assert_eq!(check_compat(&own, &theirs), want, "{own:?} vs {theirs:?}");
-        }
-    }
 
-    #[test]
-    fn default_configs_are_compatible_with_each_other() {
-        let c = Config::default();
-        assert_eq!(check_compat(&c.compat_keys(), &c.compat_keys()), Ok(()));
+        #[test]
+        fn switches_read_on_as_their_own_duration() {
+            let c = read("allow_weakly_up_members = true\nretry_unsuccessful_join_after = \"on\"")
+                .unwrap();
+            assert_eq!(c.allow_weakly_up_members, Some(ALLOW_WEAKLY_UP_MEMBERS_ON));
+            assert_eq!(c.retry_unsuccessful_join_after, Some(RETRY_UNSUCCESSFUL_JOIN_AFTER_ON));
+            let c =
+                read("allow_weakly_up_members = \"OFF\"\nretry_unsuccessful_join_after = \"3s\"")
+                    .unwrap();
+            assert_eq!(c.allow_weakly_up_members, None);
+            assert_eq!(c.retry_unsuccessful_join_after, Some(secs(3)));
+            assert_eq!(
+                read("shutdown_after_unsuccessful_join_seed_nodes = \"on\"").unwrap_err(),
+                "\"on\" is not valid: expected \"off\" or a duration like \"60s\""
+            );
+            let err = read("shutdown_after_unsuccessful_join_seed_nodes = \"soon\"").unwrap_err();
+            assert!(
+                err.starts_with("\"soon\" is not valid: expected \"on\", \"off\" or a duration"),
+                "{err}"
+            );
+        }
+
+        #[test]
+        fn bad_values_name_the_value_and_the_expectation() {
+            let cases = [
+                ("gossip_interval = \"fast\"", "\"fast\" is not valid: expected a duration: "),
+                (
+                    "gossip_target_preference = \"random\"",
+                    "\"random\" is not valid: expected \"always-prefer-unseen\" or \
+                     \"reduced-probability\"",
+                ),
+                (
+                    "[split_brain_resolver]\ndown_all_when_unstable = \"maybe\"",
+                    "\"maybe\" is not valid: expected \"on\", \"off\" or a duration",
+                ),
+                (
+                    "[split_brain_resolver.lease_majority]\nheartbeat_timeout = 5",
+                    "\"5\" is not valid: expected a duration",
+                ),
+            ];
+            for (text, want) in cases {
+                let err = read(text).expect_err(text);
+                assert!(err.starts_with(want), "{text}: {err}");
+            }
+        }
+
+        #[test]
+        fn unknown_keys_are_left_to_the_runtime_only_where_it_shares_the_table() {
+            assert!(read("port = 25520").is_ok());
+            assert!(
+                read("[split_brain_resolver.lease_majority]\nkubernetes_api_url = \"\"").is_ok()
+            );
+            for text in [
+                "[failure_detector]\nthreshhold = 8",
+                "[split_brain_resolver]\nstrategy = \"off\"",
+                "[split_brain_resolver.keep_majority]\nroles = \"a\"",
+                "[split_brain_resolver.static_quorum]\nsize = 3",
+                "[split_brain_resolver.keep_oldest]\ndown_if_allone = true",
+            ] {
+                let err = read(text).expect_err(text);
+                assert!(err.starts_with("unknown field"), "{text}: {err}");
+            }
+        }
     }
 }

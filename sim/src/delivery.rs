@@ -1,0 +1,243 @@
+//! Delivery: what becomes of a core's transmits on the way through the modelled network.
+//!
+//! A transmit is counted and sized when it is sent, then lost, sent once or duplicated, each copy
+//! with its own latency ([`crate::net`]). When a copy reaches its destination's network interface
+//! the link state decides: a partition drops it, a clog holds it until the clog ends. What the
+//! destination's process does with it (take it in, or queue it while paused) is not decided here.
+//!
+//! Scheduling is left to the caller, through a callback, so that deliveries share one queue with
+//! every other event and keep their place in its order.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use convoke_membership::message::Message;
+use convoke_membership::{Address, Cluster, Uid, UniqueAddress};
+use rand_chacha::ChaCha8Rng;
+
+use crate::counters::{NodeCounters, SizeMode, Sizer, kind_index};
+use crate::net::{Links, NetConfig};
+
+/// A message on the wire.
+#[derive(Debug)]
+pub struct InFlight {
+    /// The sender's slot.
+    pub from_slot: usize,
+    /// The sender, as the envelope names it.
+    pub from: UniqueAddress,
+    /// The receiver's slot.
+    pub to_slot: usize,
+    /// The message.
+    pub message: Message,
+    /// Its size on the wire, as counted when it was sent.
+    pub bytes: usize,
+}
+
+/// The network between the slots: quality, link state, held messages and traffic counters.
+#[derive(Debug)]
+pub struct Delivery {
+    net: NetConfig,
+    links: Links,
+    /// Messages that arrived at a clogged node, or from one.
+    held: Vec<InFlight>,
+    rng: ChaCha8Rng,
+    counters: Vec<NodeCounters>,
+    sizer: Sizer,
+    /// Messages handed to cores so far.
+    delivered: u64,
+}
+
+impl Delivery {
+    /// `n` slots on a network of quality `net`, every link open; latencies and losses drawn from
+    /// `rng`.
+    pub fn new(n: usize, net: NetConfig, rng: ChaCha8Rng, size_mode: SizeMode) -> Self {
+        Self {
+            net,
+            links: Links::new(n),
+            held: Vec::new(),
+            rng,
+            counters: vec![NodeCounters::default(); n],
+            sizer: Sizer::new(n, size_mode),
+            delivered: 0,
+        }
+    }
+
+    /// The current network quality.
+    pub fn net(&self) -> &NetConfig {
+        &self.net
+    }
+
+    /// Changes the network quality, for messages sent from now on.
+    pub fn set_net(&mut self, net: NetConfig) {
+        self.net = net;
+    }
+
+    /// The link state.
+    pub fn links(&self) -> &Links {
+        &self.links
+    }
+
+    /// Whether a message from `from` to `to` would get through now.
+    pub fn link_open(&self, from: usize, to: usize) -> bool {
+        self.links.is_open(from, to) && !self.links.is_clogged(from) && !self.links.is_clogged(to)
+    }
+
+    /// Per-slot traffic counters.
+    pub fn counters(&self) -> &[NodeCounters] {
+        &self.counters
+    }
+
+    /// Zeroes the traffic counters.
+    pub fn reset_counters(&mut self) {
+        self.counters.iter_mut().for_each(|c| *c = NodeCounters::default());
+    }
+
+    /// Gossip messages encoded to size them so far.
+    pub fn gossips_encoded(&self) -> u64 {
+        self.sizer.encoded
+    }
+
+    /// Messages handed to cores so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// Counts `message` as sent by `from_slot` and puts its copies on the wire to `to_slot`; a
+    /// message to an address outside the simulation (`None`) is counted and goes nowhere.
+    pub fn send(
+        &mut self,
+        now: Duration,
+        from_slot: usize,
+        from: &UniqueAddress,
+        to_slot: Option<usize>,
+        message: Message,
+        mut schedule: impl FnMut(Duration, InFlight),
+    ) {
+        let kind = kind_index(&message);
+        let (bytes, members) = self.sizer.size(from_slot, &message);
+        self.counters[from_slot].on_sent(kind, bytes, members);
+        let Some(to_slot) = to_slot else { return };
+        let copies = self.net.sample_copies(&mut self.rng);
+        let mut message = Some(message);
+        for c in 0..copies {
+            let at = now + self.net.sample_delay(&mut self.rng);
+            let message = if c + 1 == copies {
+                message.take().expect("last copy")
+            } else {
+                message.clone().expect("not yet moved")
+            };
+            schedule(at, InFlight { from_slot, from: from.clone(), to_slot, message, bytes });
+        }
+    }
+
+    /// A message reaches the network interface of its destination: it is returned if the link
+    /// lets it through now; dropped if a partition blocks it; held if a clog does.
+    pub fn arrive(&mut self, m: InFlight) -> Option<InFlight> {
+        if !self.links.is_open(m.from_slot, m.to_slot) {
+            return None;
+        }
+        if self.links.is_clogged(m.from_slot) || self.links.is_clogged(m.to_slot) {
+            self.held.push(m);
+            return None;
+        }
+        Some(m)
+    }
+
+    /// Counts `m` as received by its destination's core; its message kind.
+    pub fn received(&mut self, m: &InFlight) -> usize {
+        let kind = kind_index(&m.message);
+        self.counters[m.to_slot].on_received(kind, m.bytes);
+        self.delivered += 1;
+        kind
+    }
+
+    /// Starts partition `id`.
+    pub fn block(&mut self, id: u64, links: Vec<(usize, usize)>) {
+        self.links.block(id, links);
+    }
+
+    /// Ends partition `id`; held messages no clog keeps any more go on their way.
+    pub fn unblock(&mut self, id: u64, now: Duration, schedule: impl FnMut(Duration, InFlight)) {
+        self.links.unblock(id);
+        self.release_held(now, schedule);
+    }
+
+    /// Clogs `slot`.
+    pub fn clog(&mut self, slot: usize) {
+        self.links.set_clogged(slot, true);
+    }
+
+    /// Unclogs `slot`; held messages no clog keeps any more go on their way.
+    pub fn unclog(&mut self, slot: usize, now: Duration, schedule: impl FnMut(Duration, InFlight)) {
+        self.links.set_clogged(slot, false);
+        self.release_held(now, schedule);
+    }
+
+    /// Ends every partition and clog, releases what was held (at the old quality), then sets the
+    /// quality to `net`.
+    pub fn heal(
+        &mut self,
+        net: NetConfig,
+        now: Duration,
+        schedule: impl FnMut(Duration, InFlight),
+    ) {
+        self.links.heal();
+        self.release_held(now, schedule);
+        self.net = net;
+    }
+
+    fn release_held(&mut self, now: Duration, mut schedule: impl FnMut(Duration, InFlight)) {
+        let held = std::mem::take(&mut self.held);
+        for m in held {
+            if self.links.is_clogged(m.from_slot) || self.links.is_clogged(m.to_slot) {
+                self.held.push(m);
+            } else {
+                schedule(now + self.net.sample_delay(&mut self.rng), m);
+            }
+        }
+    }
+
+    /// Sends `core`, in `slot`, messages it must reject: a gossip for another incarnation, a
+    /// gossip from a stranger, a join from another actor system (`system` is the simulated one).
+    pub fn stray(
+        &mut self,
+        now: Duration,
+        slot: usize,
+        core: &Cluster,
+        system: &str,
+        mut schedule: impl FnMut(Duration, InFlight),
+    ) {
+        let me = core.self_node().clone();
+        let gossip = core.gossip().clone();
+        let other_uid = Uid::new(me.uid.get() ^ 0x5555).expect("nonzero");
+        let stranger =
+            UniqueAddress::new(Address::new(system, "stranger", 1).expect("valid"), other_uid);
+        let foreign = UniqueAddress::new(
+            Address::new("other", me.address.host(), me.address.port()).expect("valid"),
+            other_uid,
+        );
+        let member = gossip.members().map(|m| m.node().clone()).find(|n| *n != me);
+        let mut msgs = vec![
+            (
+                stranger.clone(),
+                Message::Gossip { from: stranger.clone(), to: me.clone(), gossip: gossip.clone() },
+            ),
+            (
+                foreign.clone(),
+                Message::Join {
+                    node: foreign,
+                    roles: BTreeSet::new(),
+                    app_version: Default::default(),
+                },
+            ),
+        ];
+        if let Some(m) = member {
+            let wrong = UniqueAddress::new(me.address.clone(), other_uid);
+            msgs.push((m.clone(), Message::Gossip { from: m, to: wrong, gossip }));
+        }
+        for (from, message) in msgs {
+            let at = now + self.net.sample_delay(&mut self.rng);
+            schedule(at, InFlight { from_slot: slot, from, to_slot: slot, message, bytes: 0 });
+        }
+    }
+}

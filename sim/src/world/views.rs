@@ -1,0 +1,182 @@
+//! What the world shows: to the commands and their reports, and to the checkers as a
+//! [`WorldView`].
+
+use std::time::{Duration, Instant};
+
+use convoke_membership::{Address, Cluster};
+
+use super::{Sim, SimOptions, UpTracker};
+use crate::counters::NodeCounters;
+use crate::invariants::{Violation, WorldView};
+use crate::net::{Links, NetConfig};
+use crate::operator::Operator;
+use crate::processes::Slot;
+
+impl Sim {
+    /// The options the world was built with.
+    pub fn options(&self) -> &SimOptions {
+        &self.opts
+    }
+
+    /// Global virtual time.
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+
+    /// Messages handed to cores so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivery.delivered()
+    }
+
+    /// The number of slots.
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// Whether there are no slots.
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+
+    /// Slot `i`.
+    pub fn slot(&self, i: usize) -> &Slot {
+        self.procs.slot(i)
+    }
+
+    /// The core in slot `i`, running or paused.
+    pub fn core(&self, i: usize) -> Option<&Cluster> {
+        self.procs.core(i)
+    }
+
+    /// Whether slot `i` has a running (not paused) process.
+    pub fn is_running(&self, i: usize) -> bool {
+        self.procs.is_running(i)
+    }
+
+    /// Slots with a running process.
+    pub fn running(&self) -> impl Iterator<Item = usize> + '_ {
+        self.procs.running()
+    }
+
+    /// The slot of `address`, if it is a simulated node.
+    pub fn slot_of(&self, address: &Address) -> Option<usize> {
+        self.procs.slot_of(address)
+    }
+
+    /// The first violated invariant, if any.
+    pub fn violation(&self) -> Option<&Violation> {
+        self.violation.as_ref()
+    }
+
+    /// The trace hash so far.
+    pub fn trace_hash(&self) -> u64 {
+        std::hash::Hasher::finish(&self.trace)
+    }
+
+    /// Per-slot traffic counters.
+    pub fn counters(&self) -> &[NodeCounters] {
+        self.delivery.counters()
+    }
+
+    /// Split-brain resolver decisions taken so far, by all nodes.
+    pub fn decisions(&self) -> u64 {
+        self.decisions
+    }
+
+    /// Gossip messages encoded to size them so far.
+    pub fn gossips_encoded(&self) -> u64 {
+        self.delivery.gossips_encoded()
+    }
+
+    /// Zeroes the traffic counters.
+    pub fn reset_counters(&mut self) {
+        self.delivery.reset_counters();
+    }
+
+    /// Who has seen whom Up.
+    pub fn up_tracker(&self) -> &UpTracker {
+        &self.up
+    }
+
+    /// The current network quality.
+    pub fn net(&self) -> &NetConfig {
+        self.delivery.net()
+    }
+
+    /// The link state.
+    pub fn links(&self) -> &Links {
+        self.delivery.links()
+    }
+
+    /// The operator: what it downed, quarantined and bootstrapped so far.
+    pub fn operator(&self) -> &Operator {
+        &self.operator
+    }
+
+    /// The latest steps as text (when `log_steps` > 0).
+    pub fn log(&self) -> impl Iterator<Item = &str> {
+        self.trace.log()
+    }
+
+    /// The names of the registered invariant checkers.
+    pub fn checker_ids(&self) -> Vec<&'static str> {
+        self.checkers.ids()
+    }
+
+    /// The current time on slot `i`'s clock, as the core sees it.
+    pub fn local_instant(&self, i: usize) -> Instant {
+        self.procs.local_instant(i, self.now)
+    }
+
+    /// The wall-clock time on slot `i`, in ms since the Unix epoch.
+    pub fn wall_ms(&self, i: usize) -> u64 {
+        self.procs.wall_ms(i, self.now)
+    }
+
+    /// Every slot's state and view, one line per slot plus one per member, for failure reports.
+    pub fn dump(&self) -> Vec<String> {
+        self.procs.dump()
+    }
+
+    /// Records a violation found outside the step checkers (liveness).
+    pub fn set_violation(&mut self, v: Violation) {
+        if self.violation.is_none() {
+            self.violation = Some(v);
+        }
+    }
+}
+
+impl WorldView for Sim {
+    fn now(&self) -> Duration {
+        self.now
+    }
+
+    fn slots(&self) -> usize {
+        self.procs.len()
+    }
+
+    fn core(&self, slot: usize) -> Option<&Cluster> {
+        self.procs.core(slot)
+    }
+
+    fn is_stopped(&self, slot: usize) -> bool {
+        self.procs.is_stopped(slot)
+    }
+
+    fn link_open(&self, from: usize, to: usize) -> bool {
+        self.delivery.link_open(from, to)
+    }
+
+    fn is_running(&self, slot: usize) -> bool {
+        self.procs.is_running(slot)
+    }
+
+    fn running_time(&self, slot: usize) -> Duration {
+        self.procs.running_time(slot, self.now)
+    }
+}
