@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use convoke_membership::{Address, CurrentClusterState, Member, MemberStatus};
+use convoke_membership::{Address, CurrentClusterState, Member};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
@@ -25,10 +25,10 @@ pub struct ClusterMembers {
     /// The leader, if any.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub leader: Option<String>,
-    /// The oldest Up member, if any.
+    /// The oldest member whose status is Up or later, if any.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub oldest: Option<String>,
-    /// The oldest Up member per role.
+    /// The oldest member whose status is Up or later, per role.
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub oldest_per_role: BTreeMap<String, String>,
 }
@@ -84,26 +84,17 @@ impl ClusterMembers {
             })
             .collect();
         unreachable.sort_by(|a, b| a.node.cmp(&b.node));
-        // The oldest is taken among Up members only, as Akka Management reports it.
-        let up: Vec<&Member> =
-            state.members.iter().filter(|m| m.status() == MemberStatus::Up).collect();
-        let oldest_of = |ms: &mut dyn Iterator<Item = &&Member>| {
-            ms.min_by(|a, b| a.age_cmp(b)).map(|m| m.address().to_string())
-        };
-        let oldest = oldest_of(&mut up.iter());
-        let roles: std::collections::BTreeSet<&String> =
-            up.iter().flat_map(|m| m.roles()).collect();
-        let oldest_per_role = roles
-            .into_iter()
-            .filter_map(|r| Some((r.clone(), oldest_of(&mut up.iter().filter(|m| m.has_role(r)))?)))
-            .collect();
         Self {
             self_node: state.self_node.as_ref().map(|n| n.address.to_string()).unwrap_or_default(),
             members,
             unreachable,
             leader: state.leader.as_ref().map(ToString::to_string),
-            oldest,
-            oldest_per_role,
+            oldest: state.oldest.as_ref().map(ToString::to_string),
+            oldest_per_role: state
+                .oldest_per_role
+                .iter()
+                .map(|(role, a)| (role.clone(), a.to_string()))
+                .collect(),
         }
     }
 }
@@ -230,6 +221,8 @@ mod tests {
     use convoke_membership::version::AppVersion;
     use convoke_membership::{Uid, UniqueAddress};
 
+    use convoke_membership::MemberStatus;
+
     use super::*;
 
     fn node(text: &str, uid: u64) -> UniqueAddress {
@@ -257,6 +250,12 @@ mod tests {
             members: vec![a.clone(), b.clone(), c.clone(), d],
             unreachable: vec![(c.clone(), BTreeSet::from([b.node().clone(), a.node().clone()]))],
             leader: Some(a.address().clone()),
+            // As the core computes them: the smallest up-number among Up-or-later members.
+            oldest: Some(a.address().clone()),
+            oldest_per_role: [("backend", &b), ("dc-default", &a), ("frontend", &a)]
+                .into_iter()
+                .map(|(role, m)| (role.to_owned(), m.address().clone()))
+                .collect(),
             ..CurrentClusterState::default()
         }
     }
