@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::extract::{RawQuery, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -15,9 +14,6 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::error::ApiError;
 use crate::control::RecvError;
-
-/// How often an idle stream sends a keep-alive comment.
-pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 const MEMBER_EVENTS: [&str; 9] = [
     "MemberJoined",
@@ -121,7 +117,8 @@ pub(super) async fn domain_events(
         }
     });
     let stream = tokio_stream(rx);
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response()
+    let keep_alive = KeepAlive::new().interval(app.settings.limits.event_keep_alive);
+    Sse::new(stream).keep_alive(keep_alive).into_response()
 }
 
 fn tokio_stream(

@@ -434,3 +434,24 @@ async fn bootstrap_status_says_why_bootstrap_is_not_used() {
     assert!(v["note"].as_str().unwrap().contains("management.enabled = false"), "{text}");
     node.stop().await;
 }
+
+#[tokio::test]
+async fn an_idle_event_stream_sends_keep_alives_at_the_configured_interval() {
+    let node = node().await;
+    let mut s = settings(true);
+    s.limits.event_keep_alive = Duration::from_millis(100);
+    // No event passes this filter, so the first frame can only be a keep-alive comment; at the
+    // default interval (10 s) none would come within the 5 s waited here.
+    let req = Request::builder()
+        .uri("/cluster/domain-events?type=MemberRemoved")
+        .body(Body::empty())
+        .unwrap();
+    let resp = router(node.clone(), &s).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let frame =
+        tokio::time::timeout(Duration::from_secs(5), body.frame()).await.unwrap().unwrap().unwrap();
+    let text = String::from_utf8_lossy(frame.data_ref().unwrap()).into_owned();
+    assert!(text.starts_with(':'), "a keep-alive comment: {text:?}");
+    node.stop().await;
+}

@@ -143,6 +143,10 @@ pub struct ManagementLimits {
     pub event_buffer: usize,
     /// Most event-stream clients at once.
     pub max_event_clients: usize,
+    /// How often an idle event stream sends a keep-alive comment, so proxies and load balancers
+    /// with an idle timeout keep the connection open.
+    #[serde(with = "text::duration")]
+    pub event_keep_alive: Duration,
 }
 
 impl Default for ManagementLimits {
@@ -154,6 +158,7 @@ impl Default for ManagementLimits {
             body_limit: 16 * 1024,
             event_buffer: 128,
             max_event_clients: 64,
+            event_keep_alive: Duration::from_secs(10),
         }
     }
 }
@@ -235,6 +240,13 @@ impl ManagementSettings {
             if v == 0 {
                 return Err(SettingsError::new(key, "0", "a number greater than 0"));
             }
+        }
+        if l.event_keep_alive.is_zero() {
+            return Err(SettingsError::new(
+                "management.limits.event_keep_alive",
+                "\"0s\"",
+                "a duration greater than 0, like \"10s\"",
+            ));
         }
         if !self.base_path.is_empty() && !self.base_path.starts_with('/') {
             return Err(SettingsError::new(

@@ -92,6 +92,7 @@ fn every_bad_value_names_its_key() {
         ("discovery.method=\"zookeeper\"", "discovery.method"),
         ("bootstrap.stable_margin=\"soon\"", "bootstrap.stable_margin"),
         ("management.bind_port=\"x\"", "management.bind_port"),
+        ("management.limits.event_keep_alive=\"0s\"", "management.limits.event_keep_alive"),
         ("cluster.transport.max_frame_size=0", "cluster.transport.max_frame_size"),
         (
             "cluster.split_brain_resolver.lease_majority.nonsense=1",
