@@ -75,19 +75,15 @@ fn single(
 
 #[cfg(feature = "dns")]
 fn dns(settings: &Settings) -> Result<Arc<dyn ServiceDiscovery>, SettingsError> {
-    use convoke_discovery::dns::{DnsDiscovery, DnsSettings};
     let d = &settings.discovery.dns;
-    let bad = |e: convoke_discovery::DiscoveryError| {
+    let discovery = convoke_discovery::dns::DnsDiscovery::new(d.clone()).map_err(|e| {
         SettingsError::new(
             "discovery.dns.nameservers",
             format!("{:?}", d.nameservers),
             e.to_string(),
         )
-    };
-    let names: Vec<&str> = d.nameservers.iter().map(String::as_str).collect();
-    let nameservers = DnsSettings::parse_nameservers(&names).map_err(bad)?;
-    let dns_settings = DnsSettings::new(nameservers).with_cache_ttl_cap(d.cache_ttl_cap);
-    Ok(Arc::new(DnsDiscovery::new(dns_settings).map_err(bad)?))
+    })?;
+    Ok(Arc::new(discovery))
 }
 
 #[cfg(not(feature = "dns"))]
@@ -101,16 +97,8 @@ fn dns(_: &Settings) -> Result<Arc<dyn ServiceDiscovery>, SettingsError> {
 
 #[cfg(feature = "kubernetes")]
 fn kubernetes(settings: &Settings) -> Result<Arc<dyn ServiceDiscovery>, SettingsError> {
-    use convoke_discovery::kubernetes::{KubernetesApiDiscovery, KubernetesSettings};
-    let k = &settings.discovery.kubernetes_api;
-    let mut discovery_settings = KubernetesSettings::new(kubernetes_api(settings))
-        .with_pod_label_selector(k.pod_label_selector.clone())
-        .with_pod_domain(k.pod_domain.clone())
-        .with_use_raw_ip(k.use_raw_ip);
-    if !k.container_name.is_empty() {
-        discovery_settings = discovery_settings.with_container_name(Some(k.container_name.clone()));
-    }
-    KubernetesApiDiscovery::new(discovery_settings)
+    let k = settings.discovery.kubernetes_api.clone();
+    convoke_discovery::kubernetes::KubernetesApiDiscovery::new(k)
         .map(|d| Arc::new(d) as Arc<dyn ServiceDiscovery>)
         .map_err(|e| {
             SettingsError::new(
@@ -119,27 +107,6 @@ fn kubernetes(settings: &Settings) -> Result<Arc<dyn ServiceDiscovery>, Settings
                 e.to_string(),
             )
         })
-}
-
-/// The API server location of `[discovery.kubernetes_api]`, with in-cluster defaults.
-#[cfg(feature = "kubernetes")]
-pub fn kubernetes_api(settings: &Settings) -> convoke_discovery::kubernetes::ApiServerSettings {
-    let k = &settings.discovery.kubernetes_api;
-    let mut api = convoke_discovery::kubernetes::ApiServerSettings::default()
-        .with_token_reload_interval(k.token_reload_interval);
-    if !k.api_url.is_empty() {
-        api = api.with_api_url(k.api_url.clone());
-    }
-    if !k.api_ca_path.is_empty() {
-        api = api.with_api_ca_path(Some(k.api_ca_path.clone().into()));
-    }
-    if !k.api_token_path.is_empty() {
-        api = api.with_api_token_path(Some(k.api_token_path.clone().into()));
-    }
-    if !k.namespace.is_empty() {
-        api = api.with_namespace(k.namespace.clone());
-    }
-    api
 }
 
 #[cfg(not(feature = "kubernetes"))]

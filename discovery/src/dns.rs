@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -21,57 +21,7 @@ use hickory_resolver::{Resolver, TokioResolver};
 
 use crate::{DiscoveryError, Lookup, Resolved, ResolvedTarget, ServiceDiscovery, with_timeout};
 
-/// Settings of [`DnsDiscovery`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DnsSettings {
-    /// The nameservers to ask, each over UDP and TCP. Empty: the system's (`/etc/resolv.conf`),
-    /// with its search domains and options.
-    pub nameservers: Vec<SocketAddr>,
-    /// The longest time an answer is reused. Answers with a shorter TTL are reused for their
-    /// TTL; zero asks the nameserver on every lookup. Default 5 s.
-    pub cache_ttl_cap: Duration,
-}
-
-impl Default for DnsSettings {
-    fn default() -> Self {
-        Self { nameservers: Vec::new(), cache_ttl_cap: Duration::from_secs(5) }
-    }
-}
-
-impl DnsSettings {
-    /// Settings that ask `nameservers` (empty: the system's).
-    pub fn new(nameservers: Vec<SocketAddr>) -> Self {
-        Self { nameservers, ..Self::default() }
-    }
-
-    /// Sets [`cache_ttl_cap`](Self::cache_ttl_cap).
-    #[must_use]
-    pub fn with_cache_ttl_cap(mut self, cap: Duration) -> Self {
-        self.cache_ttl_cap = cap;
-        self
-    }
-
-    /// Parses configured nameservers: `"ip:port"`, `"[ipv6]:port"`, or a bare IP (port 53).
-    pub fn parse_nameservers<S: AsRef<str>>(
-        nameservers: &[S],
-    ) -> Result<Vec<SocketAddr>, DiscoveryError> {
-        nameservers
-            .iter()
-            .map(|text| {
-                let text = text.as_ref().trim();
-                text.parse::<SocketAddr>()
-                    .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
-                    .map_err(|_| {
-                        DiscoveryError::Config(format!(
-                            "discovery.dns.nameservers: {text:?} is not an IP address with an \
-                             optional port (expected e.g. \"10.96.0.10\" or \"127.0.0.1:5353\")"
-                        ))
-                    })
-            })
-            .collect()
-    }
-}
+pub use crate::settings::DnsSettings;
 
 /// Discovery by DNS.
 #[derive(Clone)]

@@ -1,9 +1,9 @@
 //! Discovery through the Kubernetes API: the pods of a namespace selected by a label,
 //! and the client settings shared with the [`lease`] on `coordination.k8s.io/v1` Lease objects.
 //!
-//! Layout: this file holds [`KubernetesApiDiscovery`] and its settings; `client.rs` the API
-//! server settings and client ([`api_client`]), with the token re-read periodically;
-//! `pods.rs` which pods are targets; [`lease`] the Kubernetes lease.
+//! Layout: this file holds [`KubernetesApiDiscovery`] (its settings and those of the API server
+//! are in [`crate::settings`]); `client.rs` the API client ([`api_client`]), with the token
+//! re-read periodically; `pods.rs` which pods are targets; [`lease`] the Kubernetes lease.
 
 mod client;
 pub mod lease;
@@ -21,75 +21,12 @@ pub use self::client::{
 };
 pub use self::lease::{KubernetesLease, LEASE_VERBS};
 use self::pods::HostStyle;
+pub use crate::settings::KubernetesSettings;
 use crate::{DiscoveryError, Lookup, Resolved, ServiceDiscovery, with_timeout};
 
 /// The RBAC verbs pod discovery needs on `pods` (core API group): it lists the pods matching its
 /// label selector. `k8s/role.yaml` grants exactly these.
 pub const POD_VERBS: [&str; 1] = ["list"];
-
-/// Settings of [`KubernetesApiDiscovery`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct KubernetesSettings {
-    /// The API server, credentials and namespace.
-    pub api: ApiServerSettings,
-    /// The label selector; `%s` is replaced by the lookup's service name. Default `app=%s`.
-    pub pod_label_selector: String,
-    /// The cluster domain used in pod DNS names. Default `cluster.local`.
-    pub pod_domain: String,
-    /// Whether hosts are pod IPs (default) or pod DNS names
-    /// `<ip-with-dashes>.<namespace>.pod.<pod_domain>`.
-    pub use_raw_ip: bool,
-    /// When set, a pod counts only once this container of it is no longer `waiting`.
-    pub container_name: Option<String>,
-}
-
-impl Default for KubernetesSettings {
-    fn default() -> Self {
-        Self {
-            api: ApiServerSettings::default(),
-            pod_label_selector: "app=%s".into(),
-            pod_domain: "cluster.local".into(),
-            use_raw_ip: true,
-            container_name: None,
-        }
-    }
-}
-
-impl KubernetesSettings {
-    /// Defaults with `api` as the API server settings.
-    pub fn new(api: ApiServerSettings) -> Self {
-        Self { api, ..Self::default() }
-    }
-
-    /// Sets [`pod_label_selector`](Self::pod_label_selector).
-    #[must_use]
-    pub fn with_pod_label_selector(mut self, selector: impl Into<String>) -> Self {
-        self.pod_label_selector = selector.into();
-        self
-    }
-
-    /// Sets [`pod_domain`](Self::pod_domain).
-    #[must_use]
-    pub fn with_pod_domain(mut self, domain: impl Into<String>) -> Self {
-        self.pod_domain = domain.into();
-        self
-    }
-
-    /// Sets [`use_raw_ip`](Self::use_raw_ip).
-    #[must_use]
-    pub fn with_use_raw_ip(mut self, use_raw_ip: bool) -> Self {
-        self.use_raw_ip = use_raw_ip;
-        self
-    }
-
-    /// Sets [`container_name`](Self::container_name).
-    #[must_use]
-    pub fn with_container_name(mut self, name: Option<String>) -> Self {
-        self.container_name = name;
-        self
-    }
-}
 
 /// Discovery of the pods labelled with the service name, through the Kubernetes API.
 #[derive(Clone)]

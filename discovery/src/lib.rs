@@ -6,6 +6,8 @@
 //!   interface every method implements.
 //! - [`config`]: static endpoints per service from the node's configuration.
 //! - [`aggregate`]: tries several methods in order.
+//! - [`settings`]: the settings of the DNS and Kubernetes methods, which are also the tables of a
+//!   node's settings file.
 //! - `dns` (feature `dns`): A/AAAA and SRV lookups through hickory-resolver.
 //! - `kubernetes` (feature `kubernetes`): pods by label through the Kubernetes API (kube), the
 //!   API client settings shared with the Kubernetes lease, and that lease.
@@ -20,6 +22,7 @@ pub mod config;
 pub mod dns;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+pub mod settings;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 

@@ -1,10 +1,10 @@
 //! `[discovery]`: how bootstrap finds contact points — the method (`config`, `dns`,
-//! `kubernetes-api`, or `aggregate` of several) and one table per method.
+//! `kubernetes-api`, or `aggregate` of several) and one table per method; the DNS and Kubernetes
+//! tables are the discovery crate's own settings types.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use convoke_membership::config::text;
+use convoke_discovery::settings::{DnsSettings, KubernetesSettings};
 use serde::{Deserialize, Serialize};
 
 use super::SettingsError;
@@ -20,10 +20,10 @@ pub struct DiscoverySettings {
     pub method: String,
     /// `[discovery.config]`.
     pub config: ConfigDiscoverySettings,
-    /// `[discovery.dns]`.
-    pub dns: DnsDiscoverySettings,
-    /// `[discovery.kubernetes_api]`.
-    pub kubernetes_api: KubernetesApiDiscoverySettings,
+    /// `[discovery.dns]`: the DNS method's own settings.
+    pub dns: DnsSettings,
+    /// `[discovery.kubernetes_api]`: the Kubernetes API method's own settings.
+    pub kubernetes_api: KubernetesSettings,
     /// `[discovery.aggregate]`.
     pub aggregate: AggregateDiscoverySettings,
 }
@@ -33,67 +33,9 @@ impl Default for DiscoverySettings {
         Self {
             method: "config".into(),
             config: ConfigDiscoverySettings::default(),
-            dns: DnsDiscoverySettings::default(),
-            kubernetes_api: KubernetesApiDiscoverySettings::default(),
+            dns: DnsSettings::default(),
+            kubernetes_api: KubernetesSettings::default(),
             aggregate: AggregateDiscoverySettings::default(),
-        }
-    }
-}
-
-/// `[discovery.dns]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DnsDiscoverySettings {
-    /// Nameservers as `"ip"` or `"ip:port"`; empty = the system's `/etc/resolv.conf`.
-    pub nameservers: Vec<String>,
-    /// Answers are reused for at most min(TTL, this).
-    #[serde(with = "text::duration")]
-    pub cache_ttl_cap: Duration,
-}
-
-impl Default for DnsDiscoverySettings {
-    fn default() -> Self {
-        Self { nameservers: Vec::new(), cache_ttl_cap: Duration::from_secs(5) }
-    }
-}
-
-/// `[discovery.kubernetes_api]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KubernetesApiDiscoverySettings {
-    /// The API server URL; `""` = `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`.
-    pub api_url: String,
-    /// The API server's CA; `""` = the service-account `ca.crt`.
-    pub api_ca_path: String,
-    /// The bearer token file; `""` = the service-account `token`.
-    pub api_token_path: String,
-    /// How often the token file is re-read (bound tokens expire).
-    #[serde(with = "text::duration")]
-    pub token_reload_interval: Duration,
-    /// The namespace; `""` = `KUBERNETES_NAMESPACE`, then the service-account namespace file.
-    pub namespace: String,
-    /// The label selector; `%s` is replaced by the service name.
-    pub pod_label_selector: String,
-    /// The cluster domain of pod DNS names.
-    pub pod_domain: String,
-    /// Targets are pod IPs (`true`) or pod DNS names (`false`).
-    pub use_raw_ip: bool,
-    /// Skip pods whose container of this name is waiting; `""` = do not check.
-    pub container_name: String,
-}
-
-impl Default for KubernetesApiDiscoverySettings {
-    fn default() -> Self {
-        Self {
-            api_url: String::new(),
-            api_ca_path: String::new(),
-            api_token_path: String::new(),
-            token_reload_interval: Duration::from_secs(60),
-            namespace: String::new(),
-            pod_label_selector: "app=%s".into(),
-            pod_domain: "cluster.local".into(),
-            use_raw_ip: true,
-            container_name: String::new(),
         }
     }
 }

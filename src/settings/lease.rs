@@ -3,17 +3,13 @@
 //! (`LeaseMajorityConfig`: the lease's name, timing and the strategy's delays); both are read from
 //! the same table (see `sources.rs`).
 
+use convoke_discovery::settings::SERVICE_ACCOUNT_DIR;
 use serde::{Deserialize, Serialize};
 
 use super::SettingsError;
 
 /// The table these keys share with the core's lease-majority settings.
 pub(super) const TABLE: &str = "cluster.split_brain_resolver.lease_majority";
-
-/// The default of `kubernetes_ca_path`: the service-account mount of every pod.
-const DEFAULT_KUBERNETES_CA_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
-/// The default of `kubernetes_token_path`.
-const DEFAULT_KUBERNETES_TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
 /// Where the lease-majority strategy's lease lives: a `coordination.k8s.io/v1` Lease object.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,8 +30,9 @@ impl Default for KubernetesLeaseSettings {
     fn default() -> Self {
         Self {
             kubernetes_api_url: String::new(),
-            kubernetes_ca_path: DEFAULT_KUBERNETES_CA_PATH.into(),
-            kubernetes_token_path: DEFAULT_KUBERNETES_TOKEN_PATH.into(),
+            // The service-account mount of every pod.
+            kubernetes_ca_path: format!("{SERVICE_ACCOUNT_DIR}/ca.crt"),
+            kubernetes_token_path: format!("{SERVICE_ACCOUNT_DIR}/token"),
             kubernetes_namespace: String::new(),
         }
     }

@@ -1,6 +1,7 @@
 //! The node's settings, one table per concern: `[cluster]` ([`ClusterSettings`], which holds the
 //! membership core's own [`CoreConfig`]), `[management]` ([`ManagementSettings`]), `[bootstrap]`
-//! (the bootstrap crate's [`BootstrapSettings`]) and `[discovery]` ([`DiscoverySettings`]).
+//! (the bootstrap crate's [`BootstrapSettings`]) and `[discovery]` ([`DiscoverySettings`], with
+//! the discovery crate's [`DnsSettings`] and [`KubernetesSettings`]).
 //! Library types are the tables themselves, so each default and each check is written once, next
 //! to the type it belongs to.
 //!
@@ -19,10 +20,11 @@ mod sources;
 
 pub use cluster::{ClusterSettings, DEFAULT_CLUSTER_PORT, TransportSettings};
 pub use convoke_bootstrap::{BootstrapSettings, ContactPointSettings};
+pub use convoke_discovery::settings::{DnsSettings, KubernetesSettings};
 pub use convoke_membership::config::Config as CoreConfig;
 pub use discovery::{
     AggregateDiscoverySettings, ConfigDiscoverySettings, ConfigService, DiscoverySettings,
-    DnsDiscoverySettings, Endpoint, KubernetesApiDiscoverySettings, METHODS,
+    Endpoint, METHODS,
 };
 pub use error::SettingsError;
 pub use host::{HOST_ADDRESS, host_address};

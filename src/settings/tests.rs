@@ -90,6 +90,12 @@ fn every_bad_value_names_its_key() {
             "management.health_checks.ready_states",
         ),
         ("discovery.method=\"zookeeper\"", "discovery.method"),
+        ("discovery.dns.nameservers=[\"dns.example\"]", "discovery.dns.nameservers"),
+        (
+            "discovery.kubernetes_api.token_reload_interval=\"often\"",
+            "discovery.kubernetes_api.token_reload_interval",
+        ),
+        ("discovery.kubernetes_api.pods=1", "discovery.kubernetes_api.pods"),
         ("bootstrap.stable_margin=\"soon\"", "bootstrap.stable_margin"),
         ("management.bind_port=\"x\"", "management.bind_port"),
         ("management.limits.event_keep_alive=\"0s\"", "management.limits.event_keep_alive"),
@@ -172,7 +178,7 @@ fn bootstrap_and_discovery_settings_are_read_and_bad_combinations_name_the_key()
     .unwrap();
     s.validate().unwrap();
     assert_eq!(s.bootstrap.stable_margin, Duration::from_secs(1));
-    assert_eq!(s.discovery.dns.nameservers, ["127.0.0.1:5353"]);
+    assert_eq!(s.discovery.dns.nameservers, ["127.0.0.1:5353".parse().unwrap()]);
     assert_eq!(s.bootstrap.effective_service_name("My_Cluster system"), "my-cluster-system");
 
     let e = load_sets(&["bootstrap.contact_point.probe_timeout=\"3s\""]).unwrap_err();

@@ -15,115 +15,12 @@ use tower::util::MapRequestLayer;
 
 use crate::DiscoveryError;
 
-/// The service-account directory Kubernetes mounts into every pod.
-pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// The environment variable naming the namespace (set it from the downward API).
-pub const NAMESPACE_ENV: &str = "KUBERNETES_NAMESPACE";
-/// The environment variables Kubernetes sets in every pod to locate the API server.
-pub const SERVICE_HOST_ENV: &str = "KUBERNETES_SERVICE_HOST";
-/// See [`SERVICE_HOST_ENV`].
-pub const SERVICE_PORT_ENV: &str = "KUBERNETES_SERVICE_PORT";
-
-/// Every environment variable this crate reads.
-pub const ENV_VARS: [&str; 3] = [NAMESPACE_ENV, SERVICE_HOST_ENV, SERVICE_PORT_ENV];
-
-/// How to reach the Kubernetes API server and in which namespace to work.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ApiServerSettings {
-    /// The API server's URL, e.g. `https://10.96.0.1:443`. `None`: in-cluster, from the
-    /// environment variables `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
-    pub api_url: Option<String>,
-    /// The CA certificate (PEM) to trust for the API server. Default
-    /// `/var/run/secrets/kubernetes.io/serviceaccount/ca.crt`. `None`: the platform's roots.
-    pub api_ca_path: Option<PathBuf>,
-    /// The bearer token file. Default `/var/run/secrets/kubernetes.io/serviceaccount/token`.
-    /// `None`: send no token (e.g. through `kubectl proxy`).
-    pub api_token_path: Option<PathBuf>,
-    /// How long a token read from the file is used before the file is read again. Default 60 s;
-    /// zero reads it for every request.
-    pub token_reload_interval: Duration,
-    /// The namespace. `None`: the environment variable `KUBERNETES_NAMESPACE`, else the contents
-    /// of [`namespace_path`](Self::namespace_path), else `default`.
-    pub namespace: Option<String>,
-    /// The file naming the pod's namespace. Default
-    /// `/var/run/secrets/kubernetes.io/serviceaccount/namespace`.
-    pub namespace_path: PathBuf,
-}
-
-impl Default for ApiServerSettings {
-    fn default() -> Self {
-        let dir = Path::new(SERVICE_ACCOUNT_DIR);
-        Self {
-            api_url: None,
-            api_ca_path: Some(dir.join("ca.crt")),
-            api_token_path: Some(dir.join("token")),
-            token_reload_interval: Duration::from_secs(60),
-            namespace: None,
-            namespace_path: dir.join("namespace"),
-        }
-    }
-}
+pub use crate::settings::{
+    ApiServerSettings, ENV_VARS, NAMESPACE_ENV, SERVICE_ACCOUNT_DIR, SERVICE_HOST_ENV,
+    SERVICE_PORT_ENV,
+};
 
 impl ApiServerSettings {
-    /// The in-cluster defaults (see the fields).
-    pub fn in_cluster() -> Self {
-        Self::default()
-    }
-
-    /// Sets [`api_url`](Self::api_url).
-    #[must_use]
-    pub fn with_api_url(mut self, url: impl Into<String>) -> Self {
-        self.api_url = Some(url.into());
-        self
-    }
-
-    /// Sets [`api_ca_path`](Self::api_ca_path).
-    #[must_use]
-    pub fn with_api_ca_path(mut self, path: Option<PathBuf>) -> Self {
-        self.api_ca_path = path;
-        self
-    }
-
-    /// Sets [`api_token_path`](Self::api_token_path).
-    #[must_use]
-    pub fn with_api_token_path(mut self, path: Option<PathBuf>) -> Self {
-        self.api_token_path = path;
-        self
-    }
-
-    /// Sets [`token_reload_interval`](Self::token_reload_interval).
-    #[must_use]
-    pub fn with_token_reload_interval(mut self, interval: Duration) -> Self {
-        self.token_reload_interval = interval;
-        self
-    }
-
-    /// Sets [`namespace`](Self::namespace).
-    #[must_use]
-    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
-        self
-    }
-
-    /// Sets [`namespace_path`](Self::namespace_path).
-    #[must_use]
-    pub fn with_namespace_path(mut self, path: impl Into<PathBuf>) -> Self {
-        self.namespace_path = path.into();
-        self
-    }
-
-    /// The namespace to work in: the configured one, else `KUBERNETES_NAMESPACE`, else the
-    /// namespace file (trimmed), else `default`.
-    pub fn resolve_namespace(&self) -> String {
-        resolve_namespace(
-            self.namespace.as_deref(),
-            std::env::var(NAMESPACE_ENV).ok().as_deref(),
-            &self.namespace_path,
-        )
-    }
-
     /// The API server URL: the configured one, else the in-cluster environment.
     pub fn resolve_api_url(&self) -> Result<http::Uri, DiscoveryError> {
         let url = match &self.api_url {
@@ -151,18 +48,6 @@ fn in_cluster_url(host: Option<String>, port: Option<String>) -> Result<String, 
     };
     let host = if host.contains(':') { format!("[{host}]") } else { host };
     Ok(format!("https://{host}:{port}"))
-}
-
-fn resolve_namespace(configured: Option<&str>, env: Option<&str>, path: &Path) -> String {
-    let non_empty = |s: &str| {
-        let s = s.trim();
-        (!s.is_empty()).then(|| s.to_owned())
-    };
-    configured
-        .and_then(non_empty)
-        .or_else(|| env.and_then(non_empty))
-        .or_else(|| std::fs::read_to_string(path).ok().as_deref().and_then(non_empty))
-        .unwrap_or_else(|| "default".to_owned())
 }
 
 /// Builds a kube [`Client`](kube::Client) for `settings`: trusting the CA file, sending the
@@ -269,6 +154,7 @@ fn read_token(path: &Path) -> Result<HeaderValue, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::resolve_namespace;
 
     #[test]
     fn the_namespace_comes_from_config_then_the_environment_then_the_file_then_default() {
