@@ -83,7 +83,8 @@ impl Node {
             SettingsError::new("cluster.hostname", format!("{:?}", c.hostname), e.to_string())
         })?;
         let self_node = UniqueAddress::new(address, random_uid());
-        let mut core_config = settings.core_config()?;
+        // Checked with the rest of the settings above.
+        let mut core_config = c.core.clone();
         core_config.seed = random_u64();
         let now = tokio::time::Instant::now().into_std();
         let core = Cluster::new(core_config, self_node.clone(), now, driver::wall_clock())
@@ -100,9 +101,10 @@ impl Node {
         let control = driver::spawn(core, now, Some(network), lease, metrics.clone());
         tracing::info!(node = %self_node.address, uid = %self_node.uid, listen = %local, "cluster node started");
 
-        let management = match settings.management.enabled {
-            true => Some(bind_management(&settings.management).await?),
-            false => None,
+        let management = if settings.management.enabled {
+            Some(bind_management(&settings.management).await?)
+        } else {
+            None
         };
         if !c.seed_nodes.is_empty() {
             let seeds = c.seed_nodes.iter().filter_map(|s| s.parse().ok()).collect();
