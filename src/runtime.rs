@@ -9,7 +9,7 @@ use convoke_membership::{Address, Cluster, JoinError, Uid, UniqueAddress};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::control::{Control, JoinCommandError};
+use crate::control::JoinCommandError;
 use crate::driver::{self, Network};
 use crate::health::HealthChecks;
 use crate::lease::LeaseRuntime;
@@ -125,7 +125,7 @@ impl Node {
         };
         let (management_stop, stopped) = watch::channel(());
         if let Some(m) = management {
-            m.serve(handle.clone(), &settings.management, stopped, control);
+            m.serve(handle.clone(), &settings.management, stopped);
         }
         Ok(Node::new(NodeParts {
             handle,
@@ -168,7 +168,6 @@ impl BoundManagement {
         handle: management::Handle,
         m: &ManagementSettings,
         mut stopped: watch::Receiver<()>,
-        control: Control,
     ) {
         let local = self.local;
         if !m.read_only && m.auth.is_none() && !local.ip().is_loopback() {
@@ -178,6 +177,7 @@ impl BoundManagement {
                  set [management.auth] or management.read_only = true"
             );
         }
+        let control = handle.control.clone();
         let router = management::router(handle, m);
         let shutdown = async move {
             tokio::select! {
