@@ -116,6 +116,7 @@ async fn start_all(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_started_together_form_exactly_one_cluster_every_time() {
+    let _live = support::live().await;
     let runs: usize =
         std::env::var("BOOTSTRAP_E2E_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let margin = std::env::var("BOOTSTRAP_E2E_MARGIN").unwrap_or_else(|_| "1s".into());
@@ -162,6 +163,7 @@ async fn wait_ports_free(ips: &[IpAddr]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_started_later_joins_the_existing_cluster_without_self_joining() {
+    let _live = support::live().await;
     let first: Vec<IpAddr> = (1..=4).map(|h| ip(2, h)).collect();
     let late = ip(2, 5);
     let (dns_server, dns) =
@@ -178,35 +180,94 @@ async fn a_node_started_later_joins_the_existing_cluster_without_self_joining() 
     assert_eq!(newcomer.count(&["bootstrap: forming a new cluster"]), 0, "{:#?}", newcomer.log());
 }
 
+/// What one node's `GET /bootstrap/status` reports: its phase and the IPs of its contact points.
+async fn bootstrap_status(
+    client: &reqwest::Client,
+    ip: IpAddr,
+) -> Result<(String, BTreeSet<IpAddr>), String> {
+    let url = format!("http://{ip}:{MANAGEMENT_PORT}/bootstrap/status");
+    let response = client.get(&url).send().await.map_err(|e| format!("{url}: {e}"))?;
+    let json: serde_json::Value = response.json().await.map_err(|e| format!("{url}: {e}"))?;
+    let points = json["contactPoints"]
+        .as_array()
+        .ok_or_else(|| format!("{url}: no contactPoints in {json}"))?
+        .iter()
+        .map(|c| c["host"].as_str().and_then(|h| h.parse().ok()).ok_or(format!("{url}: {c}")))
+        .collect::<Result<_, _>>()?;
+    Ok((json["phase"].as_str().unwrap_or_default().to_owned(), points))
+}
+
+/// Waits until the node on `ip` reports exactly `expected` as its contact points while still
+/// probing: it has looked them up and holds that view. Panics with its status and log after `T`.
+async fn wait_contact_points(client: &reqwest::Client, ip: IpAddr, expected: &[IpAddr], p: &Proc) {
+    let expected: BTreeSet<IpAddr> = expected.iter().copied().collect();
+    let deadline = Instant::now() + T;
+    loop {
+        let status = bootstrap_status(client, ip).await;
+        if status.as_ref().is_ok_and(|(phase, points)| phase == "probing" && *points == expected) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ip} never reported the contact points {expected:?} within {T:?}; last status: \
+             {status:?}\nlog:\n{}",
+            p.log().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_that_see_different_subsets_at_first_form_one_cluster_late_never_two() {
+    let _live = support::live().await;
     let ips: Vec<IpAddr> = (1..=5).map(|h| ip(3, h)).collect();
-    // For the first seconds {1,2} and {3,4,5} only see their own group; each group alone is
-    // enough contact points (2) and has its own lowest address.
+    // At first {1,2} and {3,4,5} only see their own group; each group alone is enough contact
+    // points (2) and has its own lowest address, so each could form a cluster of its own once its
+    // view has been stable for the margin.
+    let group = |i: usize| if i < 2 { ips[..2].to_vec() } else { ips[2..].to_vec() };
     let mut servers = Vec::new();
-    for (i, _) in ips.iter().enumerate() {
-        let group: Vec<IpAddr> = if i < 2 { ips[..2].to_vec() } else { ips[2..].to_vec() };
-        servers
-            .push(TestDnsServer::start(DnsRecords::new().addresses(SERVICE, group)).await.unwrap());
+    for i in 0..ips.len() {
+        servers.push(
+            TestDnsServer::start(DnsRecords::new().addresses(SERVICE, group(i))).await.unwrap(),
+        );
     }
-    let margin = Duration::from_secs(4);
+    // The views are healed as soon as every node has been seen holding its partial one, usually
+    // a second or two after the start; the margin leaves room for a slow start on a busy machine.
+    let margin = Duration::from_secs(8);
     let started = Instant::now();
     let procs: Vec<Proc> = ips
         .iter()
         .zip(&servers)
-        .map(|(ip, (_, dns))| Proc::run(25520, &sets(*ip, *dns, 2, "4s")))
+        .map(|(ip, (_, dns))| Proc::run(25520, &sets(*ip, *dns, 2, "8s")))
         .collect();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The partial views happened: every node reports exactly its own group as contact points.
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    for (i, ip) in ips.iter().enumerate() {
+        wait_contact_points(&client, *ip, &group(i), &procs[i]).await;
+    }
     let healed = Instant::now();
     for (server, _) in &servers {
         server.set_records(DnsRecords::new().addresses(SERVICE, ips.clone())).await;
     }
-    assert!(healed - started < margin, "the partial views must end within the stable margin");
+    // The scenario needs the views healed before a group's margin runs out: it counts from each
+    // node's first lookup (after `started`), and a node sees the healed records at its next
+    // lookup (every 500 ms, TTL 0), so 2 s before the margin is the latest safe heal.
+    assert!(
+        healed - started < margin - Duration::from_secs(2),
+        "the partial views lasted {:?}: too close to the stable margin {margin:?} for the scenario",
+        healed - started
+    );
+    assert_eq!(self_joins(&procs), 0, "no group formed a cluster of its own while partial");
     let formed = wait_one_cluster(&ips, 5, T, &procs.iter().collect::<Vec<_>>()).await;
     assert_eq!(self_joins(&procs), 1, "exactly one node forms the cluster");
     assert!(
         formed - healed >= margin,
         "formed {:?} after the views healed, before the stable margin",
+        formed - healed
+    );
+    eprintln!(
+        "partial views seen on all five {:?} after the start; one cluster of 5 {:?} after healing",
+        healed - started,
         formed - healed
     );
 }

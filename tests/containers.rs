@@ -4,8 +4,9 @@
 //! `docker pause` and a rolling restart.
 //!
 //! Needs a Docker engine and the image, so the tests are ignored in the default run;
-//! `.ci/containers` builds the image (`docker/build-image`) and runs them when `docker info`
-//! answers, and says so when it skips them. By hand:
+//! `.ci/containers` builds the image (`docker/build-image`) and runs them; without a Docker engine
+//! it fails, naming what is missing, unless `CONVOKE_SKIP_CONTAINERS=1` asks it to skip them (and
+//! `.ci/run` then reports the step SKIPPED, not ok). By hand:
 //! `docker/build-image && cargo test --test containers -- --ignored --nocapture --test-threads 1`.
 //! `CONTAINER_SUITE_IMAGE` picks another image tag.
 

@@ -30,16 +30,19 @@ async fn nodes_form_a_cluster_with_one_leader(n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_form_a_cluster_through_a_static_seed_with_one_leader() {
+    let _live = support::live().await;
     nodes_form_a_cluster_with_one_leader(3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_nodes_form_a_cluster_through_a_static_seed_with_one_leader() {
+    let _live = support::live().await;
     nodes_form_a_cluster_with_one_leader(10).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_leave_ends_removed_everywhere_without_unreachable_events() {
+    let _live = support::live().await;
     let nodes = cluster(3).await;
     let mut subs = Vec::new();
     for n in &nodes[..2] {
@@ -71,6 +74,7 @@ async fn a_graceful_leave_ends_removed_everywhere_without_unreachable_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abrupt_drop_becomes_unreachable_and_down_removes_it() {
+    let _live = support::live().await;
     let nodes = cluster(3).await;
     let dropped = nodes[2].self_address().clone();
     nodes[2].stop().await;
@@ -91,10 +95,13 @@ async fn an_abrupt_drop_becomes_unreachable_and_down_removes_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_incarnation_on_the_same_port_rejoins_after_the_old_one_is_downed() {
+    let _live = support::live().await;
     let nodes = cluster(3).await;
     let old = nodes[2].self_node().clone();
     nodes[2].stop().await;
     let mut settings = fast_settings();
+    // The one fixed port of this file, on purpose: the stopped node's, bound again at once (a new
+    // incarnation at the same address is what is tested). Every other node binds port 0.
     settings.cluster.port = old.address.port();
     settings.cluster.seed_nodes = vec![nodes[0].self_address().to_string()];
     let new = Node::start(&settings).await.unwrap();
@@ -114,6 +121,7 @@ async fn a_new_incarnation_on_the_same_port_rejoins_after_the_old_one_is_downed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downed_node_shuts_itself_down_and_says_why() {
+    let _live = support::live().await;
     let nodes = cluster(3).await;
     nodes[0].down(nodes[2].self_address().clone()).await.unwrap();
     let t = tokio::time::timeout(T, nodes[2].terminated()).await.unwrap();

@@ -85,6 +85,7 @@ fn host_port(node: &Node) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_side_that_takes_the_kubernetes_lease_downs_the_crashed_node_renews_and_later_releases_it()
  {
+    let _live = support::live().await;
     let api = api_server().await;
     let nodes = start_cluster(&api.node_settings(Duration::from_secs(4)), 3).await;
     assert!(api.stored().is_none(), "nobody asks for the lease before a failure");
@@ -121,6 +122,7 @@ async fn the_side_that_takes_the_kubernetes_lease_downs_the_crashed_node_renews_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_side_refused_the_kubernetes_lease_downs_itself_and_its_nodes_stop() {
+    let _live = support::live().await;
     let api = api_server().await;
     // Another contender holds the lease for two minutes.
     let mut rival_settings = LeaseSettings::new(LEASE, "10.9.9.9:25520");

@@ -31,6 +31,7 @@ async fn start(n: usize) -> Vec<Node> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_flips_to_200_when_up_and_a_put_down_removes_the_member_everywhere_with_sse_events() {
+    let _live = support::live().await;
     let nodes = start(3).await;
     let http = reqwest::Client::new();
     let ready = http.get(format!("{}/ready", url(&nodes[0]))).send().await.unwrap();
@@ -86,6 +87,7 @@ async fn ready_flips_to_200_when_up_and_a_put_down_removes_the_member_everywhere
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_sending_headers_one_byte_per_second_is_cut_off_while_others_are_served() {
+    let _live = support::live().await;
     let nodes = start(1).await;
     support::join_through_first(&nodes).await;
     let addr = nodes[0].management_addr().unwrap();
@@ -124,6 +126,7 @@ async fn a_client_sending_headers_one_byte_per_second_is_cut_off_while_others_ar
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_cli_prints_tables_and_json_and_explains_errors() {
+    let _live = support::live().await;
     let nodes = start(2).await;
     support::join_through_first(&nodes).await;
     let bin = env!("CARGO_BIN_EXE_convoke");
@@ -187,6 +190,7 @@ async fn the_admin_cli_prints_tables_and_json_and_explains_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tls_configured_the_api_is_served_over_https_only() {
+    let _live = support::live().await;
     let dir = tempfile::tempdir().unwrap();
     let certified =
         rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])

@@ -1,12 +1,17 @@
 //! Several `convoke run` processes on 127.0.0.1: forming, kill -9 (and its automatic downing),
 //! SIGTERM, restart.
+//!
+//! Every process binds port 0 and the test reads the port it got from its log, so no port is
+//! chosen before it is bound; only the restart test binds a fixed port on purpose: the one its
+//! killed predecessor held.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
+use support::fast_sets;
+use support::live;
 use support::process::{Proc, address};
-use support::{fast_sets, free_port};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -17,18 +22,12 @@ fn sets_with_seed(seed: u16) -> Vec<String> {
 }
 
 async fn start_three() -> Vec<Proc> {
-    let ports = [free_port(), free_port(), free_port()];
-    let procs: Vec<Proc> = ports.iter().map(|p| Proc::run(*p, &sets_with_seed(ports[0]))).collect();
-    for p in &procs {
-        for q in &ports {
-            p.wait_log(&["membership change: MemberUp", &address(*q)], T).await;
-        }
-    }
-    procs
+    start_n(3, &fast_sets(), T).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_with_seeds_form_a_cluster_and_kill_9_is_detected_on_the_others() {
+    let _live = live().await;
     let mut procs = start_three().await;
     let victim = address(procs[2].port);
     let killed_at = Instant::now();
@@ -36,7 +35,7 @@ async fn three_processes_with_seeds_form_a_cluster_and_kill_9_is_detected_on_the
     for p in &procs[..2] {
         p.wait_log(&["membership change: UnreachableMember", &victim], T).await;
     }
-    // The fast settings give a phi bound of about 0.2 s heartbeat + 0.8 s pause + deviation.
+    // The fast settings give a phi bound of about 0.2 s heartbeat + 3 s pause + 5 deviations.
     let took = killed_at.elapsed();
     assert!(took < Duration::from_secs(10), "detection took {took:?}");
     eprintln!("kill -9 to unreachable on both survivors: {took:?}");
@@ -44,6 +43,7 @@ async fn three_processes_with_seeds_form_a_cluster_and_kill_9_is_detected_on_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_leaves_gracefully_exits_0_and_is_removed_on_the_others() {
+    let _live = live().await;
     let mut procs = start_three().await;
     let leaver = address(procs[2].port);
     procs[2].term();
@@ -56,10 +56,13 @@ async fn sigterm_leaves_gracefully_exits_0_and_is_removed_on_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_restarted_on_the_same_port_joins_as_a_new_incarnation() {
+    let _live = live().await;
     let mut procs = start_three().await;
     let port = procs[2].port;
     let seed = procs[0].port;
     procs[2].kill9().await;
+    // The one fixed port of this file, on purpose: the killed process's, bound again at once (a
+    // new incarnation at the same address is what is tested).
     let restarted = Proc::run(port, &sets_with_seed(seed));
     // The new incarnation's join downs the old one; once that is removed the new one is let in.
     for p in &procs[..2] {
@@ -72,11 +75,16 @@ async fn a_process_restarted_on_the_same_port_joins_as_a_new_incarnation() {
     }
 }
 
+/// Starts `n` processes on ports of their own choosing (port 0): the first forms the cluster, the
+/// others start together with it as their seed node. Returns once every process has seen every
+/// one Up.
 async fn start_n(n: usize, sets: &[String], timeout: Duration) -> Vec<Proc> {
-    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    let first = Proc::start_forming(sets).await;
     let mut sets = sets.to_vec();
-    sets.push(format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])));
-    let procs: Vec<Proc> = ports.iter().map(|p| Proc::run(*p, &sets)).collect();
+    sets.push(format!("cluster.seed_nodes=[\"{}\"]", address(first.port)));
+    let mut procs = vec![first];
+    procs.extend(futures::future::join_all((1..n).map(|_| Proc::start(&sets))).await);
+    let ports: Vec<u16> = procs.iter().map(|p| p.port).collect();
     for p in &procs {
         for q in &ports {
             p.wait_log(&["membership change: MemberUp", &address(*q)], timeout).await;
@@ -108,6 +116,7 @@ async fn kill_9_until_removed_everywhere(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_five_processes_one_killed_with_kill_9_is_downed_by_the_resolver_and_removed_on_the_other_four()
  {
+    let _live = live().await;
     let mut sets = fast_sets();
     sets.push("cluster.split_brain_resolver.stable_after=\"2s\"".into());
     let mut procs = start_n(5, &sets, T).await;
@@ -129,6 +138,7 @@ async fn of_five_processes_one_killed_with_kill_9_is_downed_by_the_resolver_and_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_paused_longer_than_twice_stable_after_sees_itself_downed_and_exits_on_resume() {
+    let _live = live().await;
     let mut sets = fast_sets();
     sets.push("cluster.split_brain_resolver.stable_after=\"2s\"".into());
     let mut procs = start_n(5, &sets, T).await;
@@ -168,6 +178,7 @@ async fn a_process_paused_longer_than_twice_stable_after_sees_itself_downed_and_
 /// may be out of date, so with nobody answering it downs itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_resumed_from_a_long_pause_that_hears_from_no_member_downs_itself() {
+    let _live = live().await;
     let mut sets = fast_sets();
     sets.push("cluster.split_brain_resolver.stable_after=\"2s\"".into());
     let mut procs = start_n(2, &sets, T).await;
@@ -190,6 +201,7 @@ async fn a_process_resumed_from_a_long_pause_that_hears_from_no_member_downs_its
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check: a few minutes"]
 async fn measure_kill_9_to_removed_everywhere_with_stable_after_5s() {
+    let _live = live().await;
     let sets = vec![
         "management.enabled=false".to_owned(),
         "cluster.split_brain_resolver.stable_after=\"5s\"".to_owned(),
@@ -216,23 +228,14 @@ async fn measure_kill_9_to_removed_everywhere_with_stable_after_5s() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check: about a minute"]
 async fn measure_kill_9_to_unreachable_with_default_settings() {
+    let _live = live().await;
     let mut times = Vec::new();
     for _ in 0..5 {
-        let ports = [free_port(), free_port(), free_port()];
-        let seeds = vec![
-            format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])),
-            "management.enabled=false".into(),
-        ];
-        let mut procs: Vec<Proc> = ports.iter().map(|p| Proc::run(*p, &seeds)).collect();
-        for p in &procs {
-            for q in &ports {
-                p.wait_log(&["membership change: MemberUp", &address(*q)], Duration::from_secs(60))
-                    .await;
-            }
-        }
+        let sets = vec!["management.enabled=false".to_owned()];
+        let mut procs = start_n(3, &sets, Duration::from_secs(60)).await;
         // Let the detectors collect a few intervals beyond their bootstrap samples.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let victim = address(ports[2]);
+        let victim = address(procs[2].port);
         let killed = Instant::now();
         procs[2].kill9().await;
         for p in &procs[..2] {
@@ -249,17 +252,9 @@ async fn measure_kill_9_to_unreachable_with_default_settings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check"]
 async fn measure_idle_rss_in_a_ten_node_cluster() {
-    let ports: Vec<u16> = (0..10).map(|_| free_port()).collect();
-    let seeds = vec![
-        format!("cluster.seed_nodes=[\"{}\"]", address(ports[0])),
-        "management.enabled=false".into(),
-    ];
-    let procs: Vec<Proc> = ports.iter().map(|p| Proc::run(*p, &seeds)).collect();
-    for q in &ports {
-        procs[9]
-            .wait_log(&["membership change: MemberUp", &address(*q)], Duration::from_secs(120))
-            .await;
-    }
+    let _live = live().await;
+    let sets = vec!["management.enabled=false".to_owned()];
+    let procs = start_n(10, &sets, Duration::from_secs(120)).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     for p in [&procs[0], &procs[9]] {
         let pid = p.child.id().unwrap();

@@ -46,6 +46,7 @@ async fn closed_by_peer(mut s: TcpStream) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_keeps_its_membership_while_clients_send_garbage_and_hold_idle_connections() {
+    let _live = support::live().await;
     let mut settings = fast_settings();
     settings.cluster.transport.handshake_timeout = Duration::from_secs(3);
     let nodes = support::start_cluster(&settings, 3).await;

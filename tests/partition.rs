@@ -91,6 +91,7 @@ async fn wait_all_up(net: &Network, i: usize, expected: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_3_2_partition_keeps_the_three_up_the_two_exit_1_and_after_healing_the_restarted_pair_rejoins()
  {
+    let _live = support::live().await;
     let net = Network::new(5);
     let all: Vec<String> = (0..5).map(|i| address(&net, i)).collect();
     let mut procs: Vec<Proc> = (0..5).map(|i| start(&net, i)).collect();

@@ -65,8 +65,11 @@ impl Node {
     }
 
     async fn start_on(addr: SocketAddr, settings: TransportSettings) -> Node {
+        Node::start_with(TcpListener::bind(addr).await.unwrap(), settings)
+    }
+
+    fn start_with(listener: TcpListener, settings: TransportSettings) -> Node {
         init_logs();
-        let listener = TcpListener::bind(addr).await.unwrap();
         let id = UniqueAddress::new(address(listener.local_addr().unwrap().port()), next_uid());
         let config = TransportConfig { system_name: SYSTEM.into(), settings };
         let (transport, rx) = Transport::start(listener, id.clone(), config);
@@ -406,8 +409,12 @@ async fn a_heartbeat_is_delivered_ahead_of_a_backlog_of_ordinary_messages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_outbound_queue_drops_the_oldest_non_heartbeat_and_counts_it() {
-    // A port with nobody listening yet: everything stays queued.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // A port with nobody listening yet: everything stays queued. The socket holds the port
+    // (bound, not listening: connections to it are refused) until B listens on it, so no other
+    // test can take it in between.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
     let a = Node::start(TransportSettings { outbound_queue_size: 4, ..settings() }).await;
     a.transport.send(&address(port), heartbeat(&a.id, 1));
     for n in 1..=10 {
@@ -415,7 +422,7 @@ async fn a_full_outbound_queue_drops_the_oldest_non_heartbeat_and_counts_it() {
     }
     assert_eq!(a.stats().dropped_outbound, 6);
 
-    let mut b = Node::start_on(SocketAddr::from(([127, 0, 0, 1], port)), settings()).await;
+    let mut b = Node::start_with(socket.listen(1024).unwrap(), settings());
     let mut tags = Vec::new();
     let mut heartbeats = 0;
     while tags.len() < 4 || heartbeats < 1 {
@@ -442,6 +449,8 @@ async fn the_sender_reconnects_after_the_peer_restarts_on_the_same_port() {
 
     b1.transport.shutdown(Duration::from_secs(1)).await;
     assert!(timeout(PATIENCE, b1.rx.recv()).await.unwrap().is_none(), "the old receiver ends");
+    // The port is released and bound again on purpose: a restart at the same address is what is
+    // tested.
     let mut b2 = Node::start_on(SocketAddr::from(([127, 0, 0, 1], port)), settings()).await;
     assert_ne!(b2.id, b1.id);
 

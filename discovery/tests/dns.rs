@@ -1,5 +1,4 @@
 //! DNS discovery against a real DNS server on 127.0.0.1 (hickory-server, see the testkit).
-#![cfg(all(feature = "dns", feature = "testkit"))]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! Kubernetes API discovery: the real kube client against a stand-in API server (TLS, bearer
 //! token) serving `PodList` fixtures.
-#![cfg(all(feature = "kubernetes", feature = "testkit"))]
 
 use std::net::IpAddr;
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! The Kubernetes lease: the real kube client against a stand-in API server keeping Lease
 //! objects with resourceVersion checks. Time is a manual clock shared by the contenders.
-#![cfg(all(feature = "kubernetes", feature = "testkit"))]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};

@@ -10,14 +10,64 @@ use tokio::sync::Notify;
 
 /// A `convoke run` process whose stderr log is collected line by line.
 pub struct Proc {
+    /// The cluster port it listens on: the one it was given, or the one it bound (port 0).
     pub port: u16,
     pub child: Child,
     lines: Arc<Mutex<Vec<String>>>,
     notify: Arc<Notify>,
 }
 
+/// How long a starting process may take to log its bound address.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Proc {
-    /// Starts `convoke run` with `--set` arguments.
+    /// Starts `convoke run` with `--set` arguments and `cluster.port=0` on 127.0.0.1, and waits
+    /// until it has logged the port it bound (`cluster node started ... node=<address>`). The
+    /// port is never released between choosing and binding it, so no other test can take it.
+    pub async fn start(sets: &[String]) -> Proc {
+        let mut proc = Proc::spawn(&[], 0, sets);
+        let address = proc.logged_field("cluster node started", "node=").await;
+        proc.port = port_of(&address);
+        assert_eq!(address, self::address(proc.port), "a node on 127.0.0.1");
+        proc
+    }
+
+    /// Like [`Proc::start`], for the first node of a cluster that others join through
+    /// `cluster.seed_nodes`: its own address is not known before it has bound its port, so instead
+    /// of listing itself as the first seed node it is told to join itself (form the cluster)
+    /// through its management API (`convoke join`, served on another port-0 listener).
+    pub async fn start_forming(sets: &[String]) -> Proc {
+        let mut sets = sets.to_vec();
+        sets.extend(
+            [
+                "management.enabled=true",
+                "management.hostname=\"127.0.0.1\"",
+                "management.port=0",
+                "management.read_only=false",
+                "bootstrap.enabled=false",
+            ]
+            .map(str::to_owned),
+        );
+        let proc = Proc::start(&sets).await;
+        let url = proc.management_url().await;
+        let own = address(proc.port);
+        let out = Command::new(env!("CARGO_BIN_EXE_convoke"))
+            .args(["join", &own, "--url", &url])
+            .output()
+            .await
+            .expect("run convoke join");
+        assert!(
+            out.status.success(),
+            "convoke join {own} --url {url}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        proc
+    }
+
+    /// Starts `convoke run` with `--set` arguments on the fixed cluster `port`. Only for ports
+    /// that no other test binds: a port on an address of its own (`127.0.N.x`, a network
+    /// namespace), or the port of a process that was just killed, restarted on purpose.
     pub fn run(port: u16, sets: &[String]) -> Proc {
         Proc::run_wrapped(&[], port, sets)
     }
@@ -25,6 +75,11 @@ impl Proc {
     /// Starts `convoke run` through `wrapper` (a command that ends by exec-ing its arguments,
     /// like `nsenter -t PID -n --`), so that the child process is the node itself.
     pub fn run_wrapped(wrapper: &[String], port: u16, sets: &[String]) -> Proc {
+        assert_ne!(port, 0, "a node on port 0 is started with Proc::start");
+        Proc::spawn(wrapper, port, sets)
+    }
+
+    fn spawn(wrapper: &[String], port: u16, sets: &[String]) -> Proc {
         let bin = env!("CARGO_BIN_EXE_convoke");
         let mut cmd = match wrapper.split_first() {
             Some((program, args)) => {
@@ -58,6 +113,22 @@ impl Proc {
             n.notify_waiters();
         });
         Proc { port, child, lines, notify }
+    }
+
+    /// The value of the `key` field (`node=`, `url=`) of the first line containing `message`,
+    /// waiting for that line.
+    pub async fn logged_field(&self, message: &str, key: &str) -> String {
+        self.wait_log(&[message], START_TIMEOUT).await;
+        let log = self.log();
+        let line = log.iter().find(|l| l.contains(message)).expect("waited for it");
+        let value = line.split_whitespace().find_map(|w| w.strip_prefix(key));
+        value.unwrap_or_else(|| panic!("no {key} in {line:?}")).to_owned()
+    }
+
+    /// The URL of the management server (`management.enabled=true`, e.g. on port 0), from its
+    /// `management server listening` log line.
+    pub async fn management_url(&self) -> String {
+        self.logged_field("management server listening", "url=").await
     }
 
     /// Every line logged so far.
@@ -132,4 +203,10 @@ impl Proc {
 /// The address of the node on `port`.
 pub fn address(port: u16) -> String {
     format!("convoke://convoke@127.0.0.1:{port}")
+}
+
+/// The port of a `convoke://system@host:port` address.
+fn port_of(address: &str) -> u16 {
+    let port = address.rsplit(':').next().unwrap_or_default();
+    port.parse().unwrap_or_else(|_| panic!("no port in the address {address:?}"))
 }
