@@ -147,7 +147,7 @@ pub(crate) fn start(
     };
     let local = LocalNode {
         https: settings.management.tls.is_some(),
-        base_path: settings.management.base_path.trim_end_matches('/').to_owned(),
+        base_path: settings.management.route_prefix(),
         ..LocalNode::new(
             &settings.cluster.core.system_name,
             SelfContactPoint::new(settings.management.hostname.clone(), management.port()),

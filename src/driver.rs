@@ -143,6 +143,8 @@ impl Driver {
             Termination::Core(reason) => tracing::warn!(%reason, "cluster node shutting down"),
             Termination::Stopped => tracing::info!("cluster node stopped"),
         }
+        // The last event subscribers see before their streams end.
+        let _ = self.events.send(ClusterEvent::ClusterShuttingDown);
         if let Some(lease) = &mut self.lease {
             lease.release_on_stop().await;
         }

@@ -45,16 +45,28 @@ pub enum Unhealthy {
         source: CheckError,
     },
     /// A check did not answer in time.
-    #[error("Health Check Failed: Check [{name}] timed out after {timeout:?}")]
+    #[error("Health Check Failed: Check [{name}] timed out after {}", spelled(*timeout))]
     TimedOut {
         /// The check.
         name: String,
         /// How long it was given.
         timeout: Duration,
     },
+    /// The node has been in no cluster for longer than
+    /// `management.health_checks.join_deadline`.
+    #[error(
+        "Health Check Failed: Check [cluster-join-deadline] failed: this node has not joined a cluster in {waited:.0?} (management.health_checks.join_deadline = {deadline:?}); see /bootstrap/status"
+    )]
+    NotJoined {
+        /// How long it has been waiting.
+        waited: Duration,
+        /// The deadline.
+        deadline: Duration,
+    },
     /// The driver did not answer a ping in time, or has stopped.
     #[error(
-        "Health Check Failed: Check [cluster-driver] timed out after {timeout:?} (the node's driver does not answer or has stopped)"
+        "Health Check Failed: Check [cluster-driver] timed out after {} (the node's driver does not answer or has stopped)",
+        spelled(*timeout)
     )]
     DriverUnresponsive {
         /// How long it was given.
@@ -62,12 +74,13 @@ pub enum Unhealthy {
     },
 }
 
-/// User checks added to the built-in readiness and liveness checks. Cheap to clone; all clones
-/// share the same lists, so checks can be added while the server runs.
+/// User checks added to the built-in readiness, liveness and startup checks. Cheap to clone; all
+/// clones share the same lists, so checks can be added while the server runs.
 #[derive(Clone, Default)]
 pub struct HealthChecks {
     readiness: Arc<RwLock<Vec<(String, Check)>>>,
     liveness: Arc<RwLock<Vec<(String, Check)>>>,
+    startup: Arc<RwLock<Vec<(String, Check)>>>,
 }
 
 impl std::fmt::Debug for HealthChecks {
@@ -80,6 +93,7 @@ impl std::fmt::Debug for HealthChecks {
         f.debug_struct("HealthChecks")
             .field("readiness", &names(&self.readiness))
             .field("liveness", &names(&self.liveness))
+            .field("startup", &names(&self.startup))
             .finish()
     }
 }
@@ -101,6 +115,23 @@ impl HealthChecks {
         Fut: Future<Output = Result<bool, CheckError>> + Send + 'static,
     {
         self.liveness.write().expect("health checks lock").push((name.into(), boxed(check)));
+    }
+
+    /// Adds a startup check named `name` (served at `/startup`, for a Kubernetes startup probe).
+    pub fn add_startup<F, Fut>(&self, name: impl Into<String>, check: F)
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<bool, CheckError>> + Send + 'static,
+    {
+        self.startup.write().expect("health checks lock").push((name.into(), boxed(check)));
+    }
+
+    /// Runs the startup checks, each within `timeout`.
+    ///
+    /// # Errors
+    /// The first failure in the order the checks were added.
+    pub async fn startup(&self, timeout: Duration) -> Result<(), Unhealthy> {
+        run(list(&self.startup), timeout).await
     }
 
     /// Runs the readiness checks, each within `timeout`.
@@ -132,7 +163,21 @@ fn list(l: &RwLock<Vec<(String, Check)>>) -> Vec<(String, Check)> {
     l.read().map(|v| v.clone()).unwrap_or_default()
 }
 
-/// Runs `checks` in parallel, each with its own timeout; the first failure in list order wins.
+/// A duration as Akka writes one in health-check messages: `1 second`, `500 milliseconds`.
+fn spelled(d: Duration) -> String {
+    let (n, unit) = if d.subsec_nanos() == 0 {
+        (u128::from(d.as_secs()), "second")
+    } else if d.subsec_nanos().is_multiple_of(1_000_000) {
+        (d.as_millis(), "millisecond")
+    } else {
+        (d.as_nanos(), "nanosecond")
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
+/// Runs `checks` in parallel, each with its own timeout. As in Akka, a check that failed or timed
+/// out wins over one that answered "not healthy"; among those of one kind, the first in list
+/// order wins.
 async fn run(checks: Vec<(String, Check)>, timeout: Duration) -> Result<(), Unhealthy> {
     let results = futures::future::join_all(checks.iter().map(|(name, check)| {
         let fut = check();
@@ -147,5 +192,10 @@ async fn run(checks: Vec<(String, Check)>, timeout: Duration) -> Result<(), Unhe
         }
     }))
     .await;
-    results.into_iter().collect()
+    let mut failures: Vec<Unhealthy> = results.into_iter().filter_map(Result::err).collect();
+    match failures.iter().position(|f| !matches!(f, Unhealthy::NotOk { .. })) {
+        Some(i) => Err(failures.swap_remove(i)),
+        None if failures.is_empty() => Ok(()),
+        None => Err(failures.swap_remove(0)),
+    }
 }

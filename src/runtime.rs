@@ -86,7 +86,8 @@ impl Node {
         // Checked with the rest of the settings above.
         let mut core_config = c.core.clone();
         core_config.seed = random_u64();
-        let now = tokio::time::Instant::now().into_std();
+        let started_at = tokio::time::Instant::now();
+        let now = started_at.into_std();
         let core = Cluster::new(core_config, self_node.clone(), now, driver::wall_clock())
             .map_err(SettingsError::from)?;
         let lease = LeaseRuntime::from_settings(settings, &self_node)?;
@@ -122,6 +123,7 @@ impl Node {
             bootstrap,
             health: HealthChecks::default(),
             metrics,
+            started_at,
         };
         let (management_stop, stopped) = watch::channel(());
         if let Some(m) = management {
@@ -194,7 +196,7 @@ impl BoundManagement {
             self.tls,
             shutdown,
         ));
-        tracing::info!(url = %format!("{scheme}://{local}{}", m.base_path), "management server listening");
+        tracing::info!(url = %format!("{scheme}://{local}{}", m.route_prefix()), "management server listening");
     }
 }
 
@@ -209,9 +211,10 @@ fn random_u64() -> u64 {
     })
 }
 
+/// A positive signed 64-bit uid, so Java clients and OpenAPI `int64` readers can hold it.
 fn random_uid() -> Uid {
     loop {
-        if let Some(uid) = Uid::new(random_u64()) {
+        if let Some(uid) = Uid::from_random_bits(random_u64()) {
             return uid;
         }
     }

@@ -138,6 +138,7 @@ fn the_probes_hit_routes_and_ports_the_node_serves() {
     for (probe, key, route) in [
         ("readinessProbe", "management.health_checks.readiness_path", "/ready"),
         ("livenessProbe", "management.health_checks.liveness_path", "/alive"),
+        ("startupProbe", "management.health_checks.startup_path", "/startup"),
     ] {
         let get = &c[probe]["httpGet"];
         let path = get["path"].as_str().unwrap();
@@ -153,6 +154,25 @@ fn the_probes_hit_routes_and_ports_the_node_serves() {
     let grace = liveness["periodSeconds"].as_i64().unwrap()
         * liveness["failureThreshold"].as_i64().unwrap();
     assert!(grace >= 30, "liveness kills after {grace} s of failures");
+}
+
+#[test]
+fn a_pod_that_cannot_join_is_restarted_rather_than_left_waiting() {
+    let settings = settings();
+    // A join that does not complete makes the process exit; a pod in no cluster fails /alive.
+    for key in [
+        "cluster.shutdown_after_unsuccessful_join_seed_nodes",
+        "management.health_checks.join_deadline",
+    ] {
+        let value = text(&settings, key);
+        assert_ne!(value, "off", "{key} is off in the manifest");
+    }
+    let env = environment(container(&deployment()));
+    assert!(
+        env.iter()
+            .any(|(k, _)| k == "CONVOKE_CLUSTER__SHUTDOWN_AFTER_UNSUCCESSFUL_JOIN_SEED_NODES"),
+        "the manifest states the join give-up"
+    );
 }
 
 #[test]

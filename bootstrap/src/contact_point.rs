@@ -123,29 +123,40 @@ impl fmt::Display for SelfContactPoint {
 /// Picks the targets to probe (as Akka's `selectHosts` does): when the lookup had no port name and
 /// filtering is on, a host with several targets keeps only those on `fallback_port` if any of
 /// its targets has a port, so that a DNS answer listing every port of a host (management,
-/// remoting, http) does not make the node probe its remoting port.
+/// remoting, http) does not make the node probe its remoting port. Returns the selected targets
+/// and the others, each with the reason it was left out.
 pub fn select_hosts(
     targets: Vec<ContactPoint>,
     has_port_name: bool,
     filter_on_fallback_port: bool,
     fallback_port: u16,
-) -> BTreeSet<ContactPoint> {
+) -> (BTreeSet<ContactPoint>, Vec<(ContactPoint, String)>) {
     if has_port_name || !filter_on_fallback_port {
-        return targets.into_iter().collect();
+        return (targets.into_iter().collect(), Vec::new());
     }
     let mut by_host: BTreeMap<String, Vec<ContactPoint>> = BTreeMap::new();
     for t in targets {
         by_host.entry(t.host.clone()).or_default().push(t);
     }
     let mut selected = BTreeSet::new();
-    for (_, group) in by_host {
+    let mut dropped = Vec::new();
+    for (host, group) in by_host {
         if group.len() > 1 && group.iter().any(|t| t.port.is_some()) {
-            selected.extend(group.into_iter().filter(|t| t.port == Some(fallback_port)));
+            let n = group.len();
+            let (keep, drop): (Vec<_>, Vec<_>) =
+                group.into_iter().partition(|t| t.port == Some(fallback_port));
+            let why = format!(
+                "host {host} has {n} targets and the lookup names no port (bootstrap.port_name), so \
+                 only its targets on the fallback port {fallback_port} are probed \
+                 (bootstrap.contact_point.filter_on_fallback_port)"
+            );
+            dropped.extend(drop.into_iter().map(|t| (t, why.clone())));
+            selected.extend(keep);
         } else {
             selected.extend(group);
         }
     }
-    selected
+    (selected, dropped)
 }
 
 #[cfg(test)]
@@ -210,8 +221,11 @@ mod tests {
     #[test]
     fn with_a_port_name_or_filtering_off_every_target_is_kept() {
         let targets = vec![cp("h", Some(8558), None), cp("h", Some(25520), None)];
-        assert_eq!(select_hosts(targets.clone(), true, true, 8558).len(), 2);
-        assert_eq!(select_hosts(targets, false, false, 8558).len(), 2);
+        for (has_port_name, filter) in [(true, true), (false, false)] {
+            let (selected, dropped) = select_hosts(targets.clone(), has_port_name, filter, 8558);
+            assert_eq!(selected.len(), 2);
+            assert!(dropped.is_empty());
+        }
     }
 
     #[test]
@@ -224,7 +238,7 @@ mod tests {
             cp("c", None, None),
             cp("c", None, Some("10.0.0.3")),
         ];
-        let selected = select_hosts(targets, false, true, 8558);
+        let (selected, dropped) = select_hosts(targets, false, true, 8558);
         let expected: BTreeSet<ContactPoint> = [
             cp("a", Some(8558), None),
             cp("b", Some(9999), None),
@@ -234,5 +248,21 @@ mod tests {
         .into_iter()
         .collect();
         assert_eq!(selected, expected);
+        let dropped: Vec<&ContactPoint> = dropped.iter().map(|(t, _)| t).collect();
+        assert_eq!(dropped, [&cp("a", Some(25520), None), &cp("a", Some(8080), None)]);
+    }
+
+    #[test]
+    fn five_targets_on_one_host_say_why_four_are_not_probed() {
+        let targets =
+            (0..5).map(|i| cp("10.0.0.1", Some(8558 + i), Some("10.0.0.1"))).collect::<Vec<_>>();
+        let (selected, dropped) = select_hosts(targets, false, true, 8558);
+        assert_eq!(selected.len(), 1);
+        assert_eq!(dropped.len(), 4);
+        for (_, why) in &dropped {
+            assert!(why.contains("host 10.0.0.1 has 5 targets"), "{why}");
+            assert!(why.contains("fallback port 8558"), "{why}");
+            assert!(why.contains("filter_on_fallback_port"), "{why}");
+        }
     }
 }

@@ -21,7 +21,7 @@ use crate::decider::{self, Decision, Observation, SeedNodesInformation, Verdict}
 use crate::local_node::LocalNode;
 use crate::probe::{ProbeError, Prober, SeedNodes};
 use crate::settings::{BootstrapSettings, ContactPointSettings};
-use crate::status::{BootstrapStatus, Phase, ProbeOutcome};
+use crate::status::{BootstrapStatus, Dropped, Phase, ProbeOutcome};
 
 type LookupFuture = Pin<Box<dyn Future<Output = Result<Resolved, DiscoveryError>> + Send>>;
 
@@ -125,13 +125,27 @@ impl Coordinator {
                     let now = Instant::now();
                     match result {
                         Ok(resolved) => {
-                            let targets = self.select(resolved);
+                            let found = resolved.targets.len() + resolved.dropped.len();
+                            let (targets, dropped) = self.select(resolved);
                             let changed_at = match &observation {
                                 Some((at, previous)) if *previous == targets => *at,
                                 _ => now,
                             };
-                            if observation.as_ref().is_none_or(|(_, previous)| *previous != targets) {
-                                tracing::info!(targets = %list(&targets), "bootstrap: discovered contact points");
+                            let dropped_changed = self.status.borrow().dropped != dropped;
+                            if observation.as_ref().is_none_or(|(_, previous)| *previous != targets) || dropped_changed {
+                                if dropped.is_empty() {
+                                    tracing::info!(targets = %list(&targets), "bootstrap: discovered contact points");
+                                } else {
+                                    tracing::info!(
+                                        targets = %list(&targets),
+                                        not_probed = %dropped.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+                                        "bootstrap: discovered {found} targets; {} are not probed (see /bootstrap/status, droppedTargets)",
+                                        dropped.len()
+                                    );
+                                }
+                                if dropped.iter().any(|d| d.reason.contains("own cluster transport")) {
+                                    tracing::warn!("bootstrap: misconfiguration detected: a discovered contact point is this node's cluster transport address, not its management address; check bootstrap.port_name and bootstrap.contact_point.fallback_port");
+                                }
                             }
                             seeds.retain(|t, _| targets.contains(t));
                             probers.retain(|t, handle| {
@@ -140,7 +154,7 @@ impl Coordinator {
                                 keep
                             });
                             for target in &targets {
-                                if !probers.contains_key(target) && !self.is_self_remoting(target) {
+                                if !probers.contains_key(target) && !dropped.iter().any(|d| d.target == target.to_string()) {
                                     let handle = tasks.spawn(probe_loop(
                                         target.clone(),
                                         self.url(target),
@@ -154,7 +168,8 @@ impl Coordinator {
                             }
                             self.status.send_modify(|s| {
                                 s.lookups += 1;
-                                s.last_lookup = Some((now, Ok(targets.len())));
+                                s.last_lookup = Some((now, Ok(found)));
+                                s.dropped.clone_from(&dropped);
                                 s.stable_since = Some(changed_at);
                                 s.contact_points.retain(|t, _| targets.contains(t));
                                 for t in &targets {
@@ -247,6 +262,13 @@ impl Coordinator {
                     )
                 }
             };
+            let mut verdict = verdict;
+            let not_probed = self.status.borrow().dropped.len();
+            if not_probed > 0 && verdict.decision == Decision::KeepProbing {
+                verdict.reason.push_str(&format!(
+                    "; {not_probed} discovered targets are not probed (see droppedTargets)"
+                ));
+            }
             if verdict.reason != last_reason {
                 match verdict.decision {
                     Decision::KeepProbing
@@ -285,30 +307,50 @@ impl Coordinator {
         }
     }
 
-    fn select(&self, resolved: Resolved) -> BTreeSet<ContactPoint> {
-        select_hosts(
+    /// The contact points to probe, and every target discovery returned that is not probed,
+    /// with the reason: dropped by discovery itself (a pod not Running), by the fallback-port
+    /// filter, or because it is this node's own cluster transport address.
+    fn select(&self, resolved: Resolved) -> (BTreeSet<ContactPoint>, Vec<Dropped>) {
+        let mut dropped: Vec<Dropped> = resolved
+            .dropped
+            .into_iter()
+            .map(|d| Dropped { target: d.target, reason: d.reason })
+            .collect();
+        let (selected, filtered) = select_hosts(
             resolved.targets.into_iter().map(ContactPoint::from).collect(),
             self.lookup.port_name.is_some(),
             self.settings.contact_point.filter_on_fallback_port,
             self.fallback_port,
-        )
+        );
+        dropped.extend(
+            filtered.into_iter().map(|(t, reason)| Dropped { target: t.to_string(), reason }),
+        );
+        for target in selected.iter().filter(|t| self.is_self_remoting(t)) {
+            dropped.push(Dropped {
+                target: target.to_string(),
+                reason: "it is this node's own cluster transport address, not its management \
+                         address, so it is not probed; check bootstrap.port_name and \
+                         bootstrap.contact_point.fallback_port"
+                    .into(),
+            });
+        }
+        (selected, dropped)
     }
 
     fn is_self_remoting(&self, target: &ContactPoint) -> bool {
         let (host, port) = &self.local.transport;
-        let same = target.host == *host && target.probe_port(self.fallback_port) == *port;
-        if same {
-            tracing::warn!(%target, "bootstrap: misconfiguration detected: a discovered contact point is this node's cluster transport address, not its management address; check bootstrap.port_name and bootstrap.contact_point.fallback_port");
-        }
-        same
+        target.host == *host && target.probe_port(self.fallback_port) == *port
     }
 
     fn url(&self, target: &ContactPoint) -> String {
+        // `base_path` with one leading slash and none trailing, written either way (Akka writes
+        // `base-path = "mgmt"`).
+        let base = self.local.base_path.trim().trim_matches('/');
         format!(
-            "{}://{}{}/bootstrap/seed-nodes",
+            "{}://{}{}{base}/bootstrap/seed-nodes",
             self.local.scheme(),
             target.authority(self.fallback_port),
-            self.local.base_path.trim_end_matches('/')
+            if base.is_empty() { "" } else { "/" },
         )
     }
 

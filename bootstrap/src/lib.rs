@@ -53,4 +53,4 @@ pub use decider::{Decision, Verdict};
 pub use local_node::LocalNode;
 pub use probe::{HttpProber, HttpProberError, ProbeError, Prober, SeedNode, SeedNodes};
 pub use settings::{BootstrapSettings, ContactPointSettings, InvalidSetting};
-pub use status::{BootstrapStatus, StatusView};
+pub use status::{BootstrapStatus, Dropped, StatusView};

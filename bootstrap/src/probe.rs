@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 pub struct SeedNode {
     /// Its cluster address.
     pub node: String,
-    /// Its uid.
-    pub node_uid: u64,
+    /// Its uid, signed as Akka's `Long` (a Pekko node's uid is often negative).
+    pub node_uid: i64,
     /// Its status.
     pub status: String,
     /// Its roles.
@@ -315,5 +315,39 @@ mod tests {
         let e = HttpProber::new(Some(bundle.as_bytes())).unwrap_err();
         assert!(matches!(&e, HttpProberError::CaRejected { index: 2, .. }), "{e:?}");
         assert!(e.to_string().starts_with("certificate 2 of the CA file"), "{e}");
+    }
+
+    /// Serves one HTTP request on a port-0 listener with `body` as a 200 JSON answer.
+    async fn answer_once(body: &'static str) -> std::net::SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 4096];
+            let mut read = 0;
+            while !request[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                read += stream.read(&mut request[read..]).await.unwrap();
+            }
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(response.as_bytes()).await.unwrap();
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_pekko_contact_point_with_a_negative_uid_is_an_answer() {
+        let addr = answer_once(
+            r#"{"seedNodes":[{"node":"pekko://System@127.0.0.1:7355","nodeUid":-2440990093160003086,"roles":["dc-default"],"status":"Up"}],"selfNode":"pekko://System@127.0.0.1:7355"}"#,
+        )
+        .await;
+        let prober = HttpProber::new(None).unwrap();
+        let url = format!("http://{addr}/bootstrap/seed-nodes");
+        let answer = prober.probe(&url, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(answer.self_node, "pekko://System@127.0.0.1:7355");
+        assert_eq!(answer.seed_nodes[0].node_uid, -2_440_990_093_160_003_086);
     }
 }

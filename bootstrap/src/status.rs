@@ -49,6 +49,21 @@ pub struct ProbeState {
     pub gave_up_at: Option<Instant>,
 }
 
+/// A target discovery returned that bootstrap does not probe, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Dropped {
+    /// The target (`host:port`, or a pod name when discovery left it out).
+    pub target: String,
+    /// Why it is not probed.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.target, self.reason)
+    }
+}
+
 /// The coordinator's state, with instants; [`BootstrapStatus::view`] turns it into JSON.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BootstrapStatus {
@@ -66,6 +81,8 @@ pub struct BootstrapStatus {
     pub last_lookup: Option<(Instant, Result<usize, String>)>,
     /// The current contact points and their probes.
     pub contact_points: BTreeMap<ContactPoint, ProbeState>,
+    /// The targets of the last successful lookup that are not probed, with the reasons.
+    pub dropped: Vec<Dropped>,
     /// Since when the discovered set has been unchanged; `None` without a current observation.
     pub stable_since: Option<Instant>,
     /// The decider's last verdict.
@@ -83,6 +100,7 @@ impl BootstrapStatus {
             lookups: 0,
             last_lookup: None,
             contact_points: BTreeMap::new(),
+            dropped: Vec::new(),
             stable_since: None,
             verdict: None,
         }
@@ -141,6 +159,7 @@ impl BootstrapStatus {
                     gave_up_ms_ago: probe.gave_up_at.map(age),
                 })
                 .collect(),
+            dropped_targets: self.dropped.clone(),
             verdict: self.verdict.as_ref().map(|(at, v)| VerdictView {
                 age_ms: age(*at),
                 decision: v.decision.name(),
@@ -176,6 +195,8 @@ pub struct StatusView {
     pub stable_for_ms: Option<u64>,
     /// The discovered contact points and their probes.
     pub contact_points: Vec<ContactPointView>,
+    /// Targets the last lookup returned that are not probed, each with the reason.
+    pub dropped_targets: Vec<Dropped>,
     /// The decider's last verdict.
     pub verdict: Option<VerdictView>,
 }
@@ -186,7 +207,7 @@ pub struct StatusView {
 pub struct LookupView {
     /// Its age.
     pub age_ms: u64,
-    /// The number of targets found.
+    /// The number of targets found, probed or not (see `droppedTargets`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub targets: Option<usize>,
     /// The error.

@@ -27,9 +27,7 @@ impl ServiceDiscovery for ConfigDiscovery {
         _timeout: Duration,
     ) -> BoxFuture<'a, Result<Resolved, DiscoveryError>> {
         let result = match self.services.get(&lookup.service_name) {
-            Some(targets) => {
-                Ok(Resolved { service_name: lookup.service_name.clone(), targets: targets.clone() })
-            }
+            Some(targets) => Ok(Resolved::new(lookup.service_name.clone(), targets.clone())),
             None => Err(DiscoveryError::NotFound {
                 lookup: lookup.to_string(),
                 reason: format!(

@@ -94,7 +94,7 @@ impl DnsDiscovery {
             }
             Err(error) => empty_or_error(lookup, timeout, error)?,
         };
-        Ok(Resolved { service_name: lookup.service_name.clone(), targets })
+        Ok(Resolved::new(lookup.service_name.clone(), targets))
     }
 
     async fn lookup_srv(
@@ -109,7 +109,7 @@ impl DnsDiscovery {
             Ok(answer) => answer,
             Err(error) => {
                 let targets = empty_or_error(lookup, timeout, error)?;
-                return Ok(Resolved { service_name: lookup.service_name.clone(), targets });
+                return Ok(Resolved::new(lookup.service_name.clone(), targets));
             }
         };
         let mut targets = Vec::new();
@@ -132,7 +132,7 @@ impl DnsDiscovery {
                 targets.push(ResolvedTarget::new(srv.host.clone(), Some(srv.port), Some(ip)));
             }
         }
-        Ok(Resolved { service_name: lookup.service_name.clone(), targets })
+        Ok(Resolved::new(lookup.service_name.clone(), targets))
     }
 }
 

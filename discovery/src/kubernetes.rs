@@ -83,13 +83,13 @@ impl KubernetesApiDiscovery {
                 pod_domain: self.settings.pod_domain.clone(),
             }
         };
-        let targets = pods::targets(
+        let (targets, dropped) = pods::targets(
             &list.items,
             lookup.port_name.as_deref(),
             self.settings.container_name.as_deref(),
             &host_style,
         );
-        Ok(Resolved { service_name: lookup.service_name.clone(), targets })
+        Ok(Resolved { dropped, ..Resolved::new(lookup.service_name.clone(), targets) })
     }
 
     fn list_error(&self, lookup: &Lookup, selector: &str, error: kube::Error) -> DiscoveryError {

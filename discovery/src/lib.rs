@@ -102,6 +102,32 @@ pub struct Resolved {
     pub service_name: String,
     /// What was found; may be empty.
     pub targets: Vec<ResolvedTarget>,
+    /// What was found but left out, and why (a pod that is not Running yet, ...), so that the
+    /// operator can be told.
+    pub dropped: Vec<DroppedTarget>,
+}
+
+impl Resolved {
+    /// An answer with `targets` and nothing dropped.
+    pub fn new(service_name: impl Into<String>, targets: Vec<ResolvedTarget>) -> Self {
+        Self { service_name: service_name.into(), targets, dropped: Vec::new() }
+    }
+}
+
+/// A target discovery found and left out, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DroppedTarget {
+    /// What was left out (a pod name, a host and port).
+    pub target: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl DroppedTarget {
+    /// `target`, left out because of `reason`.
+    pub fn new(target: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { target: target.into(), reason: reason.into() }
+    }
 }
 
 /// Why a lookup failed.

@@ -210,6 +210,11 @@ pub enum AddressError {
 }
 
 /// The random, non-zero identifier of one incarnation of a node.
+///
+/// Held as 64 bits and shown everywhere (JSON, logs, `Display`) as a *signed* 64-bit number, the
+/// type Java and Scala clients and OpenAPI's `int64` read. Uids this crate makes
+/// ([`Uid::from_random_bits`]) are positive, so they read the same either way; a uid with the top
+/// bit set (from a peer that drew all 64 bits, as Akka and Pekko nodes do) shows as negative.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Uid(NonZeroU64);
 
@@ -219,15 +224,31 @@ impl Uid {
         NonZeroU64::new(value).map(Self)
     }
 
+    /// A uid from random bits: their low 63 bits, a positive signed 64-bit number; `None` when
+    /// those are all zero.
+    pub fn from_random_bits(bits: u64) -> Option<Self> {
+        Self::new(bits & i64::MAX.unsigned_abs())
+    }
+
+    /// The uid a signed 64-bit number names (the same 64 bits); `None` for zero.
+    pub fn from_signed(value: i64) -> Option<Self> {
+        Self::new(u64::from_ne_bytes(value.to_ne_bytes()))
+    }
+
     /// The raw value.
     pub fn get(self) -> u64 {
         self.0.get()
+    }
+
+    /// The uid as a signed 64-bit number (the same 64 bits): the form every output uses.
+    pub fn signed(self) -> i64 {
+        i64::from_ne_bytes(self.get().to_ne_bytes())
     }
 }
 
 impl fmt::Display for Uid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        self.signed().fmt(f)
     }
 }
 
@@ -335,5 +356,20 @@ mod tests {
     fn uid_is_never_zero() {
         assert!(Uid::new(0).is_none());
         assert_eq!(Uid::new(7).unwrap().get(), 7);
+    }
+
+    #[test]
+    fn uids_are_made_positive_and_shown_signed() {
+        for bits in [u64::MAX, 1 << 63 | 5, 0x8000_0000_0000_0001, 42] {
+            let uid = Uid::from_random_bits(bits).unwrap();
+            assert!(uid.signed() > 0, "{bits:#x} gave {uid}");
+            assert_eq!(uid.to_string(), uid.get().to_string());
+        }
+        assert!(Uid::from_random_bits(1 << 63).is_none());
+        let pekko = Uid::from_signed(-7_013_413_219_127_341_522).unwrap();
+        assert_eq!(pekko.signed(), -7_013_413_219_127_341_522);
+        assert_eq!(pekko.to_string(), "-7013413219127341522");
+        assert_eq!(Uid::from_signed(pekko.signed()), Some(pekko));
+        assert!(Uid::from_signed(0).is_none());
     }
 }

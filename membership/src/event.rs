@@ -46,6 +46,10 @@ pub enum ClusterEvent {
         /// Its new leader.
         leader: Option<Address>,
     },
+    /// This node is shutting down: it left, was downed, gave up joining or was stopped. The last
+    /// event a subscriber receives. The core never emits it; the runtime sends it as the node
+    /// stops, as Akka publishes `ClusterShuttingDown`.
+    ClusterShuttingDown,
 }
 
 impl ClusterEvent {
@@ -65,6 +69,7 @@ impl ClusterEvent {
             Self::ReachableMember(_) => "ReachableMember",
             Self::LeaderChanged(_) => "LeaderChanged",
             Self::RoleLeaderChanged { .. } => "RoleLeaderChanged",
+            Self::ClusterShuttingDown => "ClusterShuttingDown",
         }
     }
 
@@ -82,7 +87,9 @@ impl ClusterEvent {
             | Self::UnreachableMember(m)
             | Self::ReachableMember(m) => Some(m),
             Self::MemberRemoved { member, .. } => Some(member),
-            Self::LeaderChanged(_) | Self::RoleLeaderChanged { .. } => None,
+            Self::LeaderChanged(_) | Self::RoleLeaderChanged { .. } | Self::ClusterShuttingDown => {
+                None
+            }
         }
     }
 

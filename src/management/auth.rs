@@ -9,7 +9,7 @@ use base64::Engine;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::settings::AuthSettings;
+use crate::settings::{AuthSettings, route_path};
 
 /// Compares without an early exit, so the time taken does not tell how much of a secret matched.
 fn same(a: &[u8], b: &[u8]) -> bool {
@@ -40,9 +40,9 @@ fn authorized(auth: &AuthSettings, header: Option<&str>) -> bool {
 pub(super) async fn require(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let Some(auth) = &app.settings.auth else { return next.run(request).await };
     let path = request.uri().path();
-    let relative = path.strip_prefix(app.settings.base_path.as_str()).unwrap_or(path);
-    let relative = if relative.is_empty() { "/" } else { relative };
-    if auth.exempt_paths.iter().any(|p| p == relative) {
+    let prefix = app.settings.route_prefix();
+    let relative = route_path(path.strip_prefix(prefix.as_str()).unwrap_or(path));
+    if auth.exempt_paths.iter().any(|p| route_path(p) == relative) {
         return next.run(request).await;
     }
     let header = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());

@@ -32,7 +32,7 @@ pub fn seed_nodes(state: &CurrentClusterState) -> SeedNodes {
             .filter(|m| !state.unreachable.iter().any(|(u, _)| u.node() == m.node()))
             .map(|m| SeedNode {
                 node: m.address().to_string(),
-                node_uid: m.node().uid.get(),
+                node_uid: m.node().uid.signed(),
                 status: m.status().name().to_owned(),
                 roles: m.roles().iter().cloned().collect(),
             })

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use convoke_membership::{Address, CurrentClusterState, Member};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::{ApiError, Message};
+use super::form::Form;
 
 /// `GET /cluster/members`.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -28,8 +28,9 @@ pub struct ClusterMembers {
     /// The oldest member whose status is Up or later, if any.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub oldest: Option<String>,
-    /// The oldest member whose status is Up or later, per role.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    /// The oldest member whose status is Up or later, per role; always present (`{}` while no
+    /// member is Up), as Akka sends it.
+    #[serde(default)]
     pub oldest_per_role: BTreeMap<String, String>,
 }
 
@@ -108,22 +109,6 @@ fn find<'a>(state: &'a CurrentClusterState, given: &str) -> Option<&'a Member> {
     })
 }
 
-fn form(body: &[u8]) -> Result<BTreeMap<String, String>, ApiError> {
-    serde_urlencoded::from_bytes::<Vec<(String, String)>>(body)
-        .map(|pairs| pairs.into_iter().collect())
-        .map_err(|e| {
-            ApiError::bad_request(format!(
-                "The request body is not a form (application/x-www-form-urlencoded): {e}"
-            ))
-        })
-}
-
-fn field<'a>(form: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, ApiError> {
-    form.get(name)
-        .map(String::as_str)
-        .ok_or_else(|| ApiError::bad_request(format!("Missing form field '{name}'")))
-}
-
 pub(super) async fn get_members(State(app): State<AppState>) -> Json<ClusterMembers> {
     Json(ClusterMembers::of(&app.node.control.state()))
 }
@@ -140,11 +125,11 @@ pub(super) async fn get_member(
 
 pub(super) async fn post_members(
     State(app): State<AppState>,
-    body: Bytes,
+    form: Result<Form, ApiError>,
 ) -> Result<Json<Message>, ApiError> {
     app.writable()?;
-    let form = form(&body)?;
-    let text = field(&form, "address")?;
+    let form = form?;
+    let text = form.field("address")?;
     let address: Address = text
         .parse()
         .map_err(|e: convoke_membership::AddressError| ApiError::bad_request(e.to_string()))?;
@@ -169,12 +154,11 @@ pub(super) async fn delete_member(
 pub(super) async fn put_member(
     State(app): State<AppState>,
     Path(address): Path<String>,
-    body: Bytes,
+    form: Result<Form, ApiError>,
 ) -> Result<Json<Message>, ApiError> {
     app.writable()?;
     let target = app.member_address(&address)?;
-    let form = form(&body)?;
-    match field(&form, "operation")?.to_ascii_lowercase().as_str() {
+    match form?.field("operation")?.to_ascii_lowercase().as_str() {
         "down" => {
             app.node.control.down(target.clone()).await.map_err(|_| ApiError::node_stopped())?;
             Ok(Message::new(format!("Downing {target}")))
@@ -189,11 +173,10 @@ pub(super) async fn put_member(
 
 pub(super) async fn put_cluster(
     State(app): State<AppState>,
-    body: Bytes,
+    form: Result<Form, ApiError>,
 ) -> Result<Json<Message>, ApiError> {
     app.writable()?;
-    let form = form(&body)?;
-    if !field(&form, "operation")?.eq_ignore_ascii_case("prepare-for-full-shutdown") {
+    if !form?.field("operation")?.eq_ignore_ascii_case("prepare-for-full-shutdown") {
         return Err(ApiError::bad_request("Operation not supported"));
     }
     app.node.control.prepare_for_full_shutdown().await.map_err(|_| ApiError::node_stopped())?;

@@ -73,6 +73,12 @@ impl ApiError {
         }
     }
 
+    /// A body that could not be read: the rejection's own status (413 when over
+    /// `management.limits.body_limit`, 400 otherwise) and its text after `what`.
+    pub fn unreadable_body(what: &str, status: StatusCode, why: &str) -> Self {
+        Self { status, message: format!("{what}: {why}") }
+    }
+
     /// 404 for an unknown route.
     pub fn no_route() -> Self {
         Self { status: StatusCode::NOT_FOUND, message: "No such route".into() }

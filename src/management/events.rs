@@ -27,7 +27,7 @@ const MEMBER_EVENTS: [&str; 9] = [
     "MemberReadyForShutdown",
 ];
 const REACHABILITY_EVENTS: [&str; 2] = ["UnreachableMember", "ReachableMember"];
-const OTHER_EVENTS: [&str; 2] = ["LeaderChanged", "RoleLeaderChanged"];
+const OTHER_EVENTS: [&str; 3] = ["LeaderChanged", "RoleLeaderChanged", "ClusterShuttingDown"];
 
 /// The event types a `type` filter value selects; unknown names select nothing.
 fn expand(name: &str) -> Vec<&'static str> {
@@ -45,7 +45,7 @@ fn member_json(m: &Member) -> Value {
         "dataCenter": m.data_center(),
         "roles": m.roles(),
         "status": m.status().name(),
-        "uniqueAddress": { "address": m.address().to_string(), "longUid": m.node().uid.get() },
+        "uniqueAddress": { "address": m.address().to_string(), "longUid": m.node().uid.signed() },
     })
 }
 
@@ -137,6 +137,7 @@ mod tests {
         assert_eq!(expand("ReachabilityEvent"), ["UnreachableMember", "ReachableMember"]);
         assert_eq!(expand("MemberUp"), ["MemberUp"]);
         assert!(expand("NoSuchEvent").is_empty());
-        assert_eq!(expand("ClusterDomainEvent").len(), 13);
+        assert_eq!(expand("ClusterShuttingDown"), ["ClusterShuttingDown"]);
+        assert_eq!(expand("ClusterDomainEvent").len(), 14);
     }
 }

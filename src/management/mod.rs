@@ -6,9 +6,10 @@
 //! build one in memory; [`serve`] runs convoke's own server with the limits of
 //! `[management.limits]`.
 //!
-//! Layout: `cluster.rs` (members routes and JSON), `bootstrap.rs` (`/bootstrap/seed-nodes`,
-//! `/bootstrap/status`), `health.rs` (`/ready`, `/alive`), `events.rs` (SSE), `metrics.rs`,
-//! `auth.rs`, `server.rs` (accept loop, TLS), `error.rs`.
+//! Layout: `cluster.rs` (members routes and JSON), `form.rs` (urlencoded and multipart form
+//! bodies), `bootstrap.rs` (`/bootstrap/seed-nodes`, `/bootstrap/status`), `health.rs` (`/ready`,
+//! `/alive`, `/startup`), `events.rs` (SSE), `metrics.rs`, `auth.rs`, `server.rs` (accept loop,
+//! TLS), `error.rs`.
 //!
 //! [`Node::management_handle`]: crate::Node::management_handle
 
@@ -17,6 +18,7 @@ mod bootstrap;
 mod cluster;
 mod error;
 mod events;
+mod form;
 mod health;
 mod metrics;
 mod server;
@@ -44,7 +46,7 @@ use tokio::sync::watch;
 use crate::control::Control;
 use crate::health::HealthChecks;
 use crate::metrics::Metrics;
-use crate::settings::ManagementSettings;
+use crate::settings::{ManagementSettings, route_path};
 
 /// The operations the management API serves, as (method, path template). The OpenAPI document
 /// (`openapi/openapi.yaml`) is checked against this list and this list against the router.
@@ -58,6 +60,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/cluster/domain-events"),
     ("GET", "/ready"),
     ("GET", "/alive"),
+    ("GET", "/startup"),
     ("GET", "/bootstrap/seed-nodes"),
     ("GET", "/bootstrap/status"),
     ("GET", "/metrics"),
@@ -81,6 +84,9 @@ pub struct Handle {
     pub health: HealthChecks,
     /// The metrics served at `/metrics`.
     pub metrics: Metrics,
+    /// When the node started: `/alive` fails once the node has been in no cluster for longer
+    /// than `management.health_checks.join_deadline` after it.
+    pub started_at: tokio::time::Instant,
 }
 
 /// What every handler sees.
@@ -89,6 +95,8 @@ pub struct AppState {
     node: Handle,
     settings: Arc<ManagementSettings>,
     event_clients: Arc<Semaphore>,
+    /// Set once `/alive` has logged that the join deadline passed, so it logs that once.
+    join_deadline_logged: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn with_405(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
@@ -102,6 +110,7 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
         node,
         event_clients: Arc::new(Semaphore::new(settings.limits.max_event_clients)),
         settings: Arc::new(settings.clone()),
+        join_deadline_logged: Arc::default(),
     };
     let hc = &settings.health_checks;
     let timed = Router::new()
@@ -115,8 +124,9 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
         )
         .route("/cluster", with_405(axum::routing::put(cluster::put_cluster)))
         .route("/cluster/", with_405(axum::routing::put(cluster::put_cluster)))
-        .route(&hc.readiness_path, with_405(get(health::ready)))
-        .route(&hc.liveness_path, with_405(get(health::alive)))
+        .route(&route_path(&hc.readiness_path), with_405(get(health::ready)))
+        .route(&route_path(&hc.liveness_path), with_405(get(health::alive)))
+        .route(&route_path(&hc.startup_path), with_405(get(health::startup)))
         .route("/bootstrap/seed-nodes", with_405(get(bootstrap::get_seed_nodes)))
         .route("/bootstrap/status", with_405(get(bootstrap::get_status)))
         .route("/metrics", with_405(get(metrics::metrics)))
@@ -133,11 +143,11 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
         .layer(RequestBodyLimitLayer::new(settings.limits.body_limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require))
         .with_state(state);
-    let base = settings.base_path.trim_end_matches('/');
+    let base = settings.route_prefix();
     if base.is_empty() {
         routes
     } else {
-        Router::new().nest(base, routes).fallback(|| async { ApiError::no_route() })
+        Router::new().nest(&base, routes).fallback(|| async { ApiError::no_route() })
     }
 }
 
@@ -152,3 +162,6 @@ pub fn parse_method(method: &str) -> Option<Method> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod compat_tests;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use convoke_membership::{Address, Cluster, Uid};
+use convoke_membership::{Address, Cluster, MemberStatus, Uid};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
@@ -27,7 +27,14 @@ fn unjoined(s: &Settings) -> Handle {
     let metrics = Metrics::default();
     let control = crate::driver::spawn(core, now, None, None, metrics.clone());
     let bootstrap = crate::bootstrap::start(s, None, &self_node.address, &control).unwrap();
-    Handle { self_node, control, bootstrap, health: HealthChecks::default(), metrics }
+    Handle {
+        self_node,
+        control,
+        bootstrap,
+        health: HealthChecks::default(),
+        metrics,
+        started_at: tokio::time::Instant::now(),
+    }
 }
 
 /// The calls these tests make on a node, on its handle.
@@ -201,7 +208,7 @@ async fn full_mode_validates_operations_and_members() {
             format!("/cluster/members/{me}"),
             "",
             StatusCode::BAD_REQUEST,
-            "Missing form field 'operation'",
+            "Request is missing required form field 'operation'",
         ),
         (
             "PUT",
@@ -222,7 +229,7 @@ async fn full_mode_validates_operations_and_members() {
             "/cluster/members".to_owned(),
             "",
             StatusCode::BAD_REQUEST,
-            "Missing form field 'address'",
+            "Request is missing required form field 'address'",
         ),
         (
             "POST",
@@ -298,7 +305,7 @@ async fn auth_protects_every_route_but_the_exempt_ones_also_under_a_base_path() 
             ..settings(false)
         };
         let router = router(node.clone(), &s);
-        let exempt = ["/ready", "/alive", "/bootstrap/seed-nodes"];
+        let exempt = ["/ready", "/alive", "/startup", "/bootstrap/seed-nodes"];
         for (method, path) in ROUTES.iter().filter(|(_, p)| !exempt.contains(p)) {
             let path = path.replace("{address}", "convoke@unknown:1");
             let (status, text) = call(&router, method, &format!("{base}{path}"), "", None).await;
@@ -418,7 +425,7 @@ async fn seed_nodes_are_empty_before_joining_and_list_self_with_a_numeric_uid_af
     assert_eq!(status, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["seedNodes"][0]["node"], node.self_address().to_string());
-    assert_eq!(v["seedNodes"][0]["nodeUid"], node.self_node().uid.get());
+    assert_eq!(v["seedNodes"][0]["nodeUid"], node.self_node().uid.signed());
     assert_eq!(v["seedNodes"][0]["status"], "Up");
     node.stop().await;
 }
@@ -453,5 +460,190 @@ async fn an_idle_event_stream_sends_keep_alives_at_the_configured_interval() {
         tokio::time::timeout(Duration::from_secs(5), body.frame()).await.unwrap().unwrap().unwrap();
     let text = String::from_utf8_lossy(frame.data_ref().unwrap()).into_owned();
     assert!(text.starts_with(':'), "a keep-alive comment: {text:?}");
+    node.stop().await;
+}
+
+/// A `multipart/form-data` body with `fields`, as `curl -F name=value` sends it.
+fn multipart(fields: &[(&str, &str)]) -> (String, String) {
+    let boundary = "------------------------convoke0123456789";
+    let mut body = String::new();
+    for (name, value) in fields {
+        body.push_str(&format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+        ));
+    }
+    body.push_str(&format!("--{boundary}--\r\n"));
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+async fn call_with_type(
+    router: &Router,
+    method: &str,
+    uri: &str,
+    (content_type, body): (String, String),
+) -> (StatusCode, String) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(body))
+        .unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test]
+async fn write_routes_take_multipart_forms_as_curl_f_sends_them() {
+    let node = node().await;
+    let router = router(node.clone(), &settings(false));
+    let me = node.self_address().to_string();
+    let path = format!("/cluster/members/{me}");
+    let (status, text) =
+        call_with_type(&router, "PUT", &path, multipart(&[("operation", "bogus")])).await;
+    assert_eq!(
+        (status, message(&text).as_str()),
+        (StatusCode::BAD_REQUEST, "Operation not supported")
+    );
+    let (status, text) = call_with_type(&router, "PUT", &path, multipart(&[("other", "x")])).await;
+    assert_eq!(
+        (status, message(&text).as_str()),
+        (StatusCode::BAD_REQUEST, "Request is missing required form field 'operation'")
+    );
+    let (status, text) = call_with_type(
+        &router,
+        "POST",
+        "/cluster/members",
+        multipart(&[("address", "not an address")]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    let broken = ("multipart/form-data; boundary=xyz".to_owned(), "no parts here".to_owned());
+    let (status, text) = call_with_type(&router, "PUT", &path, broken).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(message(&text).starts_with("The multipart form cannot be read"), "{text}");
+    let (status, text) =
+        call_with_type(&router, "PUT", &path, multipart(&[("operation", "Leave")])).await;
+    assert_eq!((status, message(&text)), (StatusCode::OK, format!("Leaving {me}")));
+    let mut rx = node.control.watch();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| s.state.self_member().is_none_or(|m| m.status() != MemberStatus::Up)),
+    )
+    .await
+    .expect("the multipart leave reached the node")
+    .unwrap();
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn oldest_per_role_is_an_empty_object_while_no_member_is_up() {
+    let mut s = Settings::default();
+    s.management.enabled = false;
+    let alone = unjoined(&s);
+    let (status, text) =
+        call(&router(alone.clone(), &settings(true)), "GET", "/cluster/members", "", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["oldestPerRole"], serde_json::json!({}), "{text}");
+    assert!(v.get("leader").is_none() && v.get("oldest").is_none(), "{text}");
+    alone.stop().await;
+}
+
+#[tokio::test]
+async fn startup_answers_while_the_driver_runs_and_runs_the_startup_checks() {
+    let mut s = Settings::default();
+    s.management.enabled = false;
+    let node = unjoined(&s);
+    let router = router(node.clone(), &settings(true));
+    // Not joined yet: a startup probe passes (the process is up), readiness does not.
+    assert_eq!(call(&router, "GET", "/startup", "", None).await, (StatusCode::OK, "OK".into()));
+    assert_eq!(call(&router, "GET", "/ready", "", None).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    node.health.add_startup("migrations", || async { Ok(false) });
+    assert_eq!(
+        call(&router, "GET", "/startup", "", None).await,
+        (StatusCode::SERVICE_UNAVAILABLE, "Not Healthy: Check [migrations] not ok".into())
+    );
+    node.stop().await;
+    assert_eq!(call(&router, "GET", "/startup", "", None).await.0, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn base_paths_and_probe_paths_are_taken_with_or_without_the_leading_slash() {
+    let node = node().await;
+    for base in ["mgmt", "/mgmt", "mgmt/", "/mgmt/"] {
+        let mut s = ManagementSettings { base_path: base.into(), ..settings(true) };
+        s.health_checks.readiness_path = "ready".into();
+        s.health_checks.liveness_path = "/alive".into();
+        s.health_checks.startup_path = "startup/".into();
+        s.validate().unwrap();
+        assert_eq!(s.route_prefix(), "/mgmt");
+        let router = router(node.clone(), &s);
+        for path in ["/mgmt/cluster/members", "/mgmt/ready", "/mgmt/alive", "/mgmt/startup"] {
+            let (status, text) = call(&router, "GET", path, "", None).await;
+            assert_eq!(status, StatusCode::OK, "base_path {base:?}: {path}: {text}");
+        }
+        assert_eq!(
+            call(&router, "GET", "/cluster/members", "", None).await.0,
+            StatusCode::NOT_FOUND
+        );
+    }
+    for bad in ["/mg mt", "mgmt?x", "/a#b"] {
+        let s = ManagementSettings { base_path: bad.into(), ..settings(true) };
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("management.base_path"), "{err}");
+    }
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_event_stream_ends_with_cluster_shutting_down_when_the_node_stops() {
+    let node = node().await;
+    let router = router(node.clone(), &settings(true));
+    let req = Request::builder()
+        .uri("/cluster/domain-events?type=ClusterShuttingDown")
+        .body(Body::empty())
+        .unwrap();
+    let resp = router.oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    node.stop().await;
+    let bytes = tokio::time::timeout(Duration::from_secs(5), resp.into_body().collect())
+        .await
+        .expect("the stream ends once the node has stopped")
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    let events: Vec<&str> = text.lines().filter(|l| l.starts_with("event:")).collect();
+    assert_eq!(events, ["event: ClusterShuttingDown"], "{text}");
+    assert!(text.contains(r#"data: {"type":"ClusterShuttingDown"}"#), "{text}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn alive_fails_once_the_node_has_been_in_no_cluster_past_the_join_deadline() {
+    let mut s = Settings::default();
+    s.management.enabled = false;
+    let node = unjoined(&s);
+    let deadline = s.management.health_checks.join_deadline.expect("on by default");
+    let router = router(node.clone(), &settings(true));
+    assert_eq!(call(&router, "GET", "/alive", "", None).await.0, StatusCode::OK);
+    tokio::time::advance(deadline + Duration::from_secs(1)).await;
+    let (status, text) = call(&router, "GET", "/alive", "", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(text.contains("has not joined a cluster"), "{text}");
+    assert!(text.contains("management.health_checks.join_deadline"), "{text}");
+
+    let mut off = settings(true);
+    off.health_checks.join_deadline = None;
+    assert_eq!(
+        call(&super::router(node.clone(), &off), "GET", "/alive", "", None).await.0,
+        StatusCode::OK
+    );
+
+    // Once it is a member the deadline no longer matters.
+    node.control.join(node.self_address().clone()).await.unwrap();
+    let mut rx = node.control.watch();
+    rx.wait_for(|s| s.state.self_member().is_some()).await.unwrap();
+    assert_eq!(call(&router, "GET", "/alive", "", None).await.0, StatusCode::OK);
     node.stop().await;
 }

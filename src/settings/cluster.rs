@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use convoke_membership::Address;
 use convoke_membership::config::{Config as CoreConfig, text};
+
+/// The default of `cluster.shutdown_after_unsuccessful_join_seed_nodes` for a node.
+pub const DEFAULT_JOIN_GIVE_UP: Duration = Duration::from_secs(60);
 use serde::{Deserialize, Serialize};
 
 use super::SettingsError;
@@ -42,7 +45,7 @@ pub struct ClusterSettings {
 impl Default for ClusterSettings {
     fn default() -> Self {
         Self {
-            core: CoreConfig::default(),
+            core: node_core_defaults(),
             hostname: "127.0.0.1".into(),
             port: DEFAULT_CLUSTER_PORT,
             bind_hostname: String::new(),
@@ -52,6 +55,15 @@ impl Default for ClusterSettings {
             transport: TransportSettings::default(),
         }
     }
+}
+
+/// The core's defaults as a node uses them: unlike the core's (and Akka's) "off",
+/// `shutdown_after_unsuccessful_join_seed_nodes` is [`DEFAULT_JOIN_GIVE_UP`], so a node that cannot
+/// join exits non-zero and Kubernetes restarts it instead of leaving it waiting for ever.
+fn node_core_defaults() -> CoreConfig {
+    let mut core = CoreConfig::default();
+    core.shutdown_after_unsuccessful_join_seed_nodes = Some(DEFAULT_JOIN_GIVE_UP);
+    core
 }
 
 impl ClusterSettings {

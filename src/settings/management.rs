@@ -29,7 +29,8 @@ pub struct ManagementSettings {
     /// The port to bind; `""` means `port`.
     #[serde(with = "text::opt_port")]
     pub bind_port: Option<u16>,
-    /// A path prefix for every route.
+    /// A path prefix for every route, with or without the leading `/` (`"mgmt"` and `"/mgmt"`
+    /// both serve `/mgmt/cluster/members`); see [`ManagementSettings::route_prefix`].
     pub base_path: String,
     /// Write routes answer 405 until this is false.
     pub read_only: bool,
@@ -74,9 +75,30 @@ pub struct HealthCheckSettings {
     pub readiness_path: String,
     /// The liveness path (under `base_path`).
     pub liveness_path: String,
+    /// The startup path (under `base_path`), for a Kubernetes startup probe.
+    pub startup_path: String,
     /// How long each check may take; a slower one fails the probe.
     #[serde(with = "text::duration")]
     pub check_timeout: Duration,
+    /// How long `/alive` stays healthy while this node is in no cluster (bootstrap still probing,
+    /// seed nodes not answering), counted from the node's start; after it `/alive` fails, saying
+    /// why, so that Kubernetes restarts a pod that would otherwise wait for ever. `None`
+    /// (`"off"`) never fails for this.
+    #[serde(with = "join_deadline")]
+    pub join_deadline: Option<Duration>,
+}
+
+mod join_deadline {
+    pub(super) use convoke_membership::config::text::serialize_switch as serialize;
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<std::time::Duration>, D::Error> {
+        convoke_membership::config::text::deserialize_switch(
+            d,
+            Err("\"off\" or a duration like \"5m\""),
+        )
+    }
 }
 
 impl Default for HealthCheckSettings {
@@ -85,7 +107,9 @@ impl Default for HealthCheckSettings {
             ready_states: vec!["Up".into(), "WeaklyUp".into()],
             readiness_path: "/ready".into(),
             liveness_path: "/alive".into(),
+            startup_path: "/startup".into(),
             check_timeout: Duration::from_secs(1),
+            join_deadline: Some(Duration::from_secs(5 * 60)),
         }
     }
 }
@@ -110,7 +134,12 @@ impl Default for AuthSettings {
             bearer_tokens: Vec::new(),
             bearer_token_files: Vec::new(),
             basic: Vec::new(),
-            exempt_paths: vec!["/ready".into(), "/alive".into(), "/bootstrap/seed-nodes".into()],
+            exempt_paths: vec![
+                "/ready".into(),
+                "/alive".into(),
+                "/startup".into(),
+                "/bootstrap/seed-nodes".into(),
+            ],
         }
     }
 }
@@ -178,17 +207,39 @@ impl ManagementSettings {
                 ));
             }
         }
+        let hc = &self.health_checks;
         for (key, path) in [
-            ("management.health_checks.readiness_path", &self.health_checks.readiness_path),
-            ("management.health_checks.liveness_path", &self.health_checks.liveness_path),
+            ("management.health_checks.readiness_path", &hc.readiness_path),
+            ("management.health_checks.liveness_path", &hc.liveness_path),
+            ("management.health_checks.startup_path", &hc.startup_path),
         ] {
-            if !path.starts_with('/') || path.len() < 2 {
+            if route_path(path).is_empty() || !is_plain_path(path) {
                 return Err(SettingsError::new(
                     key,
                     format!("{path:?}"),
-                    "a path starting with '/', like \"/ready\"",
+                    "a path like \"/ready\" or \"ready\"",
                 ));
             }
+        }
+        let mut paths =
+            [&hc.readiness_path, &hc.liveness_path, &hc.startup_path].map(|p| route_path(p));
+        paths.sort();
+        if paths.windows(2).any(|w| w[0] == w[1]) {
+            return Err(SettingsError::new(
+                "management.health_checks",
+                format!(
+                    "readiness_path {:?}, liveness_path {:?}, startup_path {:?}",
+                    hc.readiness_path, hc.liveness_path, hc.startup_path
+                ),
+                "three different paths",
+            ));
+        }
+        if hc.join_deadline.is_some_and(|d| d.is_zero()) {
+            return Err(SettingsError::new(
+                "management.health_checks.join_deadline",
+                "\"0s\"",
+                "\"off\" or a duration greater than 0, like \"5m\"",
+            ));
         }
         if let Some(auth) = &self.auth {
             if auth.bearer_tokens.is_empty()
@@ -248,15 +299,35 @@ impl ManagementSettings {
                 "a duration greater than 0, like \"10s\"",
             ));
         }
-        if !self.base_path.is_empty() && !self.base_path.starts_with('/') {
+        if !is_plain_path(&self.base_path) {
             return Err(SettingsError::new(
                 "management.base_path",
                 format!("{:?}", self.base_path),
-                "\"\" or a path starting with '/'",
+                "\"\" or a path like \"/mgmt\" or \"mgmt\" (no spaces, '?' or '#')",
             ));
         }
         Ok(())
     }
+
+    /// The prefix every route is served under: [`base_path`](Self::base_path) with one leading
+    /// `/` and no trailing one (`"mgmt"`, `"/mgmt"` and `"/mgmt/"` give `"/mgmt"`); `""` for none.
+    pub fn route_prefix(&self) -> String {
+        route_path(&self.base_path)
+    }
+}
+
+/// `path` with one leading `/` and no trailing one; `""` for `""` or `"/"`. Akka writes paths
+/// without the leading slash (`base-path = "mgmt"`, `readiness-path = "ready"`); both forms are
+/// taken.
+pub fn route_path(path: &str) -> String {
+    let inner = path.trim().trim_matches('/');
+    if inner.is_empty() { String::new() } else { format!("/{inner}") }
+}
+
+fn is_plain_path(path: &str) -> bool {
+    !path
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '?' | '#' | '{' | '}' | '*'))
 }
 
 fn redact(credential: &str) -> String {

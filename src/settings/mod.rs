@@ -18,7 +18,7 @@ mod lease;
 mod management;
 mod sources;
 
-pub use cluster::{ClusterSettings, DEFAULT_CLUSTER_PORT, TransportSettings};
+pub use cluster::{ClusterSettings, DEFAULT_CLUSTER_PORT, DEFAULT_JOIN_GIVE_UP, TransportSettings};
 pub use convoke_bootstrap::{BootstrapSettings, ContactPointSettings};
 pub use convoke_discovery::settings::{DnsSettings, KubernetesSettings};
 pub use convoke_membership::config::Config as CoreConfig;
@@ -31,7 +31,7 @@ pub use host::{HOST_ADDRESS, host_address};
 pub use lease::KubernetesLeaseSettings;
 pub use management::{
     AuthSettings, DEFAULT_MANAGEMENT_PORT, HealthCheckSettings, ManagementLimits,
-    ManagementSettings, TlsSettings,
+    ManagementSettings, TlsSettings, route_path,
 };
 pub use sources::Sources;
 

@@ -380,3 +380,39 @@ fn split_brain_tables_load_from_a_file_and_print_back() {
         Ok(())
     });
 }
+
+#[test]
+fn a_node_gives_up_joining_after_60s_and_fails_alive_after_5m_outside_a_cluster_by_default() {
+    let s = load_sets(&[]).unwrap();
+    assert_eq!(
+        s.core_config().unwrap().shutdown_after_unsuccessful_join_seed_nodes,
+        Some(DEFAULT_JOIN_GIVE_UP)
+    );
+    assert_eq!(DEFAULT_JOIN_GIVE_UP, Duration::from_secs(60));
+    assert_eq!(s.management.health_checks.join_deadline, Some(Duration::from_secs(300)));
+    // The library core keeps Akka's default.
+    assert_eq!(CoreConfig::default().shutdown_after_unsuccessful_join_seed_nodes, None);
+
+    let off = load_sets(&[
+        "cluster.shutdown_after_unsuccessful_join_seed_nodes=\"off\"",
+        "management.health_checks.join_deadline=\"off\"",
+    ])
+    .unwrap();
+    assert_eq!(off.cluster.core.shutdown_after_unsuccessful_join_seed_nodes, None);
+    assert_eq!(off.management.health_checks.join_deadline, None);
+
+    let err = load_sets(&["management.health_checks.join_deadline=\"0s\""]).unwrap_err();
+    assert_eq!(err.key, "management.health_checks.join_deadline", "{err}");
+    let err = load_sets(&["management.health_checks.join_deadline=\"soon\""]).unwrap_err();
+    assert!(err.to_string().contains("management.health_checks.join_deadline"), "{err}");
+}
+
+#[test]
+fn probe_paths_must_differ_and_base_paths_may_omit_the_leading_slash() {
+    let s = load_sets(&["management.base_path=\"mgmt\""]).unwrap();
+    assert_eq!(s.management.route_prefix(), "/mgmt");
+    let err = load_sets(&["management.health_checks.startup_path=\"alive\""]).unwrap_err();
+    assert_eq!(err.key, "management.health_checks", "{err}");
+    let err = load_sets(&["management.health_checks.readiness_path=\"/\""]).unwrap_err();
+    assert_eq!(err.key, "management.health_checks.readiness_path", "{err}");
+}

@@ -54,12 +54,14 @@ impl ServiceDiscovery for ScriptedDiscovery {
             calls.len() - 1
         };
         let result = (self.script)(n, now - self.start)
-            .map(|targets| Resolved {
-                service_name: lookup.service_name.clone(),
-                targets: targets
-                    .into_iter()
-                    .map(|t| convoke_discovery::ResolvedTarget::new(t.host, t.port, t.address))
-                    .collect(),
+            .map(|targets| {
+                Resolved::new(
+                    lookup.service_name.clone(),
+                    targets
+                        .into_iter()
+                        .map(|t| convoke_discovery::ResolvedTarget::new(t.host, t.port, t.address))
+                        .collect(),
+                )
             })
             .map_err(|()| DiscoveryError::Failed {
                 lookup: lookup.to_string(),
@@ -419,4 +421,40 @@ async fn probe_urls_use_the_fallback_port_scheme_and_base_path_and_skip_the_tran
     let urls = probed(s, l).await;
     assert!(urls.contains("https://10.0.0.2:7000/admin/bootstrap/seed-nodes"), "{urls:?}");
     assert!(urls.iter().all(|u| u.starts_with("https://") && !u.contains(":25520")), "{urls:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn targets_that_are_not_probed_are_listed_with_the_reason() {
+    // 10.0.0.9 answers on five ports (no port name, so the fallback-port filter keeps 8558), and
+    // discovery also returns this node's own cluster transport port.
+    let discovery = ScriptedDiscovery::new(|_, _| {
+        let ip = std::net::IpAddr::from([10, 0, 0, 9]);
+        let mut targets: Vec<ContactPoint> =
+            (0..5).map(|i| ContactPoint::new(ip.to_string(), Some(8558 + i), Some(ip))).collect();
+        targets.push(cp(1));
+        targets.push(ContactPoint::new("10.0.0.2", Some(25520), None));
+        Ok(targets)
+    });
+    let prober = ScriptedProber::new(|_| Answer::NoCluster);
+    let (coordinator, status) = Coordinator::new(&settings(), local(2), discovery, prober.clone());
+    assert!(tokio::time::timeout(Duration::from_secs(30), coordinator.run()).await.is_err());
+    let view = status.borrow().view(Instant::now());
+    assert_eq!(view.last_lookup.as_ref().unwrap().targets, Some(7));
+    let dropped: Vec<(&str, &str)> =
+        view.dropped_targets.iter().map(|d| (d.target.as_str(), d.reason.as_str())).collect();
+    assert_eq!(dropped.len(), 5, "{dropped:#?}");
+    for port in 8559..=8562 {
+        let (_, why) = dropped
+            .iter()
+            .find(|(t, _)| *t == format!("10.0.0.9:{port}"))
+            .unwrap_or_else(|| panic!("10.0.0.9:{port} not listed: {dropped:#?}"));
+        assert!(why.contains("host 10.0.0.9 has 5 targets"), "{why}");
+    }
+    let (_, why) = dropped.iter().find(|(t, _)| *t == "10.0.0.2:25520").expect("own transport");
+    assert!(why.contains("own cluster transport address"), "{why}");
+    let probed: BTreeSet<String> =
+        prober.probes.lock().unwrap().iter().map(|(_, u)| u.clone()).collect();
+    assert!(probed.iter().all(|u| !u.contains(":25520") && !u.contains(":8559")), "{probed:?}");
+    let reason = &view.verdict.as_ref().unwrap().reason;
+    assert!(reason.contains("5 discovered targets are not probed"), "{reason}");
 }

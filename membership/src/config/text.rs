@@ -250,7 +250,7 @@ pub mod opt_port {
 
 /// Writes a switch whose `"on"` has been resolved: `"off"` for `None`, else the duration.
 #[cfg(feature = "serde")]
-pub(super) fn serialize_switch<S: serde::Serializer>(
+pub fn serialize_switch<S: serde::Serializer>(
     d: &Option<Duration>,
     s: S,
 ) -> Result<S::Ok, S::Error> {
@@ -263,7 +263,7 @@ pub(super) fn serialize_switch<S: serde::Serializer>(
 /// Reads a switch and resolves `"on"` to `on`; where the key has no `"on"`, `on` is the
 /// `Err` of what the key accepts instead.
 #[cfg(feature = "serde")]
-pub(super) fn deserialize_switch<'de, D: serde::Deserializer<'de>>(
+pub fn deserialize_switch<'de, D: serde::Deserializer<'de>>(
     d: D,
     on: Result<Duration, &'static str>,
 ) -> Result<Option<Duration>, D::Error> {
