@@ -51,6 +51,7 @@ pub async fn run(n: usize) -> ExitCode {
             }
         }
     }
+    println!("Dashboard:        http://127.0.0.1:{}/dashboard", ports[0]);
     println!("Bootstrap status: http://127.0.0.1:{}/bootstrap/status", ports[0]);
     let first = nodes[0].self_address().clone();
     let Ok(mut events) = nodes[0].subscribe().await else {

@@ -42,7 +42,10 @@ pub(super) async fn require(State(app): State<AppState>, request: Request, next:
     let path = request.uri().path();
     let prefix = app.settings.route_prefix();
     let relative = route_path(path.strip_prefix(prefix.as_str()).unwrap_or(path));
-    if auth.exempt_paths.iter().any(|p| route_path(p) == relative) {
+    // The dashboard's files hold no cluster data: the page must load to ask for a token.
+    if auth.exempt_paths.iter().any(|p| route_path(p) == relative)
+        || super::dashboard::PATHS.contains(&relative.as_str())
+    {
         return next.run(request).await;
     }
     let header = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());

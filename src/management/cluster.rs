@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Path, State};
+use convoke_membership::member::UpNumber;
 use convoke_membership::{Address, CurrentClusterState, Member};
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +47,10 @@ pub struct ClusterMember {
     pub status: String,
     /// Its roles, including `dc-<data center>`.
     pub roles: Vec<String>,
+    /// Its up-number (lower is older) once it has been moved Up; not in Akka's JSON, which
+    /// clients ignore as an unknown field.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub up_number: Option<u32>,
 }
 
 /// One unreachable member.
@@ -65,6 +70,7 @@ impl ClusterMember {
             node_uid: m.node().uid.to_string(),
             status: m.status().name().to_owned(),
             roles: m.roles().iter().cloned().collect(),
+            up_number: (m.up_number() != UpNumber::UNASSIGNED).then_some(m.up_number().0),
         }
     }
 }

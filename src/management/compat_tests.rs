@@ -41,9 +41,11 @@ fn node(address: &str, uid: i64) -> UniqueAddress {
 }
 
 fn member(address: &str, uid: i64, up: u32, status: MemberStatus, roles: &[&str]) -> Member {
+    // Up-number 0 stands for "not assigned yet".
+    let up = if up == 0 { UpNumber::UNASSIGNED } else { UpNumber(up) };
     Member::from_parts(
         node(address, uid),
-        UpNumber(up),
+        up,
         status,
         roles.iter().map(|r| (*r).to_owned()).collect(),
         AppVersion::default(),
@@ -148,7 +150,7 @@ fn msg(text: &str) -> Value {
 /// The state of the routes spec's "list of members with cluster leader and oldest" case.
 fn members_state() -> CurrentClusterState {
     let m1 = member(M1, 1, 1, MemberStatus::Up, &["dc-one"]);
-    let m2 = member(M2, 2, 2, MemberStatus::Joining, &["dc-one"]);
+    let m2 = member(M2, 2, 0, MemberStatus::Joining, &["dc-one"]);
     let m3 = member(M3, 2, 3, MemberStatus::Up, &["dc-one"]);
     CurrentClusterState {
         self_node: Some(m1.node().clone()),
@@ -193,7 +195,8 @@ async fn routes_spec_get_members_with_leader_oldest_unreachable_and_oldest_per_r
         json!({
             "selfNode": M1,
             "members": [
-                { "node": M1, "nodeUid": "1", "status": "Up", "roles": ["dc-one"] },
+                // upNumber is convoke's addition to Akka's member JSON.
+                { "node": M1, "nodeUid": "1", "status": "Up", "roles": ["dc-one"], "upNumber": 1 },
                 { "node": M2, "nodeUid": "2", "status": "Joining", "roles": ["dc-one"] },
             ],
             "unreachable": [{ "node": M3, "observedBy": [M1, M2] }],

@@ -8,14 +8,15 @@
 //!
 //! Layout: `cluster.rs` (members routes and JSON), `form.rs` (urlencoded and multipart form
 //! bodies), `bootstrap.rs` (`/bootstrap/seed-nodes`, `/bootstrap/status`), `health.rs` (`/ready`,
-//! `/alive`, `/startup`), `events.rs` (SSE), `metrics.rs`, `auth.rs`, `server.rs` (accept loop,
-//! TLS), `error.rs`.
+//! `/alive`, `/startup`), `events.rs` (SSE), `metrics.rs`, `dashboard.rs` (the operator's page,
+//! from `dashboard/`), `auth.rs`, `server.rs` (accept loop, TLS), `error.rs`.
 //!
 //! [`Node::management_handle`]: crate::Node::management_handle
 
 mod auth;
 mod bootstrap;
 mod cluster;
+mod dashboard;
 mod error;
 mod events;
 mod form;
@@ -35,6 +36,7 @@ use tower_http::timeout::TimeoutLayer;
 
 pub use bootstrap::seed_nodes;
 pub use cluster::{ClusterMember, ClusterMembers, ClusterUnreachableMember};
+pub use dashboard::SIZE as DASHBOARD_SIZE;
 pub use error::{ApiError, Message};
 pub use events::event_json;
 pub use server::{TlsError, serve, tls_acceptor};
@@ -65,6 +67,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/bootstrap/status"),
     ("GET", "/metrics"),
     ("GET", "/openapi.yaml"),
+    ("GET", "/dashboard"),
+    ("GET", "/dashboard/app.js"),
+    ("GET", "/dashboard/app.css"),
 ];
 
 /// The OpenAPI document, served at `/openapi.yaml`.
@@ -131,6 +136,9 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
         .route("/bootstrap/status", with_405(get(bootstrap::get_status)))
         .route("/metrics", with_405(get(metrics::metrics)))
         .route("/openapi.yaml", with_405(get(openapi)))
+        .route("/dashboard", with_405(get(dashboard::page)))
+        .route("/dashboard/app.js", with_405(get(dashboard::script)))
+        .route("/dashboard/app.css", with_405(get(dashboard::style)))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             settings.limits.request_timeout,

@@ -305,7 +305,15 @@ async fn auth_protects_every_route_but_the_exempt_ones_also_under_a_base_path() 
             ..settings(false)
         };
         let router = router(node.clone(), &s);
-        let exempt = ["/ready", "/alive", "/startup", "/bootstrap/seed-nodes"];
+        let exempt = [
+            "/ready",
+            "/alive",
+            "/startup",
+            "/bootstrap/seed-nodes",
+            "/dashboard",
+            "/dashboard/app.js",
+            "/dashboard/app.css",
+        ];
         for (method, path) in ROUTES.iter().filter(|(_, p)| !exempt.contains(p)) {
             let path = path.replace("{address}", "convoke@unknown:1");
             let (status, text) = call(&router, method, &format!("{base}{path}"), "", None).await;
@@ -645,5 +653,67 @@ async fn alive_fails_once_the_node_has_been_in_no_cluster_past_the_join_deadline
     let mut rx = node.control.watch();
     rx.wait_for(|s| s.state.self_member().is_some()).await.unwrap();
     assert_eq!(call(&router, "GET", "/alive", "", None).await.0, StatusCode::OK);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_dashboard_is_small_self_contained_cached_and_locked_to_this_node() {
+    let node = node().await;
+    let auth = AuthSettings { bearer_tokens: vec!["t0ken".into()], ..AuthSettings::default() };
+    for (read_only, base) in [(true, ""), (false, "/mgmt")] {
+        let s = ManagementSettings {
+            auth: Some(auth.clone()),
+            base_path: base.into(),
+            ..settings(read_only)
+        };
+        let router = router(node.clone(), &s);
+        let mut served = 0;
+        for (path, content_type) in [
+            ("/dashboard", "text/html; charset=utf-8"),
+            ("/dashboard/app.js", "text/javascript; charset=utf-8"),
+            ("/dashboard/app.css", "text/css; charset=utf-8"),
+        ] {
+            // Served without credentials: the page must load to ask for a token.
+            let req = Request::builder().uri(format!("{base}{path}")).body(Body::empty()).unwrap();
+            let resp = router.clone().oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK, "{base}{path}");
+            let h = resp.headers();
+            assert_eq!(h[header::CONTENT_TYPE], content_type);
+            assert_eq!(h[header::CACHE_CONTROL], "no-cache");
+            let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+            for directive in ["default-src 'none'", "script-src 'self'", "style-src 'self'"] {
+                assert!(csp.contains(directive), "{csp}");
+            }
+            assert!(!csp.contains("unsafe-inline") && !csp.contains("http"), "{csp}");
+            let etag = h[header::ETAG].clone();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            served += body.len();
+            let text = String::from_utf8_lossy(&body);
+            if path == "/dashboard" {
+                assert!(text.contains(&format!("data-read-only=\"{read_only}\"")), "{text}");
+                // No inline script, style or handler, and nothing from elsewhere.
+                assert_eq!(text.matches("<script").count(), text.matches("<script src=").count());
+                for banned in [" style=", " onclick=", " onload=", "http://", "https://", "//cdn"] {
+                    assert!(!text.contains(banned), "{banned} in the page");
+                }
+            }
+            let again = Request::builder()
+                .uri(format!("{base}{path}"))
+                .header(header::IF_NONE_MATCH, etag)
+                .body(Body::empty())
+                .unwrap();
+            let resp = router.clone().oneshot(again).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::NOT_MODIFIED, "{base}{path}");
+        }
+        assert!(served <= 60 * 1024, "the dashboard is {served} bytes");
+        // The built-in size, but for the read-only flag filled into the page.
+        assert!(
+            served.abs_diff(DASHBOARD_SIZE) <= 12,
+            "{served} served, {DASHBOARD_SIZE} built in"
+        );
+        // The data it reads stays behind the credentials.
+        let (status, _) = call(&router, "GET", &format!("{base}/cluster/members"), "", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
     node.stop().await;
 }

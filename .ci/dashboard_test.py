@@ -1,0 +1,201 @@
+"""The dashboard in headless Chromium: three nodes, a kill -9, and a node with a bearer token.
+
+Usage: dashboard_test.py CONVOKE_BINARY SCREENSHOT_PATH
+"""
+
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+BINARY, SCREENSHOT = sys.argv[1], sys.argv[2]
+
+# Short intervals so a killed node is seen unreachable in seconds and downed 4 s later.
+FAST = [
+    'cluster.gossip_interval="200ms"',
+    'cluster.leader_actions_interval="200ms"',
+    'cluster.unreachable_nodes_reaper_interval="200ms"',
+    'cluster.periodic_tasks_initial_delay="100ms"',
+    'cluster.failure_detector.heartbeat_interval="200ms"',
+    'cluster.failure_detector.acceptable_heartbeat_pause="1s"',
+    'cluster.split_brain_resolver.stable_after="4s"',
+    "cluster.port=0",
+    "management.port=0",
+    "bootstrap.enabled=false",
+]
+
+
+class Node:
+    """A `convoke run` process whose log is read until it has said where it listens."""
+
+    def __init__(self, sets):
+        args = [BINARY, "run"]
+        for s in FAST + sets:
+            args += ["--set", s]
+        self.proc = subprocess.Popen(
+            args, stderr=subprocess.PIPE, text=True, env={"RUST_LOG": "info", "PATH": "/usr/bin:/bin"}
+        )
+        self.address = self.url = None
+        self.log = []
+        started = threading.Event()
+
+        def read():
+            for line in self.proc.stderr:
+                self.log.append(line)
+                if m := re.search(r"cluster node started node=(\S+)", line):
+                    self.address = m.group(1)
+                if m := re.search(r"management server listening url=(\S+)", line):
+                    self.url = m.group(1)
+                if self.address and self.url:
+                    started.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not started.wait(30):
+            raise SystemExit("a node did not start:\n" + "".join(self.log))
+
+    def join(self, address, token=None):
+        args = [BINARY, "join", address, "--url", self.url] + (["--token", token] if token else [])
+        subprocess.run(args, check=True, capture_output=True)
+
+    def kill9(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+
+
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"]:
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def wait(driver, what, predicate, timeout=60):
+    started = time.monotonic()
+    try:
+        WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: predicate(d))
+    except WebDriverException as e:
+        raise SystemExit(f"FAILED waiting for {what}: {e.__class__.__name__}") from e
+    print(f"ok  {what} ({time.monotonic() - started:.1f} s)")
+
+
+def rows(driver, selector):
+    return driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def cluster_check(driver):
+    a = Node(["management.read_only=false"])
+    a.join(a.address)
+    b = Node([f'cluster.seed_nodes=["{a.address}"]'])
+    c = Node([f'cluster.seed_nodes=["{a.address}"]'])
+    try:
+        driver.get(a.url + "/dashboard")
+        wait(driver, "three Up rows", lambda d: len(rows(d, '#members tbody tr[data-status="Up"]')) == 3)
+        assert not driver.find_element(By.ID, "login").is_displayed(), "no token asked without auth"
+        print("ok  no token asked for (no [management.auth])")
+        leaders = [e for e in rows(driver, "#members td.leader") if e.text.strip()]
+        assert len(leaders) == 1, f"{len(leaders)} leader marks"
+        print("ok  exactly one leader mark")
+        wait(driver, "an event in the feed", lambda d: len(rows(d, "#events li[data-type]")) > 0)
+        assert rows(driver, "#members button[data-operation=down]"), "write actions shown when writable"
+        print("ok  leave and down buttons shown (management.read_only = false)")
+        driver.save_screenshot(SCREENSHOT)
+        print(f"ok  screenshot saved to {SCREENSHOT}")
+        c.kill9()
+        print(f"killed {c.address} with kill -9")
+        victim = f'[data-node="{c.address}"]'
+        wait(driver, "the killed node in the reachability grid", lambda d: len(rows(d, "#reachability tbody tr" + victim)) == 1)
+        unreachable_shot = SCREENSHOT.replace(".png", "-unreachable.png")
+        driver.save_screenshot(unreachable_shot)
+        print(f"ok  screenshot of the grid saved to {unreachable_shot}")
+        wait(driver, "the killed node gone from the members table", lambda d: not rows(d, "#members tbody tr" + victim))
+        wait(driver, "two Up rows", lambda d: len(rows(d, '#members tbody tr[data-status="Up"]')) == 2)
+        # A write action asks for confirmation naming the member, then shows the API's answer.
+        leave = driver.find_element(By.CSS_SELECTOR, f'#members tr[data-node="{b.address}"] button[data-operation=leave]')
+        leave.click()
+        alert = WebDriverWait(driver, 10).until(expected_conditions.alert_is_present())
+        question = alert.text
+        assert b.address in question, f"the confirmation names the member: {question!r}"
+        alert.accept()
+        print(f"ok  the confirmation names the member: {question!r}")
+        wait(driver, "the API's answer to the leave", lambda d: f"200: Leaving {b.address}" in d.find_element(By.ID, "action-result").text)
+        wait(driver, "the leaving member gone from the table", lambda d: not rows(d, f'#members tbody tr[data-node="{b.address}"]'))
+        # The page says so when its node stops answering.
+        a.kill9()
+        wait(driver, "the page says the node stopped answering", lambda d: "not answering" in d.find_element(By.ID, "connection").text)
+    finally:
+        for n in (a, b, c):
+            n.stop()
+
+
+def bootstrap_check(driver):
+    # A node whose only discovered contact point is someone else: it probes for ever, and the
+    # bootstrap panel says why.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    e = Node(
+        [
+            "bootstrap.enabled=true",
+            'bootstrap.contact_point.probe_timeout="500ms"',
+            'discovery.method="config"',
+            f'discovery.config.services.convoke.endpoints=[{{host="127.0.0.1", port={port}}}]',
+        ]
+    )
+    try:
+        driver.get(e.url + "/dashboard")
+        wait(driver, "the bootstrap panel", lambda d: d.find_element(By.ID, "bootstrap-panel").is_displayed())
+        wait(driver, "the verdict and its reason", lambda d: "not found among the discovered targets" in d.find_element(By.ID, "bootstrap-verdict").text)
+        wait(driver, "the contact point and its probe", lambda d: f"127.0.0.1:{port}" in d.find_element(By.ID, "contact-points").text)
+        assert "stable for" in driver.find_element(By.ID, "bootstrap-stable").text
+    finally:
+        e.stop()
+        silent.close()
+
+
+def auth_check(driver):
+    token = "dashboard-s3cret"
+    d = Node([f'management.auth.bearer_tokens=["{token}"]', "management.read_only=false"])
+    try:
+        d.join(d.address, token)
+        driver.get(d.url + "/dashboard")
+        wait(driver, "the page asks for a token", lambda drv: drv.find_element(By.ID, "login").is_displayed())
+        assert not driver.find_element(By.ID, "main").is_displayed(), "no data before the token"
+        assert "token" not in driver.current_url
+        driver.find_element(By.ID, "token").send_keys(token)
+        driver.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        wait(driver, "the members after the token", lambda drv: len(rows(drv, '#members tbody tr[data-status="Up"]')) == 1)
+        assert not driver.find_element(By.ID, "login").is_displayed(), "the token form is gone"
+        assert token not in driver.current_url, "the token is never in the URL"
+        print("ok  the token is not in the URL")
+    finally:
+        d.stop()
+
+
+def main():
+    driver = browser()
+    try:
+        cluster_check(driver)
+        bootstrap_check(driver)
+        auth_check(driver)
+    finally:
+        driver.quit()
+    print("dashboard: all browser checks passed")
+
+
+main()
