@@ -140,6 +140,10 @@ impl Driver {
         };
         match &termination {
             Termination::Core(ShutdownReason::Left) => tracing::info!("left the cluster"),
+            Termination::Core(reason @ ShutdownReason::JoinUnsuccessful) => {
+                let after = self.core.config().shutdown_after_unsuccessful_join_seed_nodes;
+                tracing::error!(%reason, after = ?after.unwrap_or_default(), "cluster node shutting down: no seed node admitted it in time (convoke run then exits 1, so that the pod is restarted)");
+            }
             Termination::Core(reason) => tracing::warn!(%reason, "cluster node shutting down"),
             Termination::Stopped => tracing::info!("cluster node stopped"),
         }
