@@ -271,7 +271,7 @@ mod kubernetes {
         ApiServerSettings, KubernetesLease, SERVICE_HOST_ENV, SERVICE_PORT_ENV,
     };
     use convoke_membership::UniqueAddress;
-    use convoke_membership::sbr::Lease;
+    use convoke_membership::sbr::{Lease, LeaseSettings};
 
     use crate::settings::{Settings, SettingsError};
 
@@ -310,10 +310,11 @@ mod kubernetes {
             api = api.with_namespace(&l.kubernetes_namespace);
         }
         let core = &settings.cluster.core;
-        let lease = core
-            .split_brain_resolver
-            .lease_majority
-            .lease_settings(&core.system_name, self_node.address.host_port());
+        let lease = LeaseSettings::for_node(
+            &core.split_brain_resolver.lease_majority,
+            &core.system_name,
+            self_node.address.host_port(),
+        );
         let lease = KubernetesLease::from_api_settings(&api, lease).map_err(|e| {
             SettingsError::new(PREFIX, format!("{:?}", l.kubernetes_api_url), e.to_string())
         })?;

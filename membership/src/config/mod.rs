@@ -15,6 +15,9 @@ use std::time::Duration;
 mod split_brain;
 pub mod text;
 
+pub(crate) use split_brain::{
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
+};
 pub use split_brain::{
     KeepMajorityConfig, KeepOldestConfig, LeaseMajorityConfig, SplitBrainResolverConfig,
     StaticQuorumConfig,
@@ -501,7 +504,6 @@ fn at_least_one(key: &str, n: usize) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sbr::LeaseSettings;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
@@ -830,26 +832,6 @@ mod tests {
         c.split_brain_resolver.lease_majority.heartbeat_interval = secs(60);
         c.split_brain_resolver.lease_majority.lease_operation_timeout = secs(119);
         assert_eq!(c.validate(), Ok(()), "half the timeout, and just under it, are fine");
-    }
-
-    #[test]
-    fn lease_settings_carry_the_name_owner_and_timing() {
-        let mut l = LeaseMajorityConfig::default();
-        assert_eq!(l.heartbeat_interval, secs(12));
-        assert_eq!(l.heartbeat_timeout, secs(120));
-        assert_eq!(l.lease_operation_timeout, secs(5));
-        let lease = l.lease_settings("orders", "10.0.0.1:25520");
-        assert_eq!(lease, LeaseSettings::new("orders-convoke-sbr", "10.0.0.1:25520"));
-        l.lease_name = "shared".into();
-        l.heartbeat_interval = secs(3);
-        l.heartbeat_timeout = secs(9);
-        l.lease_operation_timeout = secs(1);
-        let lease = l.lease_settings("orders", "n1");
-        assert_eq!(lease.lease_name, "shared");
-        assert_eq!(lease.owner_name, "n1");
-        assert_eq!(lease.heartbeat_interval, secs(3));
-        assert_eq!(lease.heartbeat_timeout, secs(9));
-        assert_eq!(lease.operation_timeout, secs(1));
     }
 
     #[test]

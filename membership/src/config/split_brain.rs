@@ -8,10 +8,14 @@ use super::format_duration;
 #[cfg(feature = "serde")]
 use super::text;
 use super::{ACTIVE_STRATEGIES, ConfigError, DOWN_ALL_WHEN_UNSTABLE_ON_AT_LEAST, SwitchDuration};
-use crate::sbr::LeaseSettings;
-use crate::sbr::{
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
-};
+
+/// How often a held lease is renewed unless configured otherwise (also
+/// [`LeaseSettings::new`](crate::sbr::LeaseSettings::new)'s, so the two cannot drift).
+pub(crate) const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(12);
+/// After how long an unrenewed lease expires unless configured otherwise.
+pub(crate) const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(120);
+/// After how long a lease operation fails unless configured otherwise.
+pub(crate) const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Settings of the split-brain resolver (`cluster.split_brain_resolver`): the active strategy,
 /// the timing shared by all strategies, and one sub-table of settings per strategy.
@@ -220,16 +224,6 @@ impl LeaseMajorityConfig {
         } else {
             self.lease_name.clone()
         }
-    }
-
-    /// The lease of a node of `system_name` whose contender name is `owner` (its `host:port`),
-    /// with this configuration's name and timing.
-    pub fn lease_settings(&self, system_name: &str, owner: impl Into<String>) -> LeaseSettings {
-        let mut lease = LeaseSettings::new(self.effective_lease_name(system_name), owner);
-        lease.heartbeat_interval = self.heartbeat_interval;
-        lease.heartbeat_timeout = self.heartbeat_timeout;
-        lease.operation_timeout = self.lease_operation_timeout;
-        lease
     }
 
     /// Checks the lease timing: every duration positive, and renewals at least twice within a

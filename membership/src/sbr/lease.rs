@@ -14,6 +14,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::config::{
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
+    LeaseMajorityConfig,
+};
+
 /// What the core asks of the lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LeaseOp {
@@ -47,14 +52,6 @@ pub struct LeaseRequest {
     pub owner: String,
 }
 
-/// How often a held lease is renewed unless configured otherwise. Shared with
-/// [`LeaseMajorityConfig`](crate::config::LeaseMajorityConfig)'s default so the two cannot drift.
-pub(crate) const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(12);
-/// After how long an unrenewed lease expires unless configured otherwise.
-pub(crate) const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(120);
-/// After how long a lease operation fails unless configured otherwise.
-pub(crate) const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// The identity and timing of one lease, as a runtime's [`Lease`] uses them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -81,6 +78,21 @@ impl LeaseSettings {
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+        }
+    }
+
+    /// The lease of a node of `system_name` whose contender name is `owner` (its `host:port`),
+    /// with the name and timing of `config` (`cluster.split_brain_resolver.lease_majority`).
+    pub fn for_node(
+        config: &LeaseMajorityConfig,
+        system_name: &str,
+        owner: impl Into<String>,
+    ) -> Self {
+        Self {
+            heartbeat_interval: config.heartbeat_interval,
+            heartbeat_timeout: config.heartbeat_timeout,
+            operation_timeout: config.lease_operation_timeout,
+            ..Self::new(config.effective_lease_name(system_name), owner)
         }
     }
 }

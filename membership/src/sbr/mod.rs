@@ -36,10 +36,6 @@ pub use self::lease::{
 };
 pub use self::strategy::Strategy;
 
-pub(crate) use self::lease::{
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_OPERATION_TIMEOUT,
-};
-
 /// How often the resolver looks at its model.
 pub const TICK_INTERVAL: Duration = Duration::from_secs(1);
 

@@ -938,3 +938,25 @@ fn the_in_memory_lease_implements_the_lease_trait_on_a_shared_table() {
     assert!(block_on(perform(&side2, LeaseOp::Release)));
     assert!(!block_on(perform(&side2, LeaseOp::Check)));
 }
+
+#[test]
+fn lease_settings_for_a_node_carry_the_name_owner_and_timing() {
+    use crate::config::LeaseMajorityConfig;
+    use crate::sbr::LeaseSettings;
+    let mut l = LeaseMajorityConfig::default();
+    assert_eq!(l.heartbeat_interval, secs(12));
+    assert_eq!(l.heartbeat_timeout, secs(120));
+    assert_eq!(l.lease_operation_timeout, secs(5));
+    let lease = LeaseSettings::for_node(&l, "orders", "10.0.0.1:25520");
+    assert_eq!(lease, LeaseSettings::new("orders-convoke-sbr", "10.0.0.1:25520"));
+    l.lease_name = "shared".into();
+    l.heartbeat_interval = secs(3);
+    l.heartbeat_timeout = secs(9);
+    l.lease_operation_timeout = secs(1);
+    let lease = LeaseSettings::for_node(&l, "orders", "n1");
+    assert_eq!(lease.lease_name, "shared");
+    assert_eq!(lease.owner_name, "n1");
+    assert_eq!(lease.heartbeat_interval, secs(3));
+    assert_eq!(lease.heartbeat_timeout, secs(9));
+    assert_eq!(lease.operation_timeout, secs(1));
+}
