@@ -50,11 +50,16 @@ fn run(ip: IpAddr, dns: std::net::SocketAddr, required: usize, stable_margin: &s
     Proc::run(25520, &sets(ip, dns, required, stable_margin))
 }
 
+/// The JSON body `url` answers with, or what went wrong, naming the URL.
+async fn get_json(client: &reqwest::Client, url: &str) -> Result<serde_json::Value, String> {
+    let response = client.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
+    response.json().await.map_err(|e| format!("{url}: {e}"))
+}
+
 /// What one node's management API reports: its Up members and its leader.
 async fn view(client: &reqwest::Client, ip: IpAddr) -> Result<(BTreeSet<String>, String), String> {
     let url = format!("http://{ip}:{MANAGEMENT_PORT}/cluster/members");
-    let response = client.get(&url).send().await.map_err(|e| format!("{url}: {e}"))?;
-    let json: serde_json::Value = response.json().await.map_err(|e| format!("{url}: {e}"))?;
+    let json = get_json(client, &url).await?;
     let up = json["members"]
         .as_array()
         .ok_or_else(|| format!("{url}: no members in {json}"))?
@@ -186,8 +191,7 @@ async fn bootstrap_status(
     ip: IpAddr,
 ) -> Result<(String, BTreeSet<IpAddr>), String> {
     let url = format!("http://{ip}:{MANAGEMENT_PORT}/bootstrap/status");
-    let response = client.get(&url).send().await.map_err(|e| format!("{url}: {e}"))?;
-    let json: serde_json::Value = response.json().await.map_err(|e| format!("{url}: {e}"))?;
+    let json = get_json(client, &url).await?;
     let points = json["contactPoints"]
         .as_array()
         .ok_or_else(|| format!("{url}: no contactPoints in {json}"))?

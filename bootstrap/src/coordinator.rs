@@ -102,6 +102,8 @@ impl Coordinator {
         // (when the set last changed, the set); `None` after a failed lookup.
         let mut observation: Option<(Instant, BTreeSet<ContactPoint>)> = None;
         let mut seeds: BTreeMap<ContactPoint, Observation> = BTreeMap::new();
+        // What the last successful lookup returned that is not probed, and why.
+        let mut dropped: Vec<Dropped> = Vec::new();
         let mut failures = 0u32;
         let mut next_lookup = Instant::now();
         let mut in_flight: Option<LookupFuture> = None;
@@ -126,12 +128,13 @@ impl Coordinator {
                     match result {
                         Ok(resolved) => {
                             let found = resolved.targets.len() + resolved.dropped.len();
-                            let (targets, dropped) = self.select(resolved);
+                            let (targets, now_dropped) = self.select(resolved);
                             let changed_at = match &observation {
                                 Some((at, previous)) if *previous == targets => *at,
                                 _ => now,
                             };
-                            let dropped_changed = self.status.borrow().dropped != dropped;
+                            let dropped_changed = dropped != now_dropped;
+                            dropped = now_dropped;
                             if observation.as_ref().is_none_or(|(_, previous)| *previous != targets) || dropped_changed {
                                 if dropped.is_empty() {
                                     tracing::info!(targets = %list(&targets), "bootstrap: discovered contact points");
@@ -143,7 +146,7 @@ impl Coordinator {
                                         dropped.len()
                                     );
                                 }
-                                if dropped.iter().any(|d| d.reason.contains("own cluster transport")) {
+                                if targets.iter().any(|t| self.is_self_remoting(t)) {
                                     tracing::warn!("bootstrap: misconfiguration detected: a discovered contact point is this node's cluster transport address, not its management address; check bootstrap.port_name and bootstrap.contact_point.fallback_port");
                                 }
                             }
@@ -154,7 +157,7 @@ impl Coordinator {
                                 keep
                             });
                             for target in &targets {
-                                if !probers.contains_key(target) && !dropped.iter().any(|d| d.target == target.to_string()) {
+                                if !probers.contains_key(target) && !self.is_self_remoting(target) {
                                     let handle = tasks.spawn(probe_loop(
                                         target.clone(),
                                         self.url(target),
@@ -243,7 +246,7 @@ impl Coordinator {
                 continue;
             }
             let now = Instant::now();
-            let verdict = match &observation {
+            let mut verdict = match &observation {
                 None => Verdict {
                     decision: Decision::KeepProbing,
                     reason: "no current discovery observation (no lookup has succeeded since the last failure)".into(),
@@ -262,11 +265,10 @@ impl Coordinator {
                     )
                 }
             };
-            let mut verdict = verdict;
-            let not_probed = self.status.borrow().dropped.len();
-            if not_probed > 0 && verdict.decision == Decision::KeepProbing {
+            if !dropped.is_empty() && verdict.decision == Decision::KeepProbing {
                 verdict.reason.push_str(&format!(
-                    "; {not_probed} discovered targets are not probed (see droppedTargets)"
+                    "; {} discovered targets are not probed (see droppedTargets)",
+                    dropped.len()
                 ));
             }
             if verdict.reason != last_reason {

@@ -1,6 +1,8 @@
 //! Bearer-token and basic authentication for the management routes, with exempt paths so that
 //! probes and bootstrap keep working (where Akka's basic auth breaks bootstrap).
 
+use std::collections::BTreeSet;
+
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
@@ -10,6 +12,14 @@ use base64::Engine;
 use super::AppState;
 use super::error::ApiError;
 use crate::settings::{AuthSettings, route_path};
+
+/// The paths served without credentials, as the middleware compares them (one leading `/`, none
+/// trailing): the configured `exempt_paths`, and the dashboard's files, which hold no cluster
+/// data (the page must load to ask for a token).
+pub(super) fn open_paths(auth: Option<&AuthSettings>) -> BTreeSet<String> {
+    let exempt = auth.map(|a| a.exempt_paths.as_slice()).unwrap_or_default();
+    exempt.iter().map(|p| route_path(p)).chain(super::dashboard::PATHS.map(String::from)).collect()
+}
 
 /// Compares without an early exit, so the time taken does not tell how much of a secret matched.
 fn same(a: &[u8], b: &[u8]) -> bool {
@@ -39,13 +49,8 @@ fn authorized(auth: &AuthSettings, header: Option<&str>) -> bool {
 /// The middleware: exempt paths pass; everything else needs valid credentials, or gets 401.
 pub(super) async fn require(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let Some(auth) = &app.settings.auth else { return next.run(request).await };
-    let path = request.uri().path();
-    let prefix = app.settings.route_prefix();
-    let relative = route_path(path.strip_prefix(prefix.as_str()).unwrap_or(path));
-    // The dashboard's files hold no cluster data: the page must load to ask for a token.
-    if auth.exempt_paths.iter().any(|p| route_path(p) == relative)
-        || super::dashboard::PATHS.contains(&relative.as_str())
-    {
+    // Under a base path the routes are nested, and a nested router sees the path without it.
+    if app.open_paths.contains(request.uri().path().trim_end_matches('/')) {
         return next.run(request).await;
     }
     let header = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());

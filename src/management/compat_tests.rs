@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 use tower::ServiceExt;
 
+use super::tests::call;
 use super::*;
 use crate::control::{Command, Snapshot};
 
@@ -127,16 +128,9 @@ impl StandIn {
     }
 }
 
+/// Sends `form` (urlencoded, when not empty) as the specs do, without credentials.
 async fn send(router: &Router, method: &str, uri: &str, form: &str) -> (StatusCode, String) {
-    let mut req = Request::builder().method(method).uri(uri);
-    if !form.is_empty() {
-        req = req.header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
-    }
-    let resp = router.clone().oneshot(req.body(Body::from(form.to_owned())).unwrap()).await;
-    let resp = resp.unwrap();
-    let status = resp.status();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    call(router, method, uri, form, None).await
 }
 
 fn json_of(text: &str) -> Value {

@@ -5,6 +5,9 @@
 //! storage). Served with an ETag (`If-None-Match` answers 304) and a Content-Security-Policy that
 //! allows scripts, styles and requests to this node only.
 
+use std::sync::LazyLock;
+
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, ETAG, IF_NONE_MATCH, REFERRER_POLICY,
@@ -26,50 +29,75 @@ pub(super) const PATHS: [&str; 3] = ["/dashboard", "/dashboard/app.js", "/dashbo
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
                    img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// FNV-1a of `parts`, for the ETag.
-fn fingerprint(parts: &[&[u8]]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in parts.iter().flat_map(|p| p.iter()) {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("\"{hash:016x}\"")
+/// One file as served: its body, content type and ETag, computed once.
+struct Asset {
+    content_type: &'static str,
+    body: Bytes,
+    etag: HeaderValue,
 }
 
-fn serve(request: &HeaderMap, content_type: &'static str, body: String) -> Response {
-    let etag = fingerprint(&[content_type.as_bytes(), body.as_bytes()]);
-    let fresh = request
-        .get(IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|tags| tags.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
-    let mut response =
-        if fresh { StatusCode::NOT_MODIFIED.into_response() } else { body.into_response() };
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    // Cached, but checked with the node on every use (a 304 when unchanged), so an upgraded node
-    // never serves a stale page.
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    if let Ok(v) = HeaderValue::from_str(&etag) {
-        headers.insert(ETAG, v);
+impl Asset {
+    fn new(content_type: &'static str, body: String) -> Self {
+        // FNV-1a of the body: changes with every build that changes the file.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in body.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        let etag =
+            HeaderValue::from_str(&format!("\"{hash:016x}\"")).expect("hex is a header value");
+        Self { content_type, body: Bytes::from(body), etag }
     }
-    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
-    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    response
+
+    fn serve(&self, request: &HeaderMap) -> Response {
+        let fresh = request.get(IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|tags| {
+            tags.split(',').any(|t| t.trim().as_bytes() == self.etag.as_bytes() || t.trim() == "*")
+        });
+        let mut response = if fresh {
+            StatusCode::NOT_MODIFIED.into_response()
+        } else {
+            self.body.clone().into_response()
+        };
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(self.content_type));
+        // Cached, but checked with the node on every use (a 304 when unchanged), so an upgraded
+        // node never serves a stale page.
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        headers.insert(ETAG, self.etag.clone());
+        headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+        headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        response
+    }
 }
+
+/// The page as served with `management.read_only` on and off.
+fn page_asset(read_only: bool) -> &'static Asset {
+    static PAGES: LazyLock<[Asset; 2]> = LazyLock::new(|| {
+        [false, true].map(|read_only| {
+            let page = HTML.replace("{{READ_ONLY}}", if read_only { "true" } else { "false" });
+            Asset::new("text/html; charset=utf-8", page)
+        })
+    });
+    &PAGES[usize::from(read_only)]
+}
+
+static SCRIPT_ASSET: LazyLock<Asset> =
+    LazyLock::new(|| Asset::new("text/javascript; charset=utf-8", SCRIPT.to_owned()));
+static STYLE_ASSET: LazyLock<Asset> =
+    LazyLock::new(|| Asset::new("text/css; charset=utf-8", STYLE.to_owned()));
 
 pub(super) async fn page(State(app): State<AppState>, request: HeaderMap) -> Response {
-    let read_only = if app.settings.read_only { "true" } else { "false" };
-    serve(&request, "text/html; charset=utf-8", HTML.replace("{{READ_ONLY}}", read_only))
+    page_asset(app.settings.read_only).serve(&request)
 }
 
 pub(super) async fn script(request: HeaderMap) -> Response {
-    serve(&request, "text/javascript; charset=utf-8", SCRIPT.to_owned())
+    SCRIPT_ASSET.serve(&request)
 }
 
 pub(super) async fn style(request: HeaderMap) -> Response {
-    serve(&request, "text/css; charset=utf-8", STYLE.to_owned())
+    STYLE_ASSET.serve(&request)
 }
 
 /// The page's size in bytes, uncompressed: HTML, script and style sheet.

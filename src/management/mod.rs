@@ -100,6 +100,8 @@ pub struct AppState {
     node: Handle,
     settings: Arc<ManagementSettings>,
     event_clients: Arc<Semaphore>,
+    /// The paths served without credentials ([`auth::open_paths`]).
+    open_paths: Arc<std::collections::BTreeSet<String>>,
     /// Set once `/alive` has logged that the join deadline passed, so it logs that once.
     join_deadline_logged: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -115,6 +117,7 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
         node,
         event_clients: Arc::new(Semaphore::new(settings.limits.max_event_clients)),
         settings: Arc::new(settings.clone()),
+        open_paths: Arc::new(auth::open_paths(settings.auth.as_ref())),
         join_deadline_logged: Arc::default(),
     };
     let hc = &settings.health_checks;

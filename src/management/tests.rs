@@ -14,6 +14,13 @@ use super::*;
 use crate::control::Termination;
 use crate::settings::{AuthSettings, Settings};
 
+/// Settings of a node without its own management server (the tests build the routes).
+fn no_server() -> Settings {
+    let mut s = Settings::default();
+    s.management.enabled = false;
+    s
+}
+
 /// A node that has not joined: its handle, built in memory.
 fn unjoined(s: &Settings) -> Handle {
     let self_node = UniqueAddress::new(
@@ -74,8 +81,7 @@ impl TestNode for Handle {
 }
 
 async fn node() -> Handle {
-    let mut s = Settings::default();
-    s.management.enabled = false;
+    let mut s = no_server();
     s.cluster.core.periodic_tasks_initial_delay = Duration::from_millis(50);
     s.cluster.core.leader_actions_interval = Duration::from_millis(50);
     let node = unjoined(&s);
@@ -99,7 +105,8 @@ fn settings(read_only: bool) -> ManagementSettings {
     ManagementSettings { read_only, ..ManagementSettings::default() }
 }
 
-async fn call(
+/// Sends `body` (a urlencoded form, when not empty) with `auth` as the Authorization header.
+pub(super) async fn call(
     router: &Router,
     method: &str,
     uri: &str,
@@ -113,8 +120,13 @@ async fn call(
     if let Some(a) = auth {
         req = req.header(header::AUTHORIZATION, a);
     }
-    let resp =
-        router.clone().oneshot(req.body(Body::from(body.to_owned())).unwrap()).await.unwrap();
+    answer(router, req.body(Body::from(body.to_owned())).unwrap()).await
+}
+
+/// The status and body text of the answer to `req`; an empty text when the body does not end
+/// within 5 s.
+async fn answer(router: &Router, req: Request<Body>) -> (StatusCode, String) {
+    let resp = router.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     let bytes = tokio::time::timeout(Duration::from_secs(5), resp.into_body().collect()).await;
     let text = match bytes {
@@ -415,8 +427,7 @@ async fn metrics_are_served_in_the_prometheus_text_format() {
 
 #[tokio::test]
 async fn seed_nodes_are_empty_before_joining_and_list_self_with_a_numeric_uid_after() {
-    let mut s = Settings::default();
-    s.management.enabled = false;
+    let s = no_server();
     let alone = unjoined(&s);
     let router_alone = router(alone.clone(), &settings(true));
     let (status, text) = call(&router_alone, "GET", "/bootstrap/seed-nodes", "", None).await;
@@ -496,10 +507,7 @@ async fn call_with_type(
         .header(header::CONTENT_TYPE, content_type)
         .body(Body::from(body))
         .unwrap();
-    let resp = router.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
+    answer(router, req).await
 }
 
 #[tokio::test]
@@ -547,8 +555,7 @@ async fn write_routes_take_multipart_forms_as_curl_f_sends_them() {
 
 #[tokio::test]
 async fn oldest_per_role_is_an_empty_object_while_no_member_is_up() {
-    let mut s = Settings::default();
-    s.management.enabled = false;
+    let s = no_server();
     let alone = unjoined(&s);
     let (status, text) =
         call(&router(alone.clone(), &settings(true)), "GET", "/cluster/members", "", None).await;
@@ -561,8 +568,7 @@ async fn oldest_per_role_is_an_empty_object_while_no_member_is_up() {
 
 #[tokio::test]
 async fn startup_answers_while_the_driver_runs_and_runs_the_startup_checks() {
-    let mut s = Settings::default();
-    s.management.enabled = false;
+    let s = no_server();
     let node = unjoined(&s);
     let router = router(node.clone(), &settings(true));
     // Not joined yet: a startup probe passes (the process is up), readiness does not.
@@ -629,8 +635,7 @@ async fn the_event_stream_ends_with_cluster_shutting_down_when_the_node_stops() 
 
 #[tokio::test(start_paused = true)]
 async fn alive_fails_once_the_node_has_been_in_no_cluster_past_the_join_deadline() {
-    let mut s = Settings::default();
-    s.management.enabled = false;
+    let s = no_server();
     let node = unjoined(&s);
     let deadline = s.management.health_checks.join_deadline.expect("on by default");
     let router = router(node.clone(), &settings(true));

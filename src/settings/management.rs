@@ -84,21 +84,8 @@ pub struct HealthCheckSettings {
     /// seed nodes not answering), counted from the node's start; after it `/alive` fails, saying
     /// why, so that Kubernetes restarts a pod that would otherwise wait for ever. `None`
     /// (`"off"`) never fails for this.
-    #[serde(with = "join_deadline")]
+    #[serde(with = "text::off_or_duration")]
     pub join_deadline: Option<Duration>,
-}
-
-mod join_deadline {
-    pub(super) use convoke_membership::config::text::serialize_switch as serialize;
-
-    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<std::time::Duration>, D::Error> {
-        convoke_membership::config::text::deserialize_switch(
-            d,
-            Err("\"off\" or a duration like \"5m\""),
-        )
-    }
 }
 
 impl Default for HealthCheckSettings {

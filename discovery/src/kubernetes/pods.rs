@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use crate::{DroppedTarget, ResolvedTarget};
 
@@ -42,36 +42,12 @@ pub(crate) fn targets(
     let mut port_names_seen = BTreeSet::new();
     for pod in pods {
         let name = || format!("pod {}", pod.metadata.name.as_deref().unwrap_or("(unnamed)"));
-        if pod.metadata.deletion_timestamp.is_some() {
-            dropped.push(DroppedTarget::new(name(), "the pod is being deleted"));
-            continue;
-        }
-        let (Some(spec), Some(status)) = (&pod.spec, &pod.status) else {
-            dropped.push(DroppedTarget::new(name(), "the pod has no spec or status yet"));
-            continue;
-        };
-        if status.phase.as_deref() != Some("Running") {
-            let phase = status.phase.as_deref().unwrap_or("unknown");
-            dropped.push(DroppedTarget::new(name(), format!("the pod is {phase}, not Running")));
-            continue;
-        }
-        if let Some(container) = container_name {
-            let ready = status.container_statuses.iter().flatten().any(|s| {
-                s.name == container && s.state.as_ref().is_none_or(|state| state.waiting.is_none())
-            });
-            if !ready {
-                dropped.push(DroppedTarget::new(
-                    name(),
-                    format!(
-                        "its container {container:?} (discovery.kubernetes_api.container_name) is not started"
-                    ),
-                ));
+        let (spec, ip_text) = match usable(pod, container_name) {
+            Ok(usable) => usable,
+            Err(why) => {
+                dropped.push(DroppedTarget::new(name(), why));
                 continue;
             }
-        }
-        let Some(ip_text) = status.pod_ip.as_deref().filter(|ip| !ip.is_empty()) else {
-            dropped.push(DroppedTarget::new(name(), "the pod has no IP yet"));
-            continue;
         };
         let address = ip_text.parse::<IpAddr>().ok();
         let host = host_style.host(ip_text);
@@ -110,6 +86,38 @@ pub(crate) fn targets(
         );
     }
     (targets, dropped)
+}
+
+/// The spec and IP of a pod that can be a target, or why it cannot: being deleted, not Running,
+/// its `container_name` container waiting, or no IP yet.
+fn usable<'p>(
+    pod: &'p Pod,
+    container_name: Option<&str>,
+) -> Result<(&'p PodSpec, &'p str), String> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Err("the pod is being deleted".into());
+    }
+    let (Some(spec), Some(status)) = (&pod.spec, &pod.status) else {
+        return Err("the pod has no spec or status yet".into());
+    };
+    if status.phase.as_deref() != Some("Running") {
+        let phase = status.phase.as_deref().unwrap_or("unknown");
+        return Err(format!("the pod is {phase}, not Running"));
+    }
+    if let Some(container) = container_name {
+        let started = status.container_statuses.iter().flatten().any(|s| {
+            s.name == container && s.state.as_ref().is_none_or(|state| state.waiting.is_none())
+        });
+        if !started {
+            return Err(format!(
+                "its container {container:?} (discovery.kubernetes_api.container_name) is not started"
+            ));
+        }
+    }
+    match status.pod_ip.as_deref().filter(|ip| !ip.is_empty()) {
+        Some(ip) => Ok((spec, ip)),
+        None => Err("the pod has no IP yet".into()),
+    }
 }
 
 #[cfg(test)]

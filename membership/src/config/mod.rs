@@ -106,7 +106,7 @@ pub struct Config {
     /// `cluster.shutdown_after_unsuccessful_join_seed_nodes`: give up and ask for shutdown when
     /// joining the seed nodes has not succeeded after this long; `None` (`"off"`) keeps trying.
     /// There is no `"on"`: no delay suits every deployment.
-    #[cfg_attr(feature = "serde", serde(with = "shutdown_after_unsuccessful_join_seed_nodes"))]
+    #[cfg_attr(feature = "serde", serde(with = "text::off_or_duration"))]
     pub shutdown_after_unsuccessful_join_seed_nodes: Option<Duration>,
     /// `cluster.prune_gossip_tombstones_after`: how long the leader keeps tombstones of removed
     /// members. A partition longer than this may bring removed members back.
@@ -437,17 +437,6 @@ mod retry_unsuccessful_join_after {
         d: D,
     ) -> Result<Option<std::time::Duration>, D::Error> {
         super::text::deserialize_switch(d, Ok(super::RETRY_UNSUCCESSFUL_JOIN_AFTER_ON))
-    }
-}
-
-#[cfg(feature = "serde")]
-mod shutdown_after_unsuccessful_join_seed_nodes {
-    pub(super) use super::text::serialize_switch as serialize;
-
-    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<std::time::Duration>, D::Error> {
-        super::text::deserialize_switch(d, Err("\"off\" or a duration like \"60s\""))
     }
 }
 

@@ -248,6 +248,24 @@ pub mod opt_port {
     }
 }
 
+/// A switch with no `"on"` (`"off"` or a duration: `None` or `Some`), for
+/// `#[serde(with = "convoke_membership::config::text::off_or_duration")]`, where no delay suits
+/// every deployment.
+#[cfg(feature = "serde")]
+pub mod off_or_duration {
+    pub use super::serialize_switch as serialize;
+
+    /// Reads `"off"` or a duration; `"on"` is refused, naming what the key accepts.
+    ///
+    /// # Errors
+    /// When the value is neither.
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<std::time::Duration>, D::Error> {
+        super::deserialize_switch(d, Err("\"off\" or a duration like \"60s\""))
+    }
+}
+
 /// Writes a switch whose `"on"` has been resolved: `"off"` for `None`, else the duration.
 #[cfg(feature = "serde")]
 pub fn serialize_switch<S: serde::Serializer>(
@@ -263,7 +281,7 @@ pub fn serialize_switch<S: serde::Serializer>(
 /// Reads a switch and resolves `"on"` to `on`; where the key has no `"on"`, `on` is the
 /// `Err` of what the key accepts instead.
 #[cfg(feature = "serde")]
-pub fn deserialize_switch<'de, D: serde::Deserializer<'de>>(
+pub(super) fn deserialize_switch<'de, D: serde::Deserializer<'de>>(
     d: D,
     on: Result<Duration, &'static str>,
 ) -> Result<Option<Duration>, D::Error> {
