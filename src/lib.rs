@@ -7,6 +7,9 @@
 //!   to the [`Node`], the user's plain handle ([`node`]).
 //! - [`management`] (the HTTP routes, over a narrow [`management::Handle`]) and [`bootstrap`]
 //!   (discovery and the join decision), both talking to the driver through [`control`].
+//! - [`messaging`]: typed asks and tells between members on the transport's application
+//!   stream, with member watch.
+//! - [`singleton`]: cluster singletons and their proxies, over messaging.
 //! - [`driver`]: the task that owns the core; [`lease`](crate::lease) performs the split-brain
 //!   lease's operations for it; [`transport`] carries its messages.
 //! - [`control`] (commands in, snapshots out), [`health`], [`metrics`], [`settings`].
@@ -26,12 +29,19 @@ mod driver;
 pub mod health;
 mod lease;
 pub mod management;
+pub mod messaging;
 pub mod metrics;
 pub mod node;
 pub mod runtime;
 pub mod settings;
+pub mod singleton;
 pub mod transport;
 
 pub use control::{Snapshot, Subscription, Termination};
 pub use node::Node;
 pub use runtime::StartError;
+
+// The README's Rust snippets compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

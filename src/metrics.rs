@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::messaging::{MessagingCounters, MessagingStats};
 use crate::transport::{Transport, TransportStats};
 
 /// Metrics recorded as they happen.
@@ -35,14 +36,17 @@ impl Default for RuntimeMetrics {
 pub struct Metrics {
     recorded: Arc<RuntimeMetrics>,
     transport: Option<Transport>,
+    /// The messaging layer's counters, shared with it.
+    messaging: Option<MessagingCounters>,
 }
 
 type Labels = Vec<(String, String)>;
 
 impl Metrics {
-    /// Metrics of a node whose transport is `transport`.
-    pub(crate) fn new(transport: Option<Transport>) -> Self {
-        Self { recorded: Arc::default(), transport }
+    /// Metrics of a node whose transport is `transport` and whose messaging layer counts in
+    /// `messaging`.
+    pub(crate) fn new(transport: Option<Transport>, messaging: Option<MessagingCounters>) -> Self {
+        Self { recorded: Arc::default(), transport, messaging }
     }
 
     /// The metrics recorded as they happen.
@@ -78,6 +82,9 @@ impl Metrics {
 
         let stats = self.transport.as_ref().map(Transport::stats).unwrap_or_default();
         register_transport(&mut registry, &stats);
+        if let Some(m) = &self.messaging {
+            register_messaging(&mut registry, &m.snapshot());
+        }
         registry.register(
             "heartbeat_round_trip_seconds",
             "Heartbeat round-trip times to monitored members",
@@ -113,6 +120,25 @@ fn register_transport(registry: &mut Registry, stats: &TransportStats) {
         ("inbound", stats.dropped_inbound),
         ("bad_frame", stats.closed_bad_frame),
         ("oversized_outbound", stats.oversized_outbound),
+    ] {
+        dropped.get_or_create(&labels(&[("reason", reason)])).inc_by(n);
+    }
+}
+
+fn register_messaging(registry: &mut Registry, stats: &MessagingStats) {
+    let dropped = counter_family(
+        registry,
+        "messaging_dropped",
+        "Application messages dropped or refused by the messaging layer, by reason",
+    );
+    for (reason, n) in [
+        ("from_non_member", stats.from_non_members),
+        ("wrong_incarnation", stats.wrong_incarnation),
+        ("malformed", stats.malformed),
+        ("no_such_endpoint", stats.no_such_endpoint),
+        ("overloaded", stats.overloaded),
+        ("undecodable", stats.undecodable),
+        ("late_reply", stats.late_replies),
     ] {
         dropped.get_or_create(&labels(&[("reason", reason)])).inc_by(n);
     }

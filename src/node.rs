@@ -12,7 +12,9 @@ use tokio::sync::watch;
 use crate::control::{Control, JoinCommandError, NodeStopped, Snapshot, Subscription, Termination};
 use crate::health::HealthChecks;
 use crate::management;
+use crate::messaging::Messaging;
 use crate::metrics::Metrics;
+use crate::singleton::Singletons;
 use crate::transport::Transport;
 
 /// How [`Node::shutdown`] ended.
@@ -42,6 +44,8 @@ pub struct Node {
 struct Inner {
     handle: management::Handle,
     transport: Transport,
+    messaging: Messaging,
+    singletons: Singletons,
     leave_timeout: Duration,
     management_addr: Option<SocketAddr>,
     /// Dropped with the last handle, which stops the management server.
@@ -53,6 +57,8 @@ struct Inner {
 pub(crate) struct NodeParts {
     pub(crate) handle: management::Handle,
     pub(crate) transport: Transport,
+    pub(crate) messaging: Messaging,
+    pub(crate) singletons: Singletons,
     pub(crate) leave_timeout: Duration,
     pub(crate) management_addr: Option<SocketAddr>,
     pub(crate) management_stop: watch::Sender<()>,
@@ -64,6 +70,8 @@ impl Node {
             inner: Arc::new(Inner {
                 handle: parts.handle,
                 transport: parts.transport,
+                messaging: parts.messaging,
+                singletons: parts.singletons,
                 leave_timeout: parts.leave_timeout,
                 management_addr: parts.management_addr,
                 _management_stop: parts.management_stop,
@@ -114,6 +122,16 @@ impl Node {
     /// The address the transport listens on.
     pub fn listen_addr(&self) -> SocketAddr {
         self.inner.transport.local_addr()
+    }
+
+    /// Typed messaging with the other members: endpoints, asks, tells and member watch.
+    pub fn messaging(&self) -> &Messaging {
+        &self.inner.messaging
+    }
+
+    /// Cluster singletons: start one, or get a proxy to one.
+    pub fn singletons(&self) -> &Singletons {
+        &self.inner.singletons
     }
 
     /// The transport, for its counters.
@@ -206,13 +224,17 @@ impl Node {
         self.control().stop().await;
     }
 
-    /// Leaves gracefully — Leaving, then Exiting, then the node stops — waiting at most
-    /// `cluster.leave_timeout`, then stops the driver and closes every connection.
+    /// Leaves gracefully — hands over the singletons running here, then Leaving, Exiting, and
+    /// the node stops — waiting at most `cluster.leave_timeout` for the leave, then stops the
+    /// driver and closes every connection.
     pub async fn shutdown(&self) -> ShutdownOutcome {
         if let Some(t) = self.termination() {
             return ShutdownOutcome::AlreadyTerminated(t);
         }
         let joined = self.state().self_member().is_some();
+        if joined {
+            self.inner.singletons.hand_over_all().await;
+        }
         let outcome = if joined && self.leave(self.self_address().clone()).await.is_ok() {
             match tokio::time::timeout(self.inner.leave_timeout, self.terminated()).await {
                 Ok(_) => ShutdownOutcome::Left,

@@ -14,9 +14,11 @@ use crate::driver::{self, Network};
 use crate::health::HealthChecks;
 use crate::lease::LeaseRuntime;
 use crate::management::{self, TlsError};
+use crate::messaging::{Messaging, MessagingCounters};
 use crate::metrics::Metrics;
 use crate::node::{Node, NodeParts};
 use crate::settings::{ManagementSettings, Settings, SettingsError};
+use crate::singleton::Singletons;
 use crate::transport::{Transport, TransportConfig};
 
 /// Why a node could not start.
@@ -97,9 +99,31 @@ impl Node {
             settings: c.transport.clone(),
         };
         let (transport, inbound) = Transport::start(listener, self_node.clone(), transport_config);
-        let metrics = Metrics::new(Some(transport.clone()));
+        let messaging_counters = MessagingCounters::default();
+        let metrics = Metrics::new(Some(transport.clone()), Some(messaging_counters.clone()));
         let network = Network { transport: transport.clone(), inbound };
         let control = driver::spawn(core, now, Some(network), lease, metrics.clone());
+        let stopped = {
+            let control = control.clone();
+            async move {
+                control.terminated().await;
+            }
+        };
+        let messaging = Messaging::start(
+            self_node.clone(),
+            transport.clone(),
+            control.watch(),
+            c.transport.max_frame_size,
+            messaging_counters,
+            stopped,
+        )
+        .expect("a new transport's application frames are not taken yet");
+        let singletons = Singletons::new(
+            messaging.clone(),
+            control.clone(),
+            settings.singleton.clone(),
+            settings.singleton.removal_margin(&c.core),
+        );
         tracing::info!(node = %self_node.address, uid = %self_node.uid, listen = %local, "cluster node started");
 
         let management = if settings.management.enabled {
@@ -124,6 +148,7 @@ impl Node {
             health: HealthChecks::default(),
             metrics,
             started_at,
+            singletons: singletons.statuses(),
         };
         let (management_stop, stopped) = watch::channel(());
         if let Some(m) = management {
@@ -132,6 +157,8 @@ impl Node {
         Ok(Node::new(NodeParts {
             handle,
             transport,
+            messaging,
+            singletons,
             leave_timeout: c.leave_timeout,
             management_addr,
             management_stop,

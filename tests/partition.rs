@@ -9,7 +9,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use support::fast_sets;
 use support::netns::Network;
 use support::process::Proc;
@@ -41,53 +40,6 @@ fn start(net: &Network, i: usize) -> Proc {
     Proc::run_wrapped(&net.wrapper(i), PORT, &sets(net, i))
 }
 
-/// One node's view: every member's address and status, and the unreachable addresses.
-type View = (Vec<(String, String)>, Vec<String>);
-
-/// Node `i`'s view through its management API (`convoke members -o json`).
-fn members(net: &Network, i: usize) -> Result<View, String> {
-    let bin = env!("CARGO_BIN_EXE_convoke");
-    let out = net.output(i, &[bin, "members", "-o", "json", "--url", "http://127.0.0.1:8558"])?;
-    let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
-    let list = |key: &str| v[key].as_array().cloned().unwrap_or_default();
-    let members = list("members")
-        .iter()
-        .map(|m| {
-            (
-                m["node"].as_str().unwrap_or("").to_owned(),
-                m["status"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
-    let unreachable =
-        list("unreachable").iter().map(|u| u["node"].as_str().unwrap_or("").to_owned()).collect();
-    Ok((members, unreachable))
-}
-
-/// Waits until node `i` sees exactly the members `expected`, all Up and none unreachable.
-async fn wait_all_up(net: &Network, i: usize, expected: &[String]) {
-    let deadline = Instant::now() + T;
-    let mut want = expected.to_vec();
-    want.sort();
-    loop {
-        let seen = members(net, i);
-        if let Ok((members, unreachable)) = &seen {
-            let mut up: Vec<String> =
-                members.iter().filter(|(_, s)| s == "Up").map(|(a, _)| a.clone()).collect();
-            up.sort();
-            if up == want && members.len() == want.len() && unreachable.is_empty() {
-                return;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {i} ({}) did not see {want:?} all Up within {T:?}; last view: {seen:?}",
-            net.ip(i)
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_3_2_partition_keeps_the_three_up_the_two_exit_1_and_after_healing_the_restarted_pair_rejoins()
  {
@@ -96,7 +48,7 @@ async fn a_3_2_partition_keeps_the_three_up_the_two_exit_1_and_after_healing_the
     let all: Vec<String> = (0..5).map(|i| address(&net, i)).collect();
     let mut procs: Vec<Proc> = (0..5).map(|i| start(&net, i)).collect();
     for i in 0..5 {
-        wait_all_up(&net, i, &all).await;
+        net.wait_all_up(i, &all, T).await;
     }
 
     let (majority, minority) = ([0, 1, 2], [3, 4]);
@@ -116,7 +68,7 @@ async fn a_3_2_partition_keeps_the_three_up_the_two_exit_1_and_after_healing_the
     }
     let survivors: Vec<String> = majority.iter().map(|&i| address(&net, i)).collect();
     for i in majority {
-        wait_all_up(&net, i, &survivors).await;
+        net.wait_all_up(i, &survivors, T).await;
         for &j in &minority {
             procs[i].wait_log(&["membership change: MemberRemoved", &address(&net, j)], T).await;
         }
@@ -149,7 +101,7 @@ async fn a_3_2_partition_keeps_the_three_up_the_two_exit_1_and_after_healing_the
     }
     let rejoin = Instant::now();
     for i in 0..5 {
-        wait_all_up(&net, i, &all).await;
+        net.wait_all_up(i, &all, T).await;
     }
     eprintln!(
         "after healing, the restarted pair rejoined: 5 Up everywhere after {:?}",

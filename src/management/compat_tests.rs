@@ -112,6 +112,7 @@ impl StandIn {
             health: HealthChecks::default(),
             metrics: Metrics::default(),
             started_at: tokio::time::Instant::now(),
+            singletons: Default::default(),
         };
         Self { handle, asked, events }
     }

@@ -23,6 +23,7 @@ mod form;
 mod health;
 mod metrics;
 mod server;
+mod singletons;
 
 use std::sync::Arc;
 
@@ -40,6 +41,7 @@ pub use dashboard::SIZE as DASHBOARD_SIZE;
 pub use error::{ApiError, Message};
 pub use events::event_json;
 pub use server::{TlsError, serve, tls_acceptor};
+pub use singletons::{ClusterSingleton, ClusterSingletons};
 
 use convoke_bootstrap::BootstrapStatus;
 use convoke_membership::UniqueAddress;
@@ -58,6 +60,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/cluster/members/{address}"),
     ("PUT", "/cluster/members/{address}"),
     ("DELETE", "/cluster/members/{address}"),
+    ("GET", "/cluster/singletons"),
     ("PUT", "/cluster"),
     ("GET", "/cluster/domain-events"),
     ("GET", "/ready"),
@@ -92,6 +95,8 @@ pub struct Handle {
     /// When the node started: `/alive` fails once the node has been in no cluster for longer
     /// than `management.health_checks.join_deadline` after it.
     pub started_at: tokio::time::Instant,
+    /// The singletons started on this node (`/cluster/singletons`).
+    pub singletons: crate::singleton::Statuses,
 }
 
 /// What every handler sees.
@@ -130,6 +135,7 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
                 get(cluster::get_member).put(cluster::put_member).delete(cluster::delete_member),
             ),
         )
+        .route("/cluster/singletons", with_405(get(singletons::get_singletons)))
         .route("/cluster", with_405(axum::routing::put(cluster::put_cluster)))
         .route("/cluster/", with_405(axum::routing::put(cluster::put_cluster)))
         .route(&route_path(&hc.readiness_path), with_405(get(health::ready)))

@@ -41,6 +41,7 @@ fn unjoined(s: &Settings) -> Handle {
         health: HealthChecks::default(),
         metrics,
         started_at: tokio::time::Instant::now(),
+        singletons: Default::default(),
     }
 }
 

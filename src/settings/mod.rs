@@ -16,6 +16,7 @@ mod error;
 mod host;
 mod lease;
 mod management;
+mod singleton;
 mod sources;
 
 pub use cluster::{ClusterSettings, DEFAULT_CLUSTER_PORT, DEFAULT_JOIN_GIVE_UP, TransportSettings};
@@ -33,6 +34,7 @@ pub use management::{
     AuthSettings, DEFAULT_MANAGEMENT_PORT, HealthCheckSettings, ManagementLimits,
     ManagementSettings, TlsSettings, route_path,
 };
+pub use singleton::SingletonSettings;
 pub use sources::Sources;
 
 use serde::{Deserialize, Serialize};
@@ -55,6 +57,8 @@ pub struct Settings {
     pub bootstrap: BootstrapSettings,
     /// `[discovery]`: finding contact points for bootstrap.
     pub discovery: DiscoverySettings,
+    /// `[singleton]`: cluster singletons' hand-over and proxies.
+    pub singleton: SingletonSettings,
     /// The Kubernetes location of the split-brain lease, read from
     /// `[cluster.split_brain_resolver.lease_majority]` beside the core's keys.
     #[serde(skip)]
@@ -91,7 +95,8 @@ impl Settings {
         self.lease.validate(&self.cluster.core.split_brain_resolver.active_strategy)?;
         self.management.validate()?;
         self.bootstrap.validate().map_err(|e| SettingsError::new(e.key, e.value, e.expected))?;
-        self.discovery.validate()
+        self.discovery.validate()?;
+        self.singleton.validate()
     }
 
     /// The membership core's configuration, checked (without the RNG seed, which the node sets).

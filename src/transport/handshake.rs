@@ -6,7 +6,7 @@
 //! |-------|---------------------------------------------------------|
 //! | 4     | magic `b"CVKT"`                                         |
 //! | 4     | protocol version, [`PROTOCOL_VERSION`]                  |
-//! | 1     | stream kind: 0 ordinary, 1 control ([`StreamKind`])     |
+//! | 1     | stream kind: 0 ordinary, 1 control, 2 application       |
 //! | 8     | the sender's uid (non-zero)                             |
 //! | 2     | the sender's port                                       |
 //! | 1 + n | the sender's system name: length `n` (1..=255), UTF-8   |
@@ -33,6 +33,8 @@ pub enum StreamKind {
     Ordinary,
     /// Heartbeats and heartbeat responses only.
     Control,
+    /// Application messages between members (asks, tells, replies); see `docs/messaging.md`.
+    Application,
 }
 
 impl StreamKind {
@@ -45,6 +47,7 @@ impl StreamKind {
         match self {
             Self::Ordinary => 0,
             Self::Control => 1,
+            Self::Application => 2,
         }
     }
 
@@ -52,6 +55,7 @@ impl StreamKind {
         match b {
             0 => Some(Self::Ordinary),
             1 => Some(Self::Control),
+            2 => Some(Self::Application),
             _ => None,
         }
     }
@@ -61,6 +65,7 @@ impl StreamKind {
         match self {
             Self::Ordinary => "ordinary",
             Self::Control => "control",
+            Self::Application => "application",
         }
     }
 }

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use convoke_membership::wire;
+use bytes::Bytes;
+use convoke_membership::{UniqueAddress, wire};
 use futures::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -15,7 +16,7 @@ use tokio_util::codec::FramedRead;
 use super::frame::{FrameCodec, FrameError, LENGTH_PREFIX_BYTES};
 use super::handshake::{Handshake, MAX_HANDSHAKE_BYTES, StreamKind};
 use super::stats::{self, inc};
-use super::{Inbound, Shared};
+use super::{APPLICATION_KIND, ApplicationInbound, Inbound, Shared};
 
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -92,35 +93,11 @@ async fn serve(
     let queue = match stream {
         StreamKind::Control => queues.control,
         StreamKind::Ordinary => queues.ordinary,
+        StreamKind::Application => {
+            return serve_application(&shared, frames, peer, from).await;
+        }
     };
-    let idle_timeout = shared.settings.idle_timeout;
-    loop {
-        let next = tokio::select! {
-            biased;
-            () = shared.stopping.cancelled() => return,
-            r = tokio::time::timeout(idle_timeout, frames.next()) => r,
-        };
-        let frame = match next {
-            Err(_) => {
-                inc(&shared.counters.closed_idle);
-                tracing::debug!(%peer, node = %from, ?idle_timeout, "closing idle connection");
-                return;
-            }
-            Ok(None) => {
-                tracing::debug!(%peer, node = %from, "connection closed by the peer");
-                return;
-            }
-            Ok(Some(Err(FrameError::Io(e)))) => {
-                tracing::debug!(%peer, node = %from, error = %e, "connection failed");
-                return;
-            }
-            Ok(Some(Err(e))) => {
-                inc(&shared.counters.closed_bad_frame);
-                tracing::warn!(%peer, node = %from, reason = %e, "closing connection: bad frame");
-                return;
-            }
-            Ok(Some(Ok(frame))) => frame,
-        };
+    while let Some(frame) = next_frame(&shared, &mut frames, peer, &from).await {
         let received_at = Instant::now();
         let message = match wire::decode_with_limits(&frame, &shared.limits) {
             Ok(m) => m,
@@ -152,6 +129,72 @@ async fn serve(
         if !delivered {
             inc(&shared.counters.dropped_inbound);
         }
+    }
+}
+
+/// Reads an application stream: each frame goes, undecoded, to the messaging layer's channel
+/// (see [`Transport::application_inbound`](super::Transport::application_inbound)); with no
+/// messaging layer attached, frames are counted as dropped.
+async fn serve_application(
+    shared: &Shared,
+    mut frames: FramedRead<TcpStream, FrameCodec>,
+    peer: SocketAddr,
+    from: UniqueAddress,
+) {
+    let sink = shared.application_sink();
+    while let Some(payload) = next_frame(shared, &mut frames, peer, &from).await {
+        shared.counters.received(APPLICATION_KIND, LENGTH_PREFIX_BYTES + payload.len());
+        let Some(sink) = &sink else {
+            inc(&shared.counters.dropped_inbound);
+            continue;
+        };
+        let inbound = ApplicationInbound { from: from.clone(), payload };
+        // As for cluster messages, a full channel stops reading this connection only.
+        let delivered = tokio::select! {
+            biased;
+            () = shared.stopping.cancelled() => return,
+            r = sink.send(inbound) => r.is_ok(),
+        };
+        if !delivered {
+            inc(&shared.counters.dropped_inbound);
+        }
+    }
+}
+
+/// The next frame of an identified connection; `None` (logged and counted) when the connection
+/// ends, idles out, misbehaves or the transport stops.
+async fn next_frame(
+    shared: &Shared,
+    frames: &mut FramedRead<TcpStream, FrameCodec>,
+    peer: SocketAddr,
+    from: &UniqueAddress,
+) -> Option<Bytes> {
+    let idle_timeout = shared.settings.idle_timeout;
+    let next = tokio::select! {
+        biased;
+        () = shared.stopping.cancelled() => return None,
+        r = tokio::time::timeout(idle_timeout, frames.next()) => r,
+    };
+    match next {
+        Err(_) => {
+            inc(&shared.counters.closed_idle);
+            tracing::debug!(%peer, node = %from, ?idle_timeout, "closing idle connection");
+            None
+        }
+        Ok(None) => {
+            tracing::debug!(%peer, node = %from, "connection closed by the peer");
+            None
+        }
+        Ok(Some(Err(FrameError::Io(e)))) => {
+            tracing::debug!(%peer, node = %from, error = %e, "connection failed");
+            None
+        }
+        Ok(Some(Err(e))) => {
+            inc(&shared.counters.closed_bad_frame);
+            tracing::warn!(%peer, node = %from, reason = %e, "closing connection: bad frame");
+            None
+        }
+        Ok(Some(Ok(frame))) => Some(frame),
     }
 }
 

@@ -24,7 +24,11 @@
 //! For each peer address a node dials up to two connections, each fed by its own bounded queue
 //! and written by its own task:
 //! - the **control** stream carries heartbeats and heartbeat responses only;
-//! - the **ordinary** stream carries everything else (join handshake, gossip, status, ...).
+//! - the **ordinary** stream carries everything else (join handshake, gossip, status, ...);
+//! - the **application** stream carries the messaging layer's frames (asks, tells, replies;
+//!   `docs/messaging.md`). Its frames are opaque here: they skip the driver and go, undecoded, to
+//!   the channel of [`Transport::application_inbound`]. Saturating it cannot delay a heartbeat,
+//!   which has its own connection, nor gossip, which has another.
 //!
 //! Why two connections rather than one with a priority queue: a priority queue only reorders
 //! frames that have not been written yet. A multi-megabyte gossip frame already handed to the
@@ -67,7 +71,9 @@
 //! - `outbound_queue_size`: messages queued per peer on the ordinary stream. When it is full, the
 //!   oldest non-heartbeat message is dropped and counted. The control stream holds at most
 //!   `min(outbound_queue_size, 64)` heartbeats, and drops its oldest (a stale heartbeat is
-//!   worthless) when full.
+//!   worthless) when full. The application stream also holds `outbound_queue_size` frames, but
+//!   refuses a new frame when full ([`ApplicationSendError::QueueFull`]) so that its sender
+//!   knows.
 //! - `connect_timeout`: one connection attempt, resolution included.
 //! - `max_reconnect_backoff`: the longest wait between connection attempts.
 //!
@@ -102,7 +108,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::settings::TransportSettings;
 use handshake::{Handshake, HandshakeError, StreamKind};
-use outbound::{Lane, PeerLanes};
+use outbound::{Lane, Outgoing, PeerLanes};
 pub use stats::TransportStats;
 use stats::{Counters, inc};
 
@@ -132,6 +138,44 @@ pub struct Inbound {
     pub received_at: tokio::time::Instant,
 }
 
+/// The kind under which application frames are counted in [`TransportStats`].
+pub const APPLICATION_KIND: &str = "application";
+
+/// Frames from application streams waiting for the messaging layer.
+const APPLICATION_INBOUND_QUEUE: usize = 1024;
+
+/// An application frame received from a peer, not decoded.
+#[derive(Clone, Debug)]
+pub struct ApplicationInbound {
+    /// The sender, as named in its connection's handshake.
+    pub from: UniqueAddress,
+    /// The frame's payload.
+    pub payload: Bytes,
+}
+
+/// Why [`Transport::send_application`] did not queue a frame.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApplicationSendError {
+    /// The frame is larger than `cluster.transport.max_frame_size`.
+    #[error("{bytes} bytes is more than cluster.transport.max_frame_size ({limit} bytes)")]
+    TooLarge {
+        /// The payload's size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// `outbound_queue_size` frames already wait for this peer.
+    #[error("{capacity} frames already wait to be sent to this peer")]
+    QueueFull {
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// The transport is shutting down.
+    #[error("the transport is shutting down")]
+    Stopped,
+}
+
 /// A running transport. Cheap to clone; all clones drive the same connections.
 ///
 /// It runs until [`shutdown`](Self::shutdown) is called.
@@ -147,8 +191,11 @@ struct Shared {
     settings: TransportSettings,
     limits: DecodeLimits,
     local_addr: SocketAddr,
-    /// The handshake payloads this node sends, by stream kind (ordinary, control).
-    handshakes: [Result<Bytes, HandshakeError>; 2],
+    /// The handshake payloads this node sends, by stream kind (ordinary, control, application).
+    handshakes: [Result<Bytes, HandshakeError>; 3],
+    /// Where application frames go; taken once by the messaging layer.
+    application_tx: mpsc::Sender<ApplicationInbound>,
+    application_rx: Mutex<Option<mpsc::Receiver<ApplicationInbound>>>,
     counters: Counters,
     /// Outbound queues by peer address. Lock order: this map, then a lane's queue.
     lanes: Mutex<HashMap<Address, PeerLanes>>,
@@ -188,8 +235,15 @@ impl Transport {
         limits.max_decompressed_bytes = settings.max_decompressed_size;
         let handshake =
             |stream| Handshake::new(self_node.clone(), stream).encode().map(Bytes::from);
+        let (application_tx, application_rx) = mpsc::channel(APPLICATION_INBOUND_QUEUE);
         let shared = Arc::new(Shared {
-            handshakes: [handshake(StreamKind::Ordinary), handshake(StreamKind::Control)],
+            handshakes: [
+                handshake(StreamKind::Ordinary),
+                handshake(StreamKind::Control),
+                handshake(StreamKind::Application),
+            ],
+            application_tx,
+            application_rx: Mutex::new(Some(application_rx)),
             self_node,
             system_name,
             settings,
@@ -237,23 +291,61 @@ impl Transport {
             inc(&shared.counters.dropped_outbound);
             return;
         }
+        self.lane(to, stream).push(&shared.counters, Outgoing::Cluster(message));
+    }
+
+    /// Queues an application frame (already encoded by the messaging layer) for `to`, on the
+    /// application stream. Never blocks.
+    ///
+    /// # Errors
+    /// The frame is too large, the peer's application queue is full, or the transport stops.
+    pub fn send_application(
+        &self,
+        to: &Address,
+        payload: Bytes,
+    ) -> Result<(), ApplicationSendError> {
+        let shared = &self.shared;
+        if shared.stopping.is_cancelled() || shared.handshake(StreamKind::Application).is_err() {
+            return Err(ApplicationSendError::Stopped);
+        }
+        let limit = shared.settings.max_frame_size;
+        if payload.len() > limit {
+            inc(&shared.counters.oversized_outbound);
+            return Err(ApplicationSendError::TooLarge { bytes: payload.len(), limit });
+        }
+        let lane = self.lane(to, StreamKind::Application);
+        if lane.try_push(Outgoing::Application(payload)) {
+            Ok(())
+        } else {
+            inc(&shared.counters.dropped_outbound);
+            Err(ApplicationSendError::QueueFull { capacity: shared.settings.outbound_queue_size })
+        }
+    }
+
+    /// The receiving end of the application frames (from every peer, in arrival order per
+    /// connection). It can be taken once; frames that arrive while nobody has taken it wait in
+    /// a bounded channel, then hold up their connection.
+    pub fn application_inbound(&self) -> Option<mpsc::Receiver<ApplicationInbound>> {
+        self.shared.application_rx.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    /// The queue of `stream` to `to`, started (with its task) when there is none.
+    fn lane(&self, to: &Address, stream: StreamKind) -> Arc<Lane> {
+        let shared = &self.shared;
         let mut lanes = shared.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        let lane = match lanes.get_mut(to).and_then(|peer| peer.get_mut(stream).clone()) {
-            Some(lane) => lane,
-            None => {
-                let capacity = match stream {
-                    StreamKind::Ordinary => shared.settings.outbound_queue_size,
-                    StreamKind::Control => {
-                        shared.settings.outbound_queue_size.min(outbound::CONTROL_QUEUE_LIMIT)
-                    }
-                };
-                let lane = Arc::new(Lane::new(to.clone(), stream, capacity));
-                *lanes.entry(to.clone()).or_default().get_mut(stream) = Some(lane.clone());
-                shared.spawn(outbound::run(self.shared.clone(), lane.clone()));
-                lane
+        if let Some(lane) = lanes.get_mut(to).and_then(|peer| peer.get_mut(stream).clone()) {
+            return lane;
+        }
+        let capacity = match stream {
+            StreamKind::Ordinary | StreamKind::Application => shared.settings.outbound_queue_size,
+            StreamKind::Control => {
+                shared.settings.outbound_queue_size.min(outbound::CONTROL_QUEUE_LIMIT)
             }
         };
-        lane.push(&shared.counters, message);
+        let lane = Arc::new(Lane::new(to.clone(), stream, capacity));
+        *lanes.entry(to.clone()).or_default().get_mut(stream) = Some(lane.clone());
+        shared.spawn(outbound::run(self.shared.clone(), lane.clone()));
+        lane
     }
 
     /// A snapshot of the counters.
@@ -288,7 +380,13 @@ impl Shared {
         match stream {
             StreamKind::Ordinary => &self.handshakes[0],
             StreamKind::Control => &self.handshakes[1],
+            StreamKind::Application => &self.handshakes[2],
         }
+    }
+
+    /// Where application frames go: the channel, as long as its receiver exists.
+    fn application_sink(&self) -> Option<mpsc::Sender<ApplicationInbound>> {
+        Some(self.application_tx.clone()).filter(|tx| !tx.is_closed())
     }
 }
 

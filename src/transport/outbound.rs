@@ -38,6 +38,7 @@ const MIN_BACKOFF: Duration = Duration::from_millis(5);
 pub(super) struct PeerLanes {
     ordinary: Option<Arc<Lane>>,
     control: Option<Arc<Lane>>,
+    application: Option<Arc<Lane>>,
 }
 
 impl PeerLanes {
@@ -45,6 +46,39 @@ impl PeerLanes {
         match stream {
             StreamKind::Ordinary => &mut self.ordinary,
             StreamKind::Control => &mut self.control,
+            StreamKind::Application => &mut self.application,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ordinary.is_none() && self.control.is_none() && self.application.is_none()
+    }
+}
+
+/// One queued frame: a membership message, encoded when written, or an application payload,
+/// already encoded by the messaging layer.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Outgoing {
+    Cluster(Message),
+    Application(Bytes),
+}
+
+impl Outgoing {
+    fn is_heartbeat(&self) -> bool {
+        matches!(self, Self::Cluster(m) if m.is_heartbeat())
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Cluster(m) => m.kind(),
+            Self::Application(_) => super::APPLICATION_KIND,
+        }
+    }
+
+    fn encode(self) -> Bytes {
+        match self {
+            Self::Cluster(m) => Bytes::from(wire::encode(&m)),
+            Self::Application(payload) => payload,
         }
     }
 }
@@ -62,7 +96,7 @@ pub(super) struct Lane {
 
 #[derive(Debug)]
 struct Queue {
-    messages: VecDeque<Message>,
+    messages: VecDeque<Outgoing>,
     /// When a message was last queued: a peer nobody talks to any more is given up.
     last_push: Instant,
     /// Whether drops have been logged at WARN since the queue was last empty.
@@ -85,9 +119,23 @@ impl Lane {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Queues `message` unless the queue is full: the application stream refuses what does not
+    /// fit (its sender is told and decides), so a payload is never dropped silently.
+    pub(super) fn try_push(&self, message: Outgoing) -> bool {
+        let mut q = self.queue();
+        if q.messages.len() >= self.capacity {
+            return false;
+        }
+        q.messages.push_back(message);
+        q.last_push = Instant::now();
+        drop(q);
+        self.notify.notify_one();
+        true
+    }
+
     /// Queues `message`; when full, first drops the oldest non-heartbeat message (the oldest
     /// message when all are heartbeats).
-    pub(super) fn push(&self, counters: &Counters, message: Message) {
+    pub(super) fn push(&self, counters: &Counters, message: Outgoing) {
         let mut q = self.queue();
         if q.messages.len() >= self.capacity {
             let victim = q.messages.iter().position(|m| !m.is_heartbeat()).unwrap_or(0);
@@ -113,7 +161,7 @@ impl Lane {
         self.notify.notify_one();
     }
 
-    fn pop(&self) -> Option<Message> {
+    fn pop(&self) -> Option<Outgoing> {
         let mut q = self.queue();
         let message = q.messages.pop_front();
         if q.messages.is_empty() {
@@ -151,7 +199,7 @@ fn retire(shared: &Shared, lane: &Arc<Lane>, force: bool) -> bool {
         if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, lane)) {
             *slot = None;
         }
-        if peer.ordinary.is_none() && peer.control.is_none() {
+        if peer.is_empty() {
             lanes.remove(&lane.peer);
         }
     }
@@ -304,7 +352,7 @@ async fn write(shared: &Shared, lane: &Lane, socket: TcpStream) -> End {
     loop {
         while let Some(message) = lane.pop() {
             let kind = message.kind();
-            let payload = wire::encode(&message);
+            let payload = message.encode();
             if payload.len() > max_frame_size {
                 inc(&shared.counters.oversized_outbound);
                 tracing::warn!(
@@ -317,7 +365,7 @@ async fn write(shared: &Shared, lane: &Lane, socket: TcpStream) -> End {
                 continue;
             }
             shared.counters.sent(kind, LENGTH_PREFIX_BYTES + payload.len());
-            if let Err(e) = sink.feed(Bytes::from(payload)).await {
+            if let Err(e) = sink.feed(payload).await {
                 return End::Failed(e.to_string());
             }
         }
@@ -404,9 +452,10 @@ mod tests {
         let counters = Counters::default();
         let lane = Lane::new(address(), StreamKind::Ordinary, 3);
         for m in [heartbeat(1), join(1), join(2), join(3), join(4)] {
-            lane.push(&counters, m);
+            lane.push(&counters, Outgoing::Cluster(m));
         }
-        let left: Vec<Message> = std::iter::from_fn(|| lane.pop()).collect();
+        let left: Vec<Outgoing> = std::iter::from_fn(|| lane.pop()).collect();
+        let left: Vec<Message> = left.into_iter().map(cluster).collect();
         assert_eq!(left, [heartbeat(1), join(3), join(4)]);
         assert_eq!(counters.snapshot().dropped_outbound, 2);
     }
@@ -416,11 +465,29 @@ mod tests {
         let counters = Counters::default();
         let lane = Lane::new(address(), StreamKind::Control, 2);
         for n in 1..=4 {
-            lane.push(&counters, heartbeat(n));
+            lane.push(&counters, Outgoing::Cluster(heartbeat(n)));
         }
-        let left: Vec<Message> = std::iter::from_fn(|| lane.pop()).collect();
+        let left: Vec<Message> = std::iter::from_fn(|| lane.pop()).map(cluster).collect();
         assert_eq!(left, [heartbeat(3), heartbeat(4)]);
         assert_eq!(counters.snapshot().dropped_outbound, 2);
+    }
+
+    fn cluster(o: Outgoing) -> Message {
+        match o {
+            Outgoing::Cluster(m) => m,
+            Outgoing::Application(_) => panic!("an application payload on a cluster lane"),
+        }
+    }
+
+    #[test]
+    fn a_full_application_queue_refuses_the_newest_payload_and_keeps_the_rest() {
+        let lane = Lane::new(address(), StreamKind::Application, 2);
+        let payload = |n: u8| Outgoing::Application(Bytes::from(vec![n]));
+        assert!(lane.try_push(payload(1)));
+        assert!(lane.try_push(payload(2)));
+        assert!(!lane.try_push(payload(3)));
+        let left: Vec<Outgoing> = std::iter::from_fn(|| lane.pop()).collect();
+        assert_eq!(left, [payload(1), payload(2)]);
     }
 
     #[test]

@@ -179,3 +179,56 @@ fn install_tools() {
     let status = std::process::Command::new("bash").arg(script).status().expect("run bash");
     assert!(status.success(), "{script} could not install ip/iptables (needs root and apt-get)");
 }
+
+/// One node's view: every member's address and status, and the unreachable addresses.
+pub type View = (Vec<(String, String)>, Vec<String>);
+
+impl Network {
+    /// Node `i`'s view through its management API on 127.0.0.1:8558 of its namespace
+    /// (`convoke members -o json`).
+    pub fn members(&self, i: usize) -> Result<View, String> {
+        let bin = env!("CARGO_BIN_EXE_convoke");
+        let out =
+            self.output(i, &[bin, "members", "-o", "json", "--url", "http://127.0.0.1:8558"])?;
+        let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+        let list = |key: &str| v[key].as_array().cloned().unwrap_or_default();
+        let members = list("members")
+            .iter()
+            .map(|m| {
+                (
+                    m["node"].as_str().unwrap_or("").to_owned(),
+                    m["status"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect();
+        let unreachable = list("unreachable")
+            .iter()
+            .map(|u| u["node"].as_str().unwrap_or("").to_owned())
+            .collect();
+        Ok((members, unreachable))
+    }
+
+    /// Waits until node `i` sees exactly the members `expected`, all Up and none unreachable.
+    pub async fn wait_all_up(&self, i: usize, expected: &[String], timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut want = expected.to_vec();
+        want.sort();
+        loop {
+            let seen = self.members(i);
+            if let Ok((members, unreachable)) = &seen {
+                let mut up: Vec<String> =
+                    members.iter().filter(|(_, s)| s == "Up").map(|(a, _)| a.clone()).collect();
+                up.sort();
+                if up == want && members.len() == want.len() && unreachable.is_empty() {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {i} ({}) did not see {want:?} all Up within {timeout:?}; last view: {seen:?}",
+                self.ip(i)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}

@@ -49,8 +49,15 @@ impl Proc {
             .map(str::to_owned),
         );
         let proc = Proc::start(&sets).await;
-        let url = proc.management_url().await;
-        let own = address(proc.port);
+        proc.form().await;
+        proc
+    }
+
+    /// Makes this node (management enabled) form a cluster of its own through its management
+    /// API (`convoke join <own address>`).
+    pub async fn form(&self) {
+        let url = self.management_url().await;
+        let own = address(self.port);
         let out = Command::new(env!("CARGO_BIN_EXE_convoke"))
             .args(["join", &own, "--url", &url])
             .output()
@@ -62,7 +69,6 @@ impl Proc {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        proc
     }
 
     /// Starts `convoke run` with `--set` arguments on the fixed cluster `port`. Only for ports
@@ -80,7 +86,34 @@ impl Proc {
     }
 
     fn spawn(wrapper: &[String], port: u16, sets: &[String]) -> Proc {
-        let bin = env!("CARGO_BIN_EXE_convoke");
+        Proc::spawn_program(env!("CARGO_BIN_EXE_convoke"), &["run"], wrapper, port, sets)
+    }
+
+    /// Starts example `name` (built by `cargo test` beside the binary) with the settings flags of
+    /// `convoke run`, through `wrapper` if any, on cluster `port`; with port 0 it waits until the
+    /// node has logged the port it bound, as [`Proc::start`] does.
+    pub async fn example(name: &str, wrapper: &[String], port: u16, sets: &[String]) -> Proc {
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_convoke"))
+            .parent()
+            .expect("the binary's directory")
+            .join("examples")
+            .join(name);
+        assert!(bin.exists(), "{} is missing: `cargo test` builds the examples", bin.display());
+        let mut proc = Proc::spawn_program(bin.to_str().unwrap(), &[], wrapper, port, sets);
+        if port == 0 {
+            let address = proc.logged_field("cluster node started", "node=").await;
+            proc.port = port_of(&address);
+        }
+        proc
+    }
+
+    fn spawn_program(
+        bin: &str,
+        pre_args: &[&str],
+        wrapper: &[String],
+        port: u16,
+        sets: &[String],
+    ) -> Proc {
         let mut cmd = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut cmd = Command::new(program);
@@ -89,12 +122,12 @@ impl Proc {
             }
             None => Command::new(bin),
         };
-        cmd.arg("run");
+        cmd.args(pre_args);
         for s in sets {
             cmd.arg("--set").arg(s);
         }
         cmd.arg("--set").arg(format!("cluster.port={port}"));
-        cmd.env("RUST_LOG", "info")
+        cmd.env("RUST_LOG", "info,convoke::singleton=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

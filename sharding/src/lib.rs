@@ -1,0 +1,19 @@
+//! convoke-sharding: the sans-IO decision logic of the cluster singleton.
+//!
+//! A cluster singleton is one instance of a service that runs on exactly one member of the
+//! cluster, the oldest one (by up-number) among the members that may host it, and moves to the
+//! next oldest when that member leaves or is removed. The crate decides *where and when* the
+//! instance runs; starting and stopping it, sending the hand-over messages and reading the
+//! membership are the driver's job (the node runtime, or the simulator).
+//!
+//! No tokio, no sockets, no clock reads: time comes in as `Instant`s, outputs go out as data, and
+//! the same inputs give the same outputs. `clippy.toml` bans clocks, sleeps, threads and hash maps.
+//!
+//! Layout:
+//! - [`singleton`]: [`SingletonManager`](singleton::SingletonManager), one per (node, singleton
+//!   name), its settings, outputs and hand-over messages; `singleton/view.rs` reads a membership
+//!   list (who may host, who is the oldest).
+
+#![warn(missing_docs)]
+
+pub mod singleton;

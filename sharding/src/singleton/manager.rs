@@ -1,0 +1,619 @@
+//! The state machine: [`SingletonManager`], its timers and what it knows of the other nodes.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+use convoke_membership::{Member, MemberStatus, UniqueAddress};
+
+use super::view::{self, is_candidate_status};
+use super::{HandOver, LEASE_RETRY_INTERVAL, Output, Phase, SingletonConfig, SingletonStatus};
+
+/// The local instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Instance {
+    Absent,
+    Running,
+    Stopping(StopCause),
+}
+
+/// Why the manager stopped its instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StopCause {
+    HandOver,
+    LeaseLost,
+    Shutdown,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lease {
+    Released,
+    Acquiring,
+    Held,
+}
+
+/// The manager's timers (the removal margins are computed from the suspects instead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    /// Re-send HandOverToMe (BecomingOldest) or TakeOverFromMe (WasOldest).
+    Retry,
+    /// Ask for the lease again after a refusal.
+    LeaseRetry,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Timers([Option<Instant>; 2]);
+
+impl Timers {
+    fn set(&mut self, t: Timer, at: Instant) {
+        self.0[t as usize] = Some(at);
+    }
+
+    fn get(&self, t: Timer) -> Option<Instant> {
+        self.0[t as usize]
+    }
+
+    fn clear(&mut self, t: Timer) {
+        self.0[t as usize] = None;
+    }
+
+    fn take_due(&mut self, t: Timer, now: Instant) -> bool {
+        match self.0[t as usize] {
+            Some(at) if at <= now => {
+                self.0[t as usize] = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn earliest(&self) -> Option<Instant> {
+        self.0.iter().flatten().min().copied()
+    }
+}
+
+/// A node that may be running the instance, as far as this manager knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Suspect {
+    /// When this node first saw it gone from the membership; `None` while it is a member.
+    removed_since: Option<Instant>,
+}
+
+/// What the latest membership list said.
+#[derive(Clone, Debug, Default)]
+struct View {
+    /// Whether this node has been in a list: from then on, missing from one means removed.
+    joined: bool,
+    /// This node's status in the latest list.
+    self_status: Option<MemberStatus>,
+    /// Whether this node may host at all (it has the role).
+    may_host: bool,
+    /// The oldest candidate.
+    oldest: Option<UniqueAddress>,
+    /// Every member's status.
+    statuses: BTreeMap<UniqueAddress, MemberStatus>,
+}
+
+/// The cluster singleton manager of one node: a deterministic state machine with no IO.
+///
+/// # Call protocol
+/// 1. Build it with [`SingletonManager::new`], passing the current time.
+/// 2. Feed it inputs, each with the current time `now` (monotonic, never decreasing):
+///    - [`handle_members`](Self::handle_members) with every member of the node's latest gossip,
+///      whenever the membership changed (calling it with an unchanged list does nothing);
+///    - [`handle_message`](Self::handle_message) for every [`HandOver`] message that arrived from
+///      the manager of the same singleton on another node (the transport tells which node);
+///    - [`handle_timeout`](Self::handle_timeout) whenever the deadline from
+///      [`poll_timeout`](Self::poll_timeout) has passed;
+///    - [`instance_stopped`](Self::instance_stopped) when the local instance has ended, asked to
+///      or not;
+///    - [`lease_result`](Self::lease_result) with the answer to every
+///      [`Output::AcquireLease`], and with `false` when a held lease is lost;
+///    - [`shutdown`](Self::shutdown) when the node goes away for good without handing over.
+/// 3. After every input, drain [`poll_output`](Self::poll_output) until `None` (carry out each
+///    output in order), then re-arm the timer with [`poll_timeout`](Self::poll_timeout).
+///
+/// [`status`](Self::status) may be read at any time.
+///
+/// # Guarantee
+/// The manager starts the instance only when this node is the oldest candidate in its view and
+/// every node it knows may be running the instance (every previous oldest, every older member seen
+/// Exiting or Down, every node that offered TakeOverFromMe or was told HandOverDone) has either
+/// answered HandOverDone to this node's HandOverToMe, or has been gone from the membership for the
+/// removal margin. It answers HandOverDone only while no instance runs here, it is not about to
+/// start one, and no node it knows of was removed less than a removal margin ago. An input that
+/// arrives more than a retry interval after the deadline the manager asked for shows that the node
+/// was frozen; its view may be stale (the others may have removed it meanwhile), so it starts
+/// nothing until a removal margin later.
+#[derive(Debug)]
+pub struct SingletonManager {
+    config: SingletonConfig,
+    self_node: UniqueAddress,
+    phase: Phase,
+    since: Instant,
+    view: View,
+    instance: Instance,
+    /// The instance ended by itself while running: the manager does not restart it.
+    ended_by_itself: bool,
+    lease: Lease,
+    /// Nodes that may be running the instance; cleared by their HandOverDone, or by their removal
+    /// plus the margin.
+    suspects: BTreeMap<UniqueAddress, Suspect>,
+    /// Departing older members already made suspects, so that a HandOverDone is not undone by the
+    /// next list.
+    flagged: BTreeSet<UniqueAddress>,
+    /// Nodes whose HandOverToMe waits for a HandOverDone.
+    requests: BTreeSet<UniqueAddress>,
+    /// Suspects sent HandOverToMe since this node became the oldest.
+    asked: BTreeSet<UniqueAddress>,
+    /// The new oldest last sent TakeOverFromMe.
+    take_over_to: Option<UniqueAddress>,
+    /// Unanswered HandOverToMe rounds since this node became the oldest.
+    retries: u32,
+    shut_down: bool,
+    timers: Timers,
+    outputs: VecDeque<Output>,
+    /// The deadline the manager last asked to be woken at: an input long after it shows that the
+    /// node was frozen (a stopped process, a long pause) and its view may be stale.
+    expected: Option<Instant>,
+    /// After such a freeze, nothing starts here before this instant: the node's own membership
+    /// must have had a removal margin of running time to tell it whether it was downed meanwhile.
+    hold_until: Option<Instant>,
+}
+
+impl SingletonManager {
+    /// A manager for `config` on `self_node`, Idle until its first membership list.
+    pub fn new(config: SingletonConfig, self_node: UniqueAddress, now: Instant) -> Self {
+        Self {
+            config,
+            self_node,
+            phase: Phase::Idle,
+            since: now,
+            view: View::default(),
+            instance: Instance::Absent,
+            ended_by_itself: false,
+            lease: Lease::Released,
+            suspects: BTreeMap::new(),
+            flagged: BTreeSet::new(),
+            requests: BTreeSet::new(),
+            asked: BTreeSet::new(),
+            take_over_to: None,
+            retries: 0,
+            shut_down: false,
+            timers: Timers::default(),
+            outputs: VecDeque::new(),
+            expected: None,
+            hold_until: None,
+        }
+    }
+
+    // ---- inputs -------------------------------------------------------------------------------
+
+    /// The node's current membership view: every member of its latest gossip (any status; a node
+    /// missing from the list has been removed). Called whenever the view changes (may be called
+    /// with an unchanged list too; must be idempotent).
+    pub fn handle_members(&mut self, now: Instant, members: &[Member]) {
+        self.observe(now);
+        if self.shut_down {
+            return;
+        }
+        let reading = view::read(&self.config, &self.self_node, members);
+        let Some(me) = reading.me else {
+            if self.view.joined {
+                // Removed: this incarnation is gone from the cluster for good.
+                self.view.self_status = None;
+                self.shut_down = true;
+            }
+            self.update(now);
+            return;
+        };
+        let oldest = reading.oldest.map(|m| m.node().clone());
+        if oldest != self.view.oldest
+            && let Some(o) = &oldest
+        {
+            self.suspect(o, true, now);
+        }
+        for n in &reading.departing_elders {
+            if self.flagged.insert(n.clone()) {
+                self.suspect(n, true, now);
+            }
+        }
+        self.flagged.retain(|n| reading.statuses.contains_key(n));
+        for (n, s) in &mut self.suspects {
+            if s.removed_since.is_none() && !reading.statuses.contains_key(n) {
+                s.removed_since = Some(now);
+            }
+        }
+        // A requester that left, or is on its way out, will never take the instance.
+        let before = &self.view.statuses;
+        self.requests.retain(|r| match reading.statuses.get(r) {
+            Some(s) => is_candidate_status(*s) || s.is_joining(),
+            None => !before.contains_key(r),
+        });
+        self.view = View {
+            joined: true,
+            self_status: Some(me.status()),
+            may_host: self.config.role.as_deref().is_none_or(|r| me.has_role(r)),
+            oldest,
+            statuses: reading.statuses,
+        };
+        if matches!(me.status(), MemberStatus::Down | MemberStatus::Removed) {
+            self.shut_down = true;
+        }
+        self.update(now);
+    }
+
+    /// A hand-over message from the manager of the same singleton on `from`.
+    pub fn handle_message(&mut self, now: Instant, from: &UniqueAddress, message: HandOver) {
+        self.observe(now);
+        if *from == self.self_node {
+            return;
+        }
+        match message {
+            HandOver::HandOverToMe => self.on_hand_over_to_me(now, from),
+            HandOver::HandOverInProgress => {
+                if self.phase.is_waiting_to_start() {
+                    if self.suspects.contains_key(from) {
+                        self.retries = 0;
+                    } else {
+                        self.suspect(from, self.view.statuses.contains_key(from), now);
+                    }
+                }
+            }
+            HandOver::HandOverDone => {
+                // Only an answer to this node's own request counts; outside the waiting phases
+                // it can only be a late copy.
+                if self.phase.is_waiting_to_start() {
+                    self.suspects.remove(from);
+                }
+            }
+            HandOver::TakeOverFromMe => {
+                if !self.shut_down && self.phase != Phase::Running {
+                    self.suspect(from, self.view.statuses.contains_key(from), now);
+                    if self.phase.is_waiting_to_start() {
+                        self.send(from.clone(), HandOver::HandOverToMe);
+                        self.asked.insert(from.clone());
+                    }
+                }
+            }
+        }
+        self.update(now);
+    }
+
+    /// Handles the timers that are due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.observe(now);
+        if self.timers.take_due(Timer::Retry, now) {
+            match self.phase {
+                Phase::BecomingOldest => {
+                    self.retries = self.retries.saturating_add(1);
+                    let live: Vec<UniqueAddress> = self.live_suspects().cloned().collect();
+                    for n in live {
+                        self.send(n.clone(), HandOver::HandOverToMe);
+                        self.asked.insert(n);
+                    }
+                    self.arm_retry(now);
+                }
+                Phase::WasOldest => {
+                    if let Some(o) = self.take_over_to.clone() {
+                        self.send(o, HandOver::TakeOverFromMe);
+                    }
+                    self.arm_retry(now);
+                }
+                _ => {}
+            }
+        }
+        // A refused lease is asked for again by `update`, once this timer is gone.
+        self.timers.take_due(Timer::LeaseRetry, now);
+        self.update(now);
+    }
+
+    /// The local instance has ended (after StopInstance, or by itself/panic).
+    pub fn instance_stopped(&mut self, now: Instant) {
+        self.observe(now);
+        match self.instance {
+            Instance::Absent => return,
+            Instance::Running => self.ended_by_itself = self.phase == Phase::Running,
+            Instance::Stopping(_) => {}
+        }
+        self.instance = Instance::Absent;
+        self.update(now);
+    }
+
+    /// Answer to AcquireLease (granted or not); also called with `false` when a held lease is
+    /// lost.
+    pub fn lease_result(&mut self, now: Instant, granted: bool) {
+        self.observe(now);
+        if granted {
+            // Kept if still wanted; `update` releases an unwanted one.
+            self.lease = Lease::Held;
+        } else {
+            match self.lease {
+                Lease::Acquiring => {
+                    self.lease = Lease::Released;
+                    self.timers.set(Timer::LeaseRetry, now + LEASE_RETRY_INTERVAL);
+                }
+                Lease::Held => {
+                    self.lease = Lease::Released;
+                    if self.instance == Instance::Running {
+                        self.stop_instance(StopCause::LeaseLost);
+                    }
+                }
+                Lease::Released => {}
+            }
+        }
+        self.update(now);
+    }
+
+    /// This node is going away for good (downed, removed, process stopping without hand-over):
+    /// stop the instance, start nothing any more.
+    pub fn shutdown(&mut self, now: Instant) {
+        self.shut_down = true;
+        self.update(now);
+    }
+
+    // ---- outputs ------------------------------------------------------------------------------
+
+    /// The next thing the driver must do, in order.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let margin = self.config.removal_margin;
+        let removals = self.suspects.values().filter_map(|s| s.removed_since).map(|t| t + margin);
+        removals.chain(self.timers.earliest()).chain(self.hold_until).min()
+    }
+
+    // ---- views --------------------------------------------------------------------------------
+
+    /// What this node believes about the singleton.
+    pub fn status(&self) -> SingletonStatus {
+        SingletonStatus {
+            name: self.config.name.clone(),
+            role: self.config.role.clone(),
+            phase: self.phase,
+            oldest: self.view.oldest.clone(),
+            running_here: self.instance != Instance::Absent,
+            since: self.since,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SingletonConfig {
+        &self.config
+    }
+
+    /// This node's identity.
+    pub fn self_node(&self) -> &UniqueAddress {
+        &self.self_node
+    }
+
+    /// The current phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The nodes that may still be running the instance as far as this node knows, with when each
+    /// was seen removed (`None`: still a member). This node starts only once the list is empty.
+    pub fn waiting_for(&self) -> impl Iterator<Item = (&UniqueAddress, Option<Instant>)> + '_ {
+        self.suspects.iter().map(|(n, s)| (n, s.removed_since))
+    }
+
+    /// Whether this node, as the oldest, has asked a previous host still in the membership more
+    /// than [`SingletonConfig::max_hand_over_retries`] times without an answer. It keeps asking and
+    /// does not start; the driver may want to log it.
+    pub fn is_stuck(&self) -> bool {
+        self.phase == Phase::BecomingOldest && self.retries > self.config.max_hand_over_retries()
+    }
+
+    // ---- the state machine --------------------------------------------------------------------
+
+    /// After every input: drops suspects whose removal margin has passed, settles the phase (with
+    /// what entering it takes), the lease and the waiting requests.
+    fn update(&mut self, now: Instant) {
+        let margin = self.config.removal_margin;
+        self.suspects.retain(|_, s| s.removed_since.is_none_or(|t| t + margin > now));
+        if self.hold_until.is_some_and(|t| t <= now) {
+            self.hold_until = None;
+        }
+        let next = self.decide();
+        self.enter(next, now);
+        if self.lease == Lease::Held
+            && self.instance == Instance::Absent
+            && (self.shut_down || !self.is_oldest())
+        {
+            self.lease = Lease::Released;
+            self.outputs.push_back(Output::ReleaseLease);
+        }
+        self.serve_requests(now);
+        self.expected = self.poll_timeout();
+    }
+
+    /// Notes a freeze: `now` is more than a retry interval past the deadline asked for.
+    fn observe(&mut self, now: Instant) {
+        let late = self.expected.is_some_and(|d| now > d + self.config.hand_over_retry_interval);
+        if late && !self.shut_down {
+            self.hold_until = Some(now + self.config.removal_margin);
+        }
+    }
+
+    /// The phase the inputs so far lead to; starts or stops the instance when that is the step.
+    fn decide(&mut self) -> Phase {
+        if self.shut_down {
+            if self.instance == Instance::Running {
+                self.stop_instance(StopCause::Shutdown);
+            }
+            return Phase::Stopped;
+        }
+        let oldest = self.is_oldest();
+        match self.instance {
+            Instance::Running if oldest => Phase::Running,
+            Instance::Running if self.requests.is_empty() => Phase::WasOldest,
+            Instance::Running => {
+                self.stop_instance(StopCause::HandOver);
+                Phase::HandingOver
+            }
+            Instance::Stopping(StopCause::LeaseLost) if oldest => Phase::AcquiringLease,
+            Instance::Stopping(StopCause::Shutdown) => Phase::Stopped,
+            Instance::Stopping(_) => Phase::HandingOver,
+            Instance::Absent if oldest => self.try_start(),
+            Instance::Absent => {
+                let up = self.view.self_status.is_some_and(|s| {
+                    is_candidate_status(s) || s == MemberStatus::Exiting
+                });
+                if up && self.view.may_host && self.view.oldest.is_some() {
+                    Phase::Younger
+                } else {
+                    Phase::Idle
+                }
+            }
+        }
+    }
+
+    /// This node is the oldest and runs no instance: start it if nothing stands in the way.
+    fn try_start(&mut self) -> Phase {
+        if self.phase == Phase::Running && self.ended_by_itself {
+            return Phase::Running;
+        }
+        if self.live_suspects().next().is_some() {
+            return Phase::BecomingOldest;
+        }
+        if !self.suspects.is_empty() || self.hold_until.is_some() {
+            return Phase::WaitingForRemoval;
+        }
+        if self.config.use_lease && self.lease != Lease::Held {
+            if self.lease == Lease::Released && self.timers.get(Timer::LeaseRetry).is_none() {
+                self.lease = Lease::Acquiring;
+                self.outputs.push_back(Output::AcquireLease);
+            }
+            return Phase::AcquiringLease;
+        }
+        self.instance = Instance::Running;
+        self.ended_by_itself = false;
+        self.outputs.push_back(Output::StartInstance);
+        Phase::Running
+    }
+
+    /// Moves to `next`, and does what being in it takes: asking the suspects, offering the
+    /// instance to the new oldest.
+    fn enter(&mut self, next: Phase, now: Instant) {
+        if next != self.phase {
+            if next == Phase::BecomingOldest {
+                self.retries = 0;
+            }
+            if !next.is_waiting_to_start() {
+                self.asked.clear();
+            }
+            if next != Phase::WasOldest {
+                self.take_over_to = None;
+            }
+            if next != Phase::Running {
+                self.ended_by_itself = false;
+            }
+            self.phase = next;
+            self.since = now;
+        }
+        match self.phase {
+            Phase::BecomingOldest => {
+                let new: Vec<UniqueAddress> =
+                    self.live_suspects().filter(|n| !self.asked.contains(*n)).cloned().collect();
+                for n in new {
+                    self.send(n.clone(), HandOver::HandOverToMe);
+                    self.asked.insert(n);
+                }
+                if self.timers.get(Timer::Retry).is_none() {
+                    self.arm_retry(now);
+                }
+            }
+            Phase::WasOldest => {
+                if self.take_over_to != self.view.oldest {
+                    self.take_over_to = self.view.oldest.clone();
+                    if let Some(o) = self.take_over_to.clone() {
+                        self.send(o, HandOver::TakeOverFromMe);
+                    }
+                }
+                if self.timers.get(Timer::Retry).is_none() {
+                    self.arm_retry(now);
+                }
+            }
+            _ => self.timers.clear(Timer::Retry),
+        }
+    }
+
+    fn on_hand_over_to_me(&mut self, now: Instant, from: &UniqueAddress) {
+        if self.may_answer_done(now) && self.is_valid_requester(from) {
+            self.answer_done(from);
+            return;
+        }
+        self.requests.insert(from.clone());
+        // The oldest disputes the request until its view agrees; everyone else tells it to wait.
+        if !self.phase.claims_oldest() {
+            self.send(from.clone(), HandOver::HandOverInProgress);
+        }
+    }
+
+    /// Sends HandOverDone to every waiting requester, once this node may.
+    fn serve_requests(&mut self, now: Instant) {
+        if self.requests.is_empty() || !self.may_answer_done(now) {
+            return;
+        }
+        let ready: Vec<UniqueAddress> =
+            self.requests.iter().filter(|r| self.is_valid_requester(r)).cloned().collect();
+        for r in ready {
+            self.requests.remove(&r);
+            self.answer_done(&r);
+        }
+    }
+
+    /// Tells `to` it may start, and from then on counts it as a possible host.
+    fn answer_done(&mut self, to: &UniqueAddress) {
+        self.send(to.clone(), HandOver::HandOverDone);
+        self.suspects.entry(to.clone()).or_insert(Suspect { removed_since: None });
+    }
+
+    /// Whether this node may say HandOverDone: no instance here, it is not about to start one, and
+    /// no node it knows of is within its removal margin (a host cut off by a partition may still be
+    /// running the instance then, and the requester may never have heard of it).
+    fn may_answer_done(&self, now: Instant) -> bool {
+        let margin = self.config.removal_margin;
+        self.instance == Instance::Absent
+            && !self.phase.claims_oldest()
+            && !self.suspects.values().any(|s| s.removed_since.is_some_and(|t| t + margin > now))
+    }
+
+    /// Whether `node` is a member of this node's view that may host.
+    fn is_valid_requester(&self, node: &UniqueAddress) -> bool {
+        self.view.statuses.get(node).is_some_and(|s| is_candidate_status(*s))
+    }
+
+    fn is_oldest(&self) -> bool {
+        !self.shut_down && self.view.oldest.as_ref() == Some(&self.self_node)
+    }
+
+    fn live_suspects(&self) -> impl Iterator<Item = &UniqueAddress> + '_ {
+        self.suspects.iter().filter(|(_, s)| s.removed_since.is_none()).map(|(n, _)| n)
+    }
+
+    /// Counts `node` as a possible host; one that is not a `member` counts as removed as of now.
+    fn suspect(&mut self, node: &UniqueAddress, member: bool, now: Instant) {
+        if *node == self.self_node {
+            return;
+        }
+        let removed_since = (!member).then_some(now);
+        self.suspects.entry(node.clone()).or_insert(Suspect { removed_since });
+    }
+
+    fn stop_instance(&mut self, cause: StopCause) {
+        self.instance = Instance::Stopping(cause);
+        self.outputs.push_back(Output::StopInstance);
+    }
+
+    fn send(&mut self, to: UniqueAddress, message: HandOver) {
+        self.outputs.push_back(Output::Send { to, message });
+    }
+
+    fn arm_retry(&mut self, now: Instant) {
+        self.timers.set(Timer::Retry, now + self.config.hand_over_retry_interval);
+    }
+}

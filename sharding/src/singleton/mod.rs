@@ -1,0 +1,229 @@
+//! The cluster singleton manager, [`SingletonManager`]: one per (node, singleton name), deciding
+//! whether the singleton's instance runs on this node.
+//!
+//! The instance runs on the oldest member that may host it. When that member leaves gracefully it
+//! hands the instance over: the new oldest asks with [`HandOver::HandOverToMe`], the old host
+//! stops its instance and only then answers [`HandOver::HandOverDone`]. When it crashes or is cut
+//! off, nobody can ask it: the new oldest starts only after the old host has been removed from the
+//! membership *and* the removal margin has passed, time enough for a host cut off by a partition
+//! to have downed itself and stopped. `docs/singleton.md` tells the whole protocol and why the
+//! margin closes the partition window.
+//!
+//! Layout: this file holds the vocabulary shared with the driver (settings, hand-over messages,
+//! outputs, phases, status); `manager.rs` the state machine; `view.rs` reads a membership list
+//! (candidates, the oldest, departing older members).
+
+mod manager;
+mod view;
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use convoke_membership::UniqueAddress;
+
+pub use self::manager::SingletonManager;
+
+/// How often HandOverToMe and TakeOverFromMe are re-sent, by default.
+pub const DEFAULT_HAND_OVER_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// The minimum number of HandOverToMe retries before the manager reports itself stuck, by default.
+pub const DEFAULT_MIN_HAND_OVER_RETRIES: u32 = 15;
+/// The removal margin when none is given: the split-brain resolver's default `stable_after`.
+pub const DEFAULT_REMOVAL_MARGIN: Duration = Duration::from_secs(20);
+/// How long after a refused lease the manager asks for it again.
+pub const LEASE_RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Settings of one singleton.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SingletonConfig {
+    /// The singleton's name; one manager per name runs on every node.
+    pub name: String,
+    /// Only members with this role host it; None = every member.
+    pub role: Option<String>,
+    /// How often HandOverToMe / TakeOverFromMe are re-sent (default 1 s).
+    pub hand_over_retry_interval: Duration,
+    /// Minimum number of HandOverToMe retries before giving up waiting (default 15). Giving up
+    /// does not mean starting: the manager keeps asking and reports itself stuck
+    /// ([`SingletonManager::is_stuck`]) until the previous host answers or is removed.
+    pub min_hand_over_retries: u32,
+    /// After a previous host is seen Removed, wait this long before starting here (default: the
+    /// split-brain resolver's stable_after; the runtime passes it).
+    pub removal_margin: Duration,
+    /// Whether the instance must hold a lease while it runs.
+    pub use_lease: bool,
+}
+
+impl SingletonConfig {
+    /// Settings for singleton `name`: every member may host it, retries every second, at least 15
+    /// of them, a 20 s removal margin, no lease.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            role: None,
+            hand_over_retry_interval: DEFAULT_HAND_OVER_RETRY_INTERVAL,
+            min_hand_over_retries: DEFAULT_MIN_HAND_OVER_RETRIES,
+            removal_margin: DEFAULT_REMOVAL_MARGIN,
+            use_lease: false,
+        }
+    }
+
+    /// A removal margin that covers the other side of a partition, for a cluster configured as
+    /// `cluster` whose instances stop within `stop_timeout` once asked: the resolver's
+    /// `stable_after`, plus one failure-detection time (`acceptable_heartbeat_pause` and three
+    /// heartbeat intervals), plus `stop_timeout`.
+    ///
+    /// `stable_after` alone is not enough. The side that is cut off may start its resolver's wait
+    /// up to one failure-detection time after this side decided: it detects the partition later,
+    /// or a moment of healing just before this side's decision restarts its wait. It then waits
+    /// `stable_after`, downs itself, and still needs `stop_timeout` to end its instance. The
+    /// simulator finds runs in which `stable_after` alone lets two instances overlap by a few
+    /// seconds; with this margin it finds none.
+    pub fn removal_margin_for(
+        cluster: &convoke_membership::Config,
+        stop_timeout: Duration,
+    ) -> Duration {
+        let fd = &cluster.failure_detector;
+        cluster.split_brain_resolver.stable_after
+            + fd.acceptable_heartbeat_pause
+            + fd.heartbeat_interval * 3
+            + stop_timeout
+    }
+
+    /// How many unanswered HandOverToMe retries make the manager report itself stuck: at least
+    /// `min_hand_over_retries`, and enough to outlast the removal margin by three.
+    pub fn max_hand_over_retries(&self) -> u32 {
+        let interval = self.hand_over_retry_interval.as_millis().max(1);
+        let margin = self.removal_margin.as_millis().div_ceil(interval);
+        let margin = u32::try_from(margin).unwrap_or(u32::MAX);
+        self.min_hand_over_retries.max(margin.saturating_add(3))
+    }
+}
+
+/// The hand-over protocol messages between managers of the same singleton name on different nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum HandOver {
+    /// New oldest → a previous host: stop your instance and tell me when it has ended.
+    HandOverToMe,
+    /// Previous host → new oldest: stopping has begun (or I wait for a host I know of); wait.
+    HandOverInProgress,
+    /// Previous host → new oldest: no instance runs here and I know of none still running
+    /// elsewhere; you may start.
+    HandOverDone,
+    /// A host that is no longer the oldest → the new oldest: ask me for the instance.
+    TakeOverFromMe,
+}
+
+impl HandOver {
+    /// The message's name, for logs and counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::HandOverToMe => "HandOverToMe",
+            Self::HandOverInProgress => "HandOverInProgress",
+            Self::HandOverDone => "HandOverDone",
+            Self::TakeOverFromMe => "TakeOverFromMe",
+        }
+    }
+}
+
+/// What the manager asks its driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Acquire the lease (only when use_lease); answer with `lease_result`.
+    AcquireLease,
+    /// Release the lease.
+    ReleaseLease,
+    /// Start the instance here now.
+    StartInstance,
+    /// Signal the running instance to stop (cancellation); the driver calls `instance_stopped`
+    /// once it has ended (the runtime aborts it after its hand_over_timeout).
+    StopInstance,
+    /// Send a hand-over message to the manager of the same singleton on `to`.
+    Send {
+        /// The receiving node.
+        to: UniqueAddress,
+        /// The message.
+        message: HandOver,
+    },
+}
+
+/// The manager's phase, as shown by `GET /cluster/singletons`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Not (yet) Up, or not a candidate (lacks the role): nothing runs here.
+    Idle,
+    /// Another member is the oldest; it runs there.
+    Younger,
+    /// This node is the oldest and waits for the previous host to hand over.
+    BecomingOldest,
+    /// The previous host was removed; waiting for the removal margin to pass.
+    WaitingForRemoval,
+    /// Waiting for the lease before starting.
+    AcquiringLease,
+    /// The instance runs here. (If it ended by itself, the phase stays: the manager does not
+    /// restart it, and `running_here` is false.)
+    Running,
+    /// This node was the oldest and is stopping its instance for the new oldest.
+    HandingOver,
+    /// No longer the oldest; the instance still runs here until the new oldest asks for it with
+    /// HandOverToMe (TakeOverFromMe is re-sent to it meanwhile).
+    WasOldest,
+    /// This node is leaving the cluster for good (downed, removed, shut down): instance stopped or
+    /// stopping.
+    Stopped,
+}
+
+impl Phase {
+    /// The kebab-case name shown by the management API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Younger => "younger",
+            Self::BecomingOldest => "becoming-oldest",
+            Self::WaitingForRemoval => "waiting-for-removal",
+            Self::AcquiringLease => "acquiring-lease",
+            Self::Running => "running",
+            Self::HandingOver => "handing-over",
+            Self::WasOldest => "was-oldest",
+            Self::Stopped => "stopped",
+        }
+    }
+
+    /// The phases in which this node considers itself the oldest and runs, or is about to run, the
+    /// instance: a HandOverToMe from anyone else contradicts its view and waits until the view
+    /// changes.
+    pub(super) fn claims_oldest(self) -> bool {
+        matches!(self, Self::BecomingOldest | Self::WaitingForRemoval | Self::AcquiringLease)
+            || self == Self::Running
+    }
+
+    /// The phases in which this node is the oldest and waits to start.
+    pub(super) fn is_waiting_to_start(self) -> bool {
+        matches!(self, Self::BecomingOldest | Self::WaitingForRemoval | Self::AcquiringLease)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What this node believes about the singleton.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SingletonStatus {
+    /// The singleton's name.
+    pub name: String,
+    /// The role its hosts need, if any.
+    pub role: Option<String>,
+    /// The manager's phase.
+    pub phase: Phase,
+    /// The member this node sees as the (designated) host: the oldest Up/Leaving member with the
+    /// role, by age.
+    pub oldest: Option<UniqueAddress>,
+    /// Whether the instance runs on this node (stopping counts: it has not ended yet).
+    pub running_here: bool,
+    /// When the current phase began.
+    pub since: Instant,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,230 @@
+//! Cluster singletons on a real cluster (nodes in one process over TCP): one instance, on the
+//! oldest member; a graceful hand-over that never overlaps; a crash that restarts it only after
+//! the old host's removal; the proxy; `GET /cluster/singletons`.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use convoke::Node;
+use convoke::management::ClusterSingletons;
+use convoke::messaging::EndpointKey;
+use convoke::settings::Settings;
+use convoke::singleton::SingletonContext;
+use support::fast_settings;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+const T: Duration = Duration::from_secs(30);
+const WHERE: EndpointKey<(), String> = EndpointKey::new("ticker.where");
+
+/// What an instance did, on which node, when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Event {
+    Started(usize, Instant),
+    Stopped(usize, Instant),
+}
+
+#[derive(Clone, Default)]
+struct Journal {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Journal {
+    fn record(&self, e: Event) {
+        self.events.lock().unwrap().push(e);
+    }
+
+    fn events(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// When node `i` first started (`true`) or stopped (`false`) an instance.
+    fn first(&self, i: usize, started: bool) -> Option<Instant> {
+        self.events().into_iter().find_map(|e| match e {
+            Event::Started(n, at) if n == i && started => Some(at),
+            Event::Stopped(n, at) if n == i && !started => Some(at),
+            _ => None,
+        })
+    }
+
+    /// How many instances run at once at most, over the whole journal.
+    fn max_concurrent(&self) -> usize {
+        let (mut running, mut max) = (0usize, 0usize);
+        for e in self.events() {
+            match e {
+                Event::Started(..) => running += 1,
+                Event::Stopped(..) => running -= 1,
+            }
+            max = max.max(running);
+        }
+        max
+    }
+}
+
+/// Starts singleton "ticker" on `node` (index `i`): its instance serves `WHERE` with its
+/// address and records its start and stop in `journal`, announcing each start on `started`.
+fn start_ticker(node: &Node, i: usize, journal: &Journal, started: &mpsc::UnboundedSender<usize>) {
+    let (journal, started) = (journal.clone(), started.clone());
+    let me = node.self_address().to_string();
+    node.singletons()
+        .start("ticker", None, move |ctx: SingletonContext| {
+            let (journal, started, me) = (journal.clone(), started.clone(), me.clone());
+            async move {
+                journal.record(Event::Started(i, Instant::now()));
+                let _ = started.send(i);
+                ctx.serve(&WHERE, 16, |_, ()| {
+                    let me = me.clone();
+                    async move { me }
+                })
+                .await
+                .unwrap();
+                journal.record(Event::Stopped(i, Instant::now()));
+            }
+        })
+        .unwrap();
+}
+
+async fn ticker_cluster(
+    settings: &Settings,
+    n: usize,
+) -> (Vec<Node>, Journal, mpsc::UnboundedReceiver<usize>) {
+    let nodes = support::start_cluster(settings, n).await;
+    let journal = Journal::default();
+    let (tx, rx) = mpsc::unbounded_channel();
+    for (i, node) in nodes.iter().enumerate() {
+        start_ticker(node, i, &journal, &tx);
+    }
+    (nodes, journal, rx)
+}
+
+/// The index of the oldest member after node 0 (nodes that joined together are ordered by
+/// address).
+fn next_oldest(nodes: &[Node]) -> usize {
+    let state = nodes[0].state();
+    let mut members: Vec<_> =
+        state.members.iter().filter(|m| m.node() != nodes[0].self_node()).collect();
+    members.sort_by(|a, b| a.age_cmp(b));
+    nodes.iter().position(|n| n.self_node() == members[0].node()).unwrap()
+}
+
+async fn next_start(rx: &mut mpsc::UnboundedReceiver<usize>) -> usize {
+    tokio::time::timeout(T, rx.recv()).await.expect("an instance started in time").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_runs_on_the_oldest_and_moves_to_the_next_oldest_on_a_graceful_leave() {
+    let _live = support::live().await;
+    let (nodes, journal, mut started) = ticker_cluster(&fast_settings(), 3).await;
+    // The first node formed the cluster: it is the oldest.
+    assert_eq!(next_start(&mut started).await, 0);
+    let proxy = nodes[2].singletons().proxy(None, WHERE);
+    assert_eq!(proxy.ask(&(), T).await.unwrap(), nodes[0].self_address().to_string());
+
+    // Asks sent through the proxy during the hand-over wait for the new instance.
+    let asking = tokio::spawn({
+        let proxy = proxy.clone();
+        async move {
+            let mut answers = Vec::new();
+            for _ in 0..40 {
+                answers.push(proxy.ask(&(), T).await);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            answers
+        }
+    });
+    let next = next_oldest(&nodes);
+    nodes[0].shutdown().await;
+    assert_eq!(next_start(&mut started).await, next, "the next oldest takes over");
+    let answers = asking.await.unwrap();
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    assert_eq!(proxy.ask(&(), T).await.unwrap(), nodes[next].self_address().to_string());
+
+    // The old instance had stopped before the new one started.
+    let events = journal.events();
+    let (stopped, restarted) = (journal.first(0, false), journal.first(next, true));
+    assert!(stopped.unwrap() <= restarted.unwrap(), "{events:?}");
+    assert_eq!(journal.max_concurrent(), 1, "{events:?}");
+    for n in &nodes[1..] {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_host_is_replaced_only_after_its_removal_and_the_margin() {
+    let _live = support::live().await;
+    let mut settings = fast_settings();
+    let sbr = &mut settings.cluster.core.split_brain_resolver;
+    sbr.active_strategy = "keep-majority".into();
+    sbr.stable_after = Duration::from_secs(2);
+    let (nodes, journal, mut started) = ticker_cluster(&settings, 3).await;
+    assert_eq!(next_start(&mut started).await, 0);
+    let next = next_oldest(&nodes);
+    let crashed = nodes[0].self_node().clone();
+    let removed = nodes[next].messaging().watch_member(&crashed);
+    nodes[0].stop().await;
+    let crash = Instant::now();
+    tokio::time::timeout(T, removed.gone()).await.expect("the crashed host was removed");
+    let removed_at = Instant::now();
+    assert_eq!(next_start(&mut started).await, next);
+    let restarted = journal.first(next, true).unwrap();
+    // The margin (stable_after, 2 s) runs from the removal.
+    assert!(restarted >= removed_at, "started before the removal");
+    assert!(
+        restarted.duration_since(crash) >= Duration::from_secs(2),
+        "started {:?} after the crash",
+        restarted.duration_since(crash)
+    );
+    let status = nodes[next].singletons().statuses().list();
+    assert_eq!(status[0].phase.as_str(), "running");
+    assert!(status[0].running_here);
+    for n in &nodes[1..] {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_management_api_shows_where_each_singleton_runs() {
+    let _live = support::live().await;
+    let mut settings = fast_settings();
+    settings.management.enabled = true;
+    settings.management.port = 0;
+    settings.bootstrap.enabled = false;
+    let (nodes, _journal, mut started) = ticker_cluster(&settings, 2).await;
+    assert_eq!(next_start(&mut started).await, 0);
+    let client = reqwest::Client::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let url = format!("http://{}/cluster/singletons", node.management_addr().unwrap());
+        let expected_state = if i == 0 { "running" } else { "younger" };
+        let body = wait_for_json(&client, &url, |b: &ClusterSingletons| {
+            b.singletons.first().is_some_and(|s| s.state == expected_state)
+        })
+        .await;
+        let s = &body.singletons[0];
+        assert_eq!(s.name, "ticker");
+        assert_eq!(s.host.as_deref(), Some(&*nodes[0].self_address().to_string()));
+        assert_eq!(s.running_here, i == 0);
+        assert!(s.since > 0);
+    }
+    for n in &nodes {
+        n.stop().await;
+    }
+}
+
+/// GETs `url` until its JSON satisfies `ok`: the manager publishes its state on its own task.
+async fn wait_for_json<B: serde::de::DeserializeOwned>(
+    client: &reqwest::Client,
+    url: &str,
+    ok: impl Fn(&B) -> bool,
+) -> B {
+    let deadline = Instant::now() + T;
+    loop {
+        let body: B = client.get(url).send().await.unwrap().json().await.unwrap();
+        if ok(&body) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "{url} never showed the expected state");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
