@@ -16,13 +16,14 @@ use support::process::{Proc, address};
 
 const T: Duration = Duration::from_secs(90);
 
-/// The example's settings: fast failure detection, keep-majority after 2 s of stability (so the
-/// removal margin is 2 s), and `extra`.
+/// The example's settings: fast failure detection, keep-majority after 2 s of stability and a
+/// 2 s stop allowance (so the removal margin is 2 + 3 + 0.6 + 2 = 7.6 s), and `extra`.
 fn sets(extra: &[String]) -> Vec<String> {
     let mut sets = fast_sets();
     sets.extend([
         "cluster.split_brain_resolver.active_strategy=\"keep-majority\"".to_owned(),
         "cluster.split_brain_resolver.stable_after=\"2s\"".to_owned(),
+        "singleton.hand_over_timeout=\"2s\"".to_owned(),
     ]);
     sets.extend_from_slice(extra);
     sets

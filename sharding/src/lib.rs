@@ -10,9 +10,10 @@
 //! the same inputs give the same outputs. `clippy.toml` bans clocks, sleeps, threads and hash maps.
 //!
 //! Layout:
-//! - [`singleton`]: [`SingletonManager`](singleton::SingletonManager), one per (node, singleton
-//!   name), its settings, outputs and hand-over messages; `singleton/view.rs` reads a membership
-//!   list (who may host, who is the oldest).
+//! - [`singleton`]: the settings, hand-over messages, outputs, phases and status of a singleton;
+//!   `singleton/manager.rs` holds [`SingletonManager`](singleton::SingletonManager), one per (node,
+//!   singleton name); `singleton/view.rs` reads a membership list (who may host, who is the
+//!   oldest). `docs/singleton.md` explains the protocol and the removal margin.
 
 #![warn(missing_docs)]
 

@@ -7,12 +7,17 @@
 //!
 //! Scheduling is left to the caller, through a callback, so that deliveries share one queue with
 //! every other event and keep their place in its order.
+//!
+//! The cluster singleton's hand-over messages take the same network (the same quality, partitions
+//! and clogs) but draw their losses and latencies from a random stream of their own, so that
+//! adding them leaves every membership message's fate, and the membership trace, as it was.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use convoke_membership::message::Message;
 use convoke_membership::{Address, Cluster, Uid, UniqueAddress};
+use convoke_sharding::singleton::HandOver;
 use rand_chacha::ChaCha8Rng;
 
 use crate::counters::{NodeCounters, SizeMode, Sizer, kind_index};
@@ -33,6 +38,28 @@ pub struct InFlight {
     pub bytes: usize,
 }
 
+/// A hand-over message of the cluster singleton on the wire.
+#[derive(Clone, Debug)]
+pub struct HandOverInFlight {
+    /// The sender's slot.
+    pub from_slot: usize,
+    /// The sender.
+    pub from: UniqueAddress,
+    /// The receiver's slot.
+    pub to_slot: usize,
+    /// The message.
+    pub message: HandOver,
+}
+
+/// A message copy handed to the scheduler.
+#[derive(Debug)]
+pub enum Wire {
+    /// A membership message.
+    Membership(InFlight),
+    /// A singleton hand-over message.
+    HandOver(HandOverInFlight),
+}
+
 /// The network between the slots: quality, link state, held messages and traffic counters.
 #[derive(Debug)]
 pub struct Delivery {
@@ -45,12 +72,22 @@ pub struct Delivery {
     sizer: Sizer,
     /// Messages handed to cores so far.
     delivered: u64,
+    /// Losses, duplicates and latencies of hand-over messages.
+    hand_over_rng: ChaCha8Rng,
+    /// Hand-over messages that arrived at a clogged node, or from one.
+    held_hand_overs: Vec<HandOverInFlight>,
 }
 
 impl Delivery {
     /// `n` slots on a network of quality `net`, every link open; latencies and losses drawn from
-    /// `rng`.
-    pub fn new(n: usize, net: NetConfig, rng: ChaCha8Rng, size_mode: SizeMode) -> Self {
+    /// `rng`, those of hand-over messages from `hand_over_rng`.
+    pub fn new(
+        n: usize,
+        net: NetConfig,
+        rng: ChaCha8Rng,
+        hand_over_rng: ChaCha8Rng,
+        size_mode: SizeMode,
+    ) -> Self {
         Self {
             net,
             links: Links::new(n),
@@ -59,6 +96,8 @@ impl Delivery {
             counters: vec![NodeCounters::default(); n],
             sizer: Sizer::new(n, size_mode),
             delivered: 0,
+            hand_over_rng,
+            held_hand_overs: Vec::new(),
         }
     }
 
@@ -111,7 +150,7 @@ impl Delivery {
         from: &UniqueAddress,
         to_slot: Option<usize>,
         message: Message,
-        mut schedule: impl FnMut(Duration, InFlight),
+        mut schedule: impl FnMut(Duration, Wire),
     ) {
         let kind = kind_index(&message);
         let (bytes, members) = self.sizer.size(from_slot, &message);
@@ -126,8 +165,36 @@ impl Delivery {
             } else {
                 message.clone().expect("not yet moved")
             };
-            schedule(at, InFlight { from_slot, from: from.clone(), to_slot, message, bytes });
+            let m = InFlight { from_slot, from: from.clone(), to_slot, message, bytes };
+            schedule(at, Wire::Membership(m));
         }
+    }
+
+    /// Puts the copies of hand-over message `m` on the wire.
+    pub fn send_hand_over(
+        &mut self,
+        now: Duration,
+        m: HandOverInFlight,
+        mut schedule: impl FnMut(Duration, Wire),
+    ) {
+        let copies = self.net.sample_copies(&mut self.hand_over_rng);
+        for _ in 0..copies {
+            let at = now + self.net.sample_delay(&mut self.hand_over_rng);
+            schedule(at, Wire::HandOver(m.clone()));
+        }
+    }
+
+    /// A hand-over message reaches the network interface of its destination: as
+    /// [`Delivery::arrive`].
+    pub fn arrive_hand_over(&mut self, m: HandOverInFlight) -> Option<HandOverInFlight> {
+        if !self.links.is_open(m.from_slot, m.to_slot) {
+            return None;
+        }
+        if self.links.is_clogged(m.from_slot) || self.links.is_clogged(m.to_slot) {
+            self.held_hand_overs.push(m);
+            return None;
+        }
+        Some(m)
     }
 
     /// A message reaches the network interface of its destination: it is returned if the link
@@ -157,7 +224,7 @@ impl Delivery {
     }
 
     /// Ends partition `id`; held messages no clog keeps any more go on their way.
-    pub fn unblock(&mut self, id: u64, now: Duration, schedule: impl FnMut(Duration, InFlight)) {
+    pub fn unblock(&mut self, id: u64, now: Duration, schedule: impl FnMut(Duration, Wire)) {
         self.links.unblock(id);
         self.release_held(now, schedule);
     }
@@ -168,31 +235,35 @@ impl Delivery {
     }
 
     /// Unclogs `slot`; held messages no clog keeps any more go on their way.
-    pub fn unclog(&mut self, slot: usize, now: Duration, schedule: impl FnMut(Duration, InFlight)) {
+    pub fn unclog(&mut self, slot: usize, now: Duration, schedule: impl FnMut(Duration, Wire)) {
         self.links.set_clogged(slot, false);
         self.release_held(now, schedule);
     }
 
     /// Ends every partition and clog, releases what was held (at the old quality), then sets the
     /// quality to `net`.
-    pub fn heal(
-        &mut self,
-        net: NetConfig,
-        now: Duration,
-        schedule: impl FnMut(Duration, InFlight),
-    ) {
+    pub fn heal(&mut self, net: NetConfig, now: Duration, schedule: impl FnMut(Duration, Wire)) {
         self.links.heal();
         self.release_held(now, schedule);
         self.net = net;
     }
 
-    fn release_held(&mut self, now: Duration, mut schedule: impl FnMut(Duration, InFlight)) {
+    fn release_held(&mut self, now: Duration, mut schedule: impl FnMut(Duration, Wire)) {
         let held = std::mem::take(&mut self.held);
         for m in held {
             if self.links.is_clogged(m.from_slot) || self.links.is_clogged(m.to_slot) {
                 self.held.push(m);
             } else {
-                schedule(now + self.net.sample_delay(&mut self.rng), m);
+                schedule(now + self.net.sample_delay(&mut self.rng), Wire::Membership(m));
+            }
+        }
+        let held = std::mem::take(&mut self.held_hand_overs);
+        for m in held {
+            if self.links.is_clogged(m.from_slot) || self.links.is_clogged(m.to_slot) {
+                self.held_hand_overs.push(m);
+            } else {
+                let at = now + self.net.sample_delay(&mut self.hand_over_rng);
+                schedule(at, Wire::HandOver(m));
             }
         }
     }
@@ -205,7 +276,7 @@ impl Delivery {
         slot: usize,
         core: &Cluster,
         system: &str,
-        mut schedule: impl FnMut(Duration, InFlight),
+        mut schedule: impl FnMut(Duration, Wire),
     ) {
         let me = core.self_node().clone();
         let gossip = core.gossip().clone();
@@ -237,7 +308,8 @@ impl Delivery {
         }
         for (from, message) in msgs {
             let at = now + self.net.sample_delay(&mut self.rng);
-            schedule(at, InFlight { from_slot: slot, from, to_slot: slot, message, bytes: 0 });
+            let m = InFlight { from_slot: slot, from, to_slot: slot, message, bytes: 0 };
+            schedule(at, Wire::Membership(m));
         }
     }
 }

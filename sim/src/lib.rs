@@ -5,8 +5,12 @@
 //! TigerBeetle simulators). A run is a pure function of its seed and options: every fault
 //! schedule, latency, uid and clock drift is drawn from streams derived from the seed, and the
 //! trace hash proves that two runs did the same thing. After every step the safety invariants
-//! (S1–S14, listed at [`invariants::registry`]) are checked; chaos runs end with a liveness phase
-//! that heals every fault and demands convergence within a bound ([`liveness`]).
+//! (S1–S14 and S17, listed at [`invariants::registry`]) are checked; chaos runs end with a
+//! liveness phase that heals every fault and demands convergence within a bound ([`liveness`]).
+//!
+//! Chaos runs also run a cluster singleton manager in every process ([`singleton`]): S17 demands
+//! that at most one instance runs at a time, and the liveness phase (L8) that exactly one runs on
+//! the oldest member soon after the membership settles.
 //!
 //! The cores run the split-brain resolver, which downs nodes in chaos runs by default. What a
 //! deployment adds around a core and the simulator does not model — the transport's quarantine,
@@ -28,6 +32,7 @@
 //! - [`net`]: latency, loss, duplication, reordering, partitions and clogs.
 //! - [`faults`]: the nemesis that injects random faults in chaos runs.
 //! - [`operator`]: quarantine, bootstrap, and oracle downing in place of the resolver.
+//! - [`singleton`]: the cluster singleton managers, their instances and counters.
 //! - [`invariants`]: one checker per safety invariant, of the core and of the resolver.
 //! - [`liveness`]: the post-heal checks and their bound.
 //! - [`counters`]: traffic per node and message type, with real wire sizes.
@@ -50,6 +55,7 @@ pub mod net;
 pub mod operator;
 pub mod processes;
 pub mod queue;
+pub mod singleton;
 pub mod stats;
 pub mod time;
 pub mod trace;

@@ -9,7 +9,10 @@
 //!   unreachable, was downed and removed);
 //! - **L4** reachable again: no live view has any unreachable record left;
 //! - **L6** a node that joined during the faults ends Up (a late joiner failing L1 is reported as
-//!   L6).
+//!   L6);
+//! - **L8** one singleton: within [`singleton_bound`] of the membership settling (L1 holding),
+//!   exactly one cluster singleton instance exists, it is not stopping, and it runs on the oldest
+//!   Up member (when the run has the singleton layer).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -19,8 +22,11 @@ use convoke_membership::config::{Config, RETRY_UNSUCCESSFUL_JOIN_AFTER_ON};
 use convoke_membership::member::MemberStatus;
 
 use convoke_membership::sbr::TICK_INTERVAL;
+use convoke_sharding::singleton::SingletonConfig;
 
+use crate::net::NetConfig;
 use crate::operator::{Downing, OperatorConfig};
+use crate::singleton::MAX_STOP_DELAY;
 use crate::world::Sim;
 
 /// The first unmet liveness property: its id and what is wrong.
@@ -126,5 +132,60 @@ pub fn bound(config: &Config, n: usize, operator: &OperatorConfig, max_drift_ppm
     let log2 = usize::BITS - n.max(1).leading_zeros();
     let spread = config.gossip_interval * (2 * log2 + 5);
     let total = fd * 2 + down + restart + bootstrap + join * 2 + spread * 3;
+    total.mul_f64(1.0 + f64::from(max_drift_ppm.unsigned_abs()) / 1e6)
+}
+
+/// Checks L8 now: exactly one singleton instance exists, it is not stopping, and it runs on the
+/// oldest Up member of the first running node's view (all views are the same once L1 holds).
+/// Holds trivially when the run has no singleton layer.
+///
+/// # Errors
+/// What is wrong.
+pub fn check_singleton(sim: &Sim) -> Result<(), Unmet> {
+    let Some(singletons) = sim.singletons() else { return Ok(()) };
+    let Some(first) = sim.running().next() else {
+        return Err(("L8", "no node is running".to_owned()));
+    };
+    let g = sim.core(first).expect("running").gossip();
+    let oldest = g
+        .members()
+        .filter(|m| m.status() == MemberStatus::Up)
+        .min_by(|a, b| a.age_cmp(b).then_with(|| a.node().cmp(b.node())))
+        .map(|m| m.node().clone());
+    let Some(oldest) = oldest else { return Err(("L8", "no member is Up".to_owned())) };
+    let instances: Vec<_> = singletons.instances().collect();
+    match instances.as_slice() {
+        [] => Err(("L8", format!("no singleton instance runs; the oldest member is {oldest}"))),
+        [(_, i)] if i.node == oldest && i.stop_asked_at.is_none() => Ok(()),
+        [(slot, i)] => Err((
+            "L8",
+            format!(
+                "the only singleton instance runs in slot {slot} ({}{}), the oldest member is \
+                 {oldest}",
+                i.node,
+                if i.stop_asked_at.is_some() { ", stopping" } else { "" }
+            ),
+        )),
+        more => {
+            let slots: Vec<usize> = more.iter().map(|(s, _)| *s).collect();
+            Err(("L8", format!("{} singleton instances run, in slots {slots:?}", more.len())))
+        }
+    }
+}
+
+/// How long after the membership settles (L1 holds) L8 may take, for singleton settings `config`
+/// on a network of quality `net`:
+///
+/// - the removal margin: a previous host removed before the membership settled was seen removed
+///   by then, so its margin ends within one margin (a host that left lingers to hand over for
+///   less than that);
+/// - two hand-over rounds, each a retry interval plus the longest one-way latency: a previous host
+///   may first learn that it is no longer the oldest, then be asked again;
+/// - the longest an instance takes to stop, and a second of slack;
+///
+/// all stretched by the largest clock drift (the margins and retries run on the nodes' clocks).
+pub fn singleton_bound(config: &SingletonConfig, net: &NetConfig, max_drift_ppm: i32) -> Duration {
+    let round = config.hand_over_retry_interval + net.latency_max + net.reorder_delay;
+    let total = config.removal_margin + round * 2 + MAX_STOP_DELAY + Duration::from_secs(1);
     total.mul_f64(1.0 + f64::from(max_drift_ppm.unsigned_abs()) / 1e6)
 }

@@ -10,6 +10,7 @@ use convoke_membership::config::{TargetPreference, parse_duration};
 use convoke_sim::commands::chaos::{ChaosDowning, ChaosOptions, Nodes, SeedReport, run_seed};
 use convoke_sim::commands::converge::{self, ConvergeOptions, JoinMode};
 use convoke_sim::commands::detect::{self, DetectOptions};
+use convoke_sim::singleton::Margin;
 use serde::Serialize;
 
 /// `println!` for the reports: when stdout is closed (the reader went away, as `| head` does) the
@@ -103,6 +104,10 @@ enum Command {
         /// oracle with the resolver off.
         #[arg(long, value_enum, default_value_t = ChaosDowning::Resolver)]
         downing: ChaosDowning,
+        /// The cluster singleton's removal margin: the recommended one, or the resolver's
+        /// stable_after alone (too short; kept to show it).
+        #[arg(long, value_enum, default_value_t = Margin::Recommended)]
+        singleton_margin: Margin,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -212,9 +217,22 @@ fn main() -> ExitCode {
                 r.crashes.len() < crashes || r.crashes.iter().any(|c| c.all_detect_s.is_none());
             if r.violation.is_some() || incomplete { ExitCode::FAILURE } else { ExitCode::SUCCESS }
         }
-        Command::Chaos { nodes, seeds, duration, twice, jobs, log, downing, json } => {
-            chaos(nodes, seeds, ChaosRun { duration, twice, jobs, log, downing }, json)
-        }
+        Command::Chaos {
+            nodes,
+            seeds,
+            duration,
+            twice,
+            jobs,
+            log,
+            downing,
+            singleton_margin,
+            json,
+        } => chaos(
+            nodes,
+            seeds,
+            ChaosRun { duration, twice, jobs, log, downing, singleton_margin },
+            json,
+        ),
     }
 }
 
@@ -315,10 +333,11 @@ struct ChaosRun {
     jobs: Option<usize>,
     log: usize,
     downing: ChaosDowning,
+    singleton_margin: Margin,
 }
 
 fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode {
-    let ChaosRun { duration, twice, jobs, log, downing } = run;
+    let ChaosRun { duration, twice, jobs, log, downing, singleton_margin } = run;
     let list: Vec<u64> = (seeds.0..seeds.1).collect();
     let jobs = jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
@@ -330,10 +349,13 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         let mut o = ChaosOptions::new(seed, nodes.for_seed(seed), duration);
         o.log_steps = log;
         o.downing = downing;
+        o.singleton_margin = singleton_margin;
         let mut r = run_seed(&o);
         if twice {
             let again = run_seed(&o);
-            if again.trace_hash != r.trace_hash && r.violation.is_none() {
+            let same = again.trace_hash == r.trace_hash
+                && again.singleton_trace_hash == r.singleton_trace_hash;
+            if !same && r.violation.is_none() {
                 r.pass = false;
                 r.violation = Some(convoke_sim::invariants::Violation {
                     invariant: "determinism".to_owned(),
@@ -341,8 +363,11 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
                     time_s: r.simulated_s,
                     slot: None,
                     message: format!(
-                        "the same seed gave trace hashes {} and {}",
-                        r.trace_hash, again.trace_hash
+                        "the same seed gave trace hashes {}/{} and {}/{}",
+                        r.trace_hash,
+                        r.singleton_trace_hash,
+                        again.trace_hash,
+                        again.singleton_trace_hash
                     ),
                 });
             }
@@ -385,13 +410,17 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
 fn print_seed(r: &SeedReport) {
     match &r.violation {
         None => say!(
-            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, {:.0}s simulated, {:.1}s wall]",
+            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, singleton {} starts {} hand-overs, one on the oldest {:.1}s of {:.0}s after, {:.0}s simulated, {:.1}s wall]",
             r.seed,
             r.nodes,
             r.faults,
             r.sbr_decisions,
             r.liveness_s.unwrap_or(0.0),
             r.liveness_bound_s,
+            r.singleton.starts,
+            r.singleton.hand_over_done,
+            r.singleton_s.unwrap_or(0.0),
+            r.singleton_bound_s,
             r.simulated_s,
             r.wall_s
         ),

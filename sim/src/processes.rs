@@ -188,6 +188,11 @@ impl Processes {
         self.base + self.slots[i].clock.local(now)
     }
 
+    /// The earliest global time at which slot `i`'s clock reads `deadline`.
+    pub fn global_at(&self, i: usize, deadline: Instant) -> Duration {
+        self.slots[i].clock.global_at(deadline.saturating_duration_since(self.base))
+    }
+
     /// The wall-clock time on slot `i` at global time `now`, in ms since the Unix epoch.
     pub fn wall_ms(&self, i: usize, now: Duration) -> u64 {
         let now = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);

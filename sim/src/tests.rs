@@ -1,4 +1,5 @@
-//! The checkers that judge the whole world (S1, S4, S14), fed a simulated one. They live here,
+//! The checkers that judge the whole world (S1, S4, S14, S17), and the singleton liveness check
+//! (L8), fed a simulated one. They live here,
 //! above both, because `world` runs the checkers: from inside `invariants` they would import the
 //! world back.
 
@@ -11,9 +12,10 @@ use convoke_membership::member::MemberStatus::{Down, Up};
 
 use crate::commands::{all_up_converged, start_bulk};
 use crate::invariants::{
-    self, Cause, DownAllWhenUnstable, DownedNodeStops, Invariant, Observation, OneLiveCluster,
-    WorldView,
+    self, Cause, DownAllWhenUnstable, DownedNodeStops, InstanceView, Invariant, Observation,
+    OneLiveCluster, OneSingleton, WorldView,
 };
+use crate::liveness;
 use crate::world::{Action, Sim, SimOptions};
 
 /// A world seen `.1` after the simulator's present, with nothing having happened meanwhile: a
@@ -212,4 +214,111 @@ fn s4_stays_quiet_while_every_member_is_reachable() {
     let mut s4 = DownAllWhenUnstable::default();
     assert_eq!(s4.check_world(&sim), Ok(()));
     assert_eq!(s4.check_world(&Later(&sim, Duration::from_secs(600), None)), Ok(()));
+}
+
+/// A simulated world in which the slots in `.1` are also said to run singleton instances.
+struct WithInstances<'a>(&'a Sim, Vec<usize>);
+
+impl WorldView for WithInstances<'_> {
+    fn now(&self) -> Duration {
+        WorldView::now(self.0)
+    }
+    fn slots(&self) -> usize {
+        WorldView::slots(self.0)
+    }
+    fn core(&self, slot: usize) -> Option<&convoke_membership::Cluster> {
+        WorldView::core(self.0, slot)
+    }
+    fn is_stopped(&self, slot: usize) -> bool {
+        self.0.is_stopped(slot)
+    }
+    fn link_open(&self, from: usize, to: usize) -> bool {
+        self.0.link_open(from, to)
+    }
+    fn is_running(&self, slot: usize) -> bool {
+        WorldView::is_running(self.0, slot)
+    }
+    fn running_time(&self, slot: usize) -> Duration {
+        self.0.running_time(slot)
+    }
+    fn singleton(&self, slot: usize) -> Option<InstanceView> {
+        self.1.contains(&slot).then(|| InstanceView {
+            node: self.0.slot(slot).node.clone().expect("started"),
+            since: Duration::ZERO,
+            stopping: false,
+            longest_pause: Duration::ZERO,
+            removal_margin: Duration::from_secs(20),
+        })
+    }
+}
+
+#[test]
+fn s17_leaves_two_live_clusters_to_s1() {
+    // Two clusters that never knew each other, each with its instance: S1's business.
+    let sim = formed(4, &[&[0, 1], &[2, 3]]);
+    let mut s17 = OneSingleton::default();
+    assert_eq!(s17.check_singletons(&WithInstances(&sim, vec![0, 2])), Ok(()));
+    assert_eq!(s17.check_singletons(&WithInstances(&sim, vec![0])), Ok(()));
+}
+
+#[test]
+fn s17_fires_for_two_instances_in_one_cluster() {
+    let sim = formed(3, &[&[0, 1, 2]]);
+    let mut s17 = OneSingleton::default();
+    assert_eq!(s17.check_singletons(&WithInstances(&sim, vec![0, 2])), Ok(()));
+    let err = s17.check_singletons(&WithInstances(&sim, vec![2])).unwrap_err();
+    assert!(err.contains("in one cluster"), "{err}");
+}
+
+/// `nodes` slots formed into one cluster that runs the singleton (checkers on).
+fn formed_with_singleton(nodes: usize) -> Sim {
+    let mut opts = SimOptions::new(11, nodes);
+    opts.singleton = Some(crate::singleton::config(&Config::default(), Default::default()));
+    let mut sim = Sim::new(opts);
+    let slots: Vec<usize> = (0..nodes).collect();
+    start_bulk(&mut sim, &slots);
+    let all_formed = sim.run_until_pred(Duration::from_secs(60), Duration::from_millis(500), |s| {
+        all_up_converged(s, &slots)
+    });
+    assert!(all_formed);
+    sim
+}
+
+#[test]
+fn l8_holds_once_the_oldest_runs_the_only_instance_and_again_after_its_crash() {
+    let mut sim = formed_with_singleton(3);
+    assert_eq!(liveness::check_singleton(&sim), Ok(()));
+    let host = sim.singletons().and_then(|s| s.instances().next()).map(|(slot, _)| slot);
+    assert_eq!(host, Some(0), "the first node is moved Up first");
+    sim.apply(Action::Crash(0));
+    let (id, why) = liveness::check_singleton(&sim).unwrap_err();
+    assert_eq!(id, "L8");
+    assert!(why.contains("no singleton instance"), "{why}");
+    // Downed, removed, and the margin waited out: the next oldest runs it.
+    let margin = sim.singletons().map(|s| s.config().removal_margin).expect("on");
+    let moved = sim.run_until_pred(margin * 3, Duration::from_millis(250), |s| {
+        liveness::check_singleton(s).is_ok()
+    });
+    assert!(moved, "{:?}", liveness::check_singleton(&sim));
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
+    let stats = sim.singletons().map(|s| s.stats).expect("on");
+    assert_eq!((stats.starts, stats.gone_with_process), (2, 1));
+}
+
+#[test]
+fn a_host_that_leaves_hands_the_instance_over_before_its_process_exits() {
+    let mut sim = formed_with_singleton(3);
+    sim.apply(Action::Leave(0));
+    let moved = sim.run_until_pred(Duration::from_secs(30), Duration::from_millis(100), |s| {
+        s.singletons().is_some_and(|x| x.instances().any(|(slot, _)| slot == 1))
+    });
+    assert!(moved);
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
+    let stats = sim.singletons().map(|s| s.stats).expect("on");
+    // Stopped when asked, not gone with the process; HandOverDone reached the new host.
+    assert_eq!((stats.stops, stats.gone_with_process), (1, 0));
+    assert!(stats.hand_over_done >= 1);
+    // Well before the removal margin of the leaver could have run out.
+    let margin = sim.singletons().map(|s| s.config().removal_margin).expect("on");
+    assert!(sim.now() < Duration::from_secs(60) + margin, "{:?}", sim.now());
 }

@@ -16,8 +16,14 @@
 //! Randomness comes from independent ChaCha streams derived from the run's seed (network, node
 //! uids and core seeds, clocks, operator), so a run is a pure function of (seed, options), and
 //! switching the checkers off does not change what happens.
+//!
+//! When [`SimOptions::singleton`] is set, every process also runs a cluster singleton manager
+//! ([`crate::singleton`]); `singleton` feeds it. Its randomness (stop delays, hand-over messages'
+//! fates) comes from streams of its own and its steps are hashed apart, so the membership part of
+//! a run, and its trace hash, are the same with or without it.
 
 mod actions;
+mod singleton;
 mod step;
 mod views;
 
@@ -26,12 +32,13 @@ use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
 use convoke_membership::config::Config;
+use convoke_sharding::singleton::SingletonConfig;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 pub use crate::control::Action;
 use crate::counters::SizeMode;
-use crate::delivery::{Delivery, InFlight};
+use crate::delivery::{Delivery, HandOverInFlight, InFlight, Wire};
 use crate::faults::Nemesis;
 use crate::invariants::{Checkers, Violation};
 use crate::net::NetConfig;
@@ -39,6 +46,7 @@ use crate::operator::{Operator, OperatorConfig};
 pub use crate::processes::{BASE_PORT, HOST, Slot, SlotState, WALL_START_MS};
 use crate::processes::{Processes, Supervisor};
 use crate::queue::Queue;
+use crate::singleton::Singletons;
 use crate::trace::Trace;
 
 /// Independent random streams derived from the seed.
@@ -52,6 +60,8 @@ pub(crate) enum Stream {
     Shape = 5,
     Operator = 6,
     Size = 7,
+    Singleton = 8,
+    HandOver = 9,
 }
 
 /// The random stream `stream` of run `seed`.
@@ -84,6 +94,8 @@ pub struct SimOptions {
     pub log_steps: usize,
     /// How gossip sizes are computed for the counters.
     pub size_mode: SizeMode,
+    /// The cluster singleton every process runs, if any.
+    pub singleton: Option<SingletonConfig>,
 }
 
 impl SimOptions {
@@ -100,6 +112,7 @@ impl SimOptions {
             check_invariants: true,
             log_steps: 0,
             size_mode: SizeMode::default(),
+            singleton: None,
         }
     }
 }
@@ -111,6 +124,10 @@ enum Event {
     Action(Action),
     Nemesis,
     OperatorTick,
+    DeliverHandOver(HandOverInFlight),
+    SingletonTimer { slot: usize, generation: u64 },
+    InstanceStopped { slot: usize, incarnation: u32 },
+    LingerEnd { slot: usize, incarnation: u32 },
 }
 
 /// The simulated world.
@@ -132,6 +149,7 @@ pub struct Sim {
     crashes: Vec<(UniqueAddress, Duration)>,
     up: UpTracker,
     decisions: u64,
+    singletons: Option<Singletons>,
 }
 
 /// Who has seen whom Up, for the convergence figures.
@@ -156,8 +174,14 @@ impl UpTracker {
 }
 
 /// Where delivery puts the copies it sends: into `queue`, not before `now`.
-fn into_queue(queue: &mut Queue<Event>, now: Duration) -> impl FnMut(Duration, InFlight) + '_ {
-    move |at, m| queue.push(at.max(now), Event::Deliver(Box::new(m)))
+fn into_queue(queue: &mut Queue<Event>, now: Duration) -> impl FnMut(Duration, Wire) + '_ {
+    move |at, w| {
+        let event = match w {
+            Wire::Membership(m) => Event::Deliver(Box::new(m)),
+            Wire::HandOver(m) => Event::DeliverHandOver(m),
+        };
+        queue.push(at.max(now), event);
+    }
 }
 
 impl Sim {
@@ -190,6 +214,7 @@ impl Sim {
                 n,
                 opts.net.clone(),
                 rng(opts.seed, Stream::Net),
+                rng(opts.seed, Stream::HandOver),
                 opts.size_mode,
             ),
             trace: Trace::new(opts.log_steps),
@@ -200,6 +225,10 @@ impl Sim {
             crashes: Vec::new(),
             up: UpTracker { target: n, ..UpTracker::default() },
             decisions: 0,
+            singletons: opts
+                .singleton
+                .clone()
+                .map(|c| Singletons::new(n, c, rng(opts.seed, Stream::Singleton))),
             opts,
         };
         if sim.operator.config().is_active() {
@@ -253,6 +282,14 @@ impl Sim {
                     }
                 }
             }
+            Event::DeliverHandOver(m) => self.arrive_hand_over(m),
+            Event::SingletonTimer { slot, generation } => {
+                self.fire_singleton_timer(slot, generation)
+            }
+            Event::InstanceStopped { slot, incarnation } => {
+                self.instance_stopped(slot, incarnation)
+            }
+            Event::LingerEnd { slot, incarnation } => self.linger_end(slot, incarnation),
             Event::OperatorTick => {
                 // Out of the world while it acts on it; nothing it does calls back into it.
                 let mut operator = std::mem::take(&mut self.operator);

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use convoke_sim::commands::chaos::{ChaosOptions, run_seed};
 use convoke_sim::commands::converge::{self, ConvergeOptions};
+use convoke_sim::commands::start_bulk;
+use convoke_sim::singleton::{self, Margin};
+use convoke_sim::world::{Action, Sim, SimOptions};
 
 #[test]
 fn a_chaos_seed_run_twice_gives_the_same_trace_hash() {
@@ -13,6 +16,8 @@ fn a_chaos_seed_run_twice_gives_the_same_trace_hash() {
     assert!(first.pass, "{:?}", first.violation);
     assert!(first.faults > 0, "the run injected no faults, so it proves little");
     assert_eq!(first.trace_hash, second.trace_hash);
+    assert_eq!(first.singleton_trace_hash, second.singleton_trace_hash);
+    assert!(first.singleton.starts > 0, "the singleton never started: {:?}", first.singleton);
     assert_eq!(first.steps, second.steps);
     assert_eq!(first.fault_log.len(), second.fault_log.len());
 }
@@ -45,4 +50,31 @@ fn switching_the_checkers_off_does_not_change_the_run() {
     let unchecked = converge::run(&o);
     assert!(checked.violation.is_none());
     assert_eq!(checked.trace_hash, unchecked.trace_hash);
+}
+
+#[test]
+fn the_singleton_layer_leaves_the_membership_run_as_it_was() {
+    // The managers, instances and hand-over messages draw on random streams of their own and are
+    // hashed apart, so a run's membership trace is the same with or without them.
+    let run = |singleton: bool| {
+        let mut opts = SimOptions::new(5, 5);
+        opts.net.loss = 0.05;
+        if singleton {
+            opts.singleton = Some(singleton::config(&opts.config, Margin::Recommended));
+        }
+        let mut sim = Sim::new(opts);
+        start_bulk(&mut sim, &[0, 1, 2, 3, 4]);
+        sim.run_for(Duration::from_secs(20));
+        sim.apply(Action::Crash(0));
+        sim.run_for(Duration::from_secs(60));
+        sim.apply(Action::Leave(1));
+        sim.run_for(Duration::from_secs(30));
+        let starts = sim.singletons().map_or(0, |s| s.stats.starts);
+        (sim.trace_hash(), sim.violation().cloned(), starts)
+    };
+    let (without, _, _) = run(false);
+    let (with, violation, starts) = run(true);
+    assert_eq!(violation, None);
+    assert_eq!(starts, 3, "node 0 from the start, then node 1, then node 2");
+    assert_eq!(without, with);
 }

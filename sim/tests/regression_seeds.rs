@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use convoke_sim::commands::chaos::{ChaosDowning, ChaosOptions, run_seed};
+use convoke_sim::singleton::Margin;
 
 struct Case {
     seed: u64,
@@ -276,6 +277,65 @@ const CASES: &[Case] = &[
         downing: ChaosDowning::Oracle,
         why: "the oracle downing path with the resolver off",
     },
+    Case {
+        seed: 69,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S17 with a removal margin of stable_after: the host, cut off, saw the others for \
+              0.3 s as a partition healed and started its resolver's wait over, while the others \
+              downed it on their older verdict; it downed itself 10 s after the new host started \
+              (fixed: the margin adds a failure-detection time and the stop time)",
+    },
+    Case {
+        seed: 81,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S17 with a removal margin of stable_after: both sides decided within 3 ms of each \
+              other, and the new host started while the old one was still stopping",
+    },
+    Case {
+        seed: 249,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S17 with a removal margin of stable_after: the host downed itself in time and was \
+              still stopping its instance when the margin ran out",
+    },
+    Case {
+        seed: 1296,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S17 with a removal margin of stable_after: under 23 % loss the others saw the host \
+              unreachable 7 s before it saw them",
+    },
+    Case {
+        seed: 907,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S17 with a removal margin of stable_after: a restarted node cut off with a \
+              two-member view kept itself on the tie-break and started once the margin ran out; \
+              the side it downed downed itself later than that",
+    },
+    Case {
+        seed: 1148,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S17: a node paused for 45 s while it waited out a removal margin resumed after the \
+              others had removed it and started on its stale view (fixed: a manager woken long \
+              after its deadline starts nothing for a removal margin)",
+    },
+    Case {
+        seed: 756,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S17 checker: the resolvers left two live clusters for a while (S1's to bound), each \
+              with its singleton; the checker now leaves such pairs to S1",
+    },
+    Case {
+        seed: 775,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S17 checker: two sides of a 2-2 split each kept themselves for a while, as seed 756",
+    },
 ];
 
 fn run(c: &Case) {
@@ -294,4 +354,16 @@ fn every_regression_seed_passes() {
     for c in CASES {
         run(c);
     }
+}
+
+/// The margin the singleton uses matters: with the resolver's `stable_after` alone, seed 69 runs
+/// two instances at once (S17 fires in a real run, not only on made-up worlds).
+#[test]
+fn a_removal_margin_of_stable_after_alone_lets_two_singleton_instances_overlap() {
+    let mut o = ChaosOptions::new(69, 5, Duration::from_secs(600));
+    o.singleton_margin = Margin::StableAfter;
+    let r = run_seed(&o);
+    let v = r.violation.expect("S17 fires");
+    assert_eq!(v.invariant, "S17", "{v}");
+    assert!(r.reproduce.contains("--singleton-margin stable-after"), "{}", r.reproduce);
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use convoke_membership::config::text;
+use convoke_sharding::singleton::SingletonConfig;
 use serde::{Deserialize, Serialize};
 
 use super::SettingsError;
@@ -21,9 +22,12 @@ pub struct SingletonSettings {
     /// How long an instance told to stop may take before it is aborted.
     #[serde(with = "text::duration")]
     pub hand_over_timeout: Duration,
-    /// After the previous host is removed, how long the next oldest waits before starting:
-    /// `"auto"` is the split-brain resolver's `stable_after` (0 when it is off), so the other
-    /// side of a partition has downed itself and stopped its instance first.
+    /// After the previous host is removed, how long the next oldest waits before starting, so
+    /// that a host on the other side of a partition has downed itself and stopped its instance
+    /// first. `"auto"`: the split-brain resolver's `stable_after`, plus the failure detector's
+    /// `acceptable_heartbeat_pause` and three heartbeat intervals (the other side may detect
+    /// the partition later), plus `hand_over_timeout` (its instance's time to stop): 36 s with
+    /// the defaults. See `docs/singleton.md`.
     #[serde(with = "auto_duration")]
     pub removal_margin: Option<Duration>,
     /// Asks a proxy holds while no instance runs (more are refused at once).
@@ -67,12 +71,10 @@ impl SingletonSettings {
         Ok(())
     }
 
-    /// The removal margin in force, given the split-brain resolver's settings.
+    /// The removal margin in force, given the core's settings.
     pub fn removal_margin(&self, core: &convoke_membership::config::Config) -> Duration {
-        self.removal_margin.unwrap_or_else(|| {
-            let sbr = &core.split_brain_resolver;
-            if sbr.active_strategy == "off" { Duration::ZERO } else { sbr.stable_after }
-        })
+        self.removal_margin
+            .unwrap_or_else(|| SingletonConfig::removal_margin_for(core, self.hand_over_timeout))
     }
 }
 

@@ -150,6 +150,10 @@ pub struct SingletonManager {
     /// Unanswered HandOverToMe rounds since this node became the oldest.
     retries: u32,
     shut_down: bool,
+    /// Whether this manager has told the others it is [`HandOver::Released`].
+    announced_release: bool,
+    /// Incarnations that announced they shut down with no instance: never suspects again.
+    released: BTreeSet<UniqueAddress>,
     timers: Timers,
     outputs: VecDeque<Output>,
     /// The deadline the manager last asked to be woken at: an input long after it shows that the
@@ -179,6 +183,8 @@ impl SingletonManager {
             take_over_to: None,
             retries: 0,
             shut_down: false,
+            announced_release: false,
+            released: BTreeSet::new(),
             timers: Timers::default(),
             outputs: VecDeque::new(),
             expected: None,
@@ -223,11 +229,10 @@ impl SingletonManager {
                 s.removed_since = Some(now);
             }
         }
-        // A requester that left, or is on its way out, will never take the instance.
-        let before = &self.view.statuses;
-        self.requests.retain(|r| match reading.statuses.get(r) {
-            Some(s) => is_candidate_status(*s) || s.is_joining(),
-            None => !before.contains_key(r),
+        // A requester that left, is on its way out, or is not known yet will ask again if it
+        // still wants the instance (it repeats its request every retry interval).
+        self.requests.retain(|r| {
+            reading.statuses.get(r).is_some_and(|s| is_candidate_status(*s) || s.is_joining())
         });
         self.view = View {
             joined: true,
@@ -265,6 +270,12 @@ impl SingletonManager {
                 if self.phase.is_waiting_to_start() {
                     self.suspects.remove(from);
                 }
+            }
+            HandOver::Released => {
+                // Permanent for that incarnation: it runs nothing and never starts again.
+                self.released.insert(from.clone());
+                self.suspects.remove(from);
+                self.requests.remove(from);
             }
             HandOver::TakeOverFromMe => {
                 if !self.shut_down && self.phase != Phase::Running {
@@ -427,6 +438,7 @@ impl SingletonManager {
             self.outputs.push_back(Output::ReleaseLease);
         }
         self.serve_requests(now);
+        self.announce_release();
         self.expected = self.poll_timeout();
     }
 
@@ -459,9 +471,10 @@ impl SingletonManager {
             Instance::Stopping(_) => Phase::HandingOver,
             Instance::Absent if oldest => self.try_start(),
             Instance::Absent => {
-                let up = self.view.self_status.is_some_and(|s| {
-                    is_candidate_status(s) || s == MemberStatus::Exiting
-                });
+                let up = self
+                    .view
+                    .self_status
+                    .is_some_and(|s| is_candidate_status(s) || s == MemberStatus::Exiting);
                 if up && self.view.may_host && self.view.oldest.is_some() {
                     Phase::Younger
                 } else {
@@ -567,6 +580,19 @@ impl SingletonManager {
     }
 
     /// Tells `to` it may start, and from then on counts it as a possible host.
+    /// Once shut down with no instance left, tells every other member so (once).
+    fn announce_release(&mut self) {
+        if !self.shut_down || self.announced_release || self.instance != Instance::Absent {
+            return;
+        }
+        self.announced_release = true;
+        let others: Vec<UniqueAddress> =
+            self.view.statuses.keys().filter(|n| **n != self.self_node).cloned().collect();
+        for n in others {
+            self.send(n, HandOver::Released);
+        }
+    }
+
     fn answer_done(&mut self, to: &UniqueAddress) {
         self.send(to.clone(), HandOver::HandOverDone);
         self.suspects.entry(to.clone()).or_insert(Suspect { removed_since: None });
@@ -597,7 +623,7 @@ impl SingletonManager {
 
     /// Counts `node` as a possible host; one that is not a `member` counts as removed as of now.
     fn suspect(&mut self, node: &UniqueAddress, member: bool, now: Instant) {
-        if *node == self.self_node {
+        if *node == self.self_node || self.released.contains(node) {
             return;
         }
         let removed_since = (!member).then_some(now);

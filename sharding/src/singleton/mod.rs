@@ -110,6 +110,11 @@ pub enum HandOver {
     HandOverDone,
     /// A host that is no longer the oldest → the new oldest: ask me for the instance.
     TakeOverFromMe,
+    /// A manager that has shut down → every member: this incarnation runs no instance and never
+    /// will again. Sent once its instance (if any) has ended, so that a graceful leave need not
+    /// wait for the removal margin when the new oldest's HandOverToMe comes too late to be
+    /// answered.
+    Released,
 }
 
 impl HandOver {
@@ -120,6 +125,7 @@ impl HandOver {
             Self::HandOverInProgress => "HandOverInProgress",
             Self::HandOverDone => "HandOverDone",
             Self::TakeOverFromMe => "TakeOverFromMe",
+            Self::Released => "Released",
         }
     }
 }
@@ -154,7 +160,8 @@ pub enum Phase {
     Younger,
     /// This node is the oldest and waits for the previous host to hand over.
     BecomingOldest,
-    /// The previous host was removed; waiting for the removal margin to pass.
+    /// The previous host was removed; waiting for the removal margin to pass. (Also after this
+    /// node was frozen past a deadline: it waits a margin before it trusts its view again.)
     WaitingForRemoval,
     /// Waiting for the lease before starting.
     AcquiringLease,

@@ -22,6 +22,7 @@ use crate::invariants::Violation;
 use crate::liveness;
 use crate::net::NetConfig;
 use crate::operator::OperatorConfig;
+use crate::singleton::{self, Margin, SingletonStats};
 use crate::world::{Action, Sim, SimOptions, SlotState, Stream, rng};
 
 /// The cluster size: one, or one per seed from a range.
@@ -69,12 +70,22 @@ pub struct ChaosOptions {
     pub log_steps: usize,
     /// Who downs.
     pub downing: ChaosDowning,
+    /// The singleton managers' removal margin.
+    pub singleton_margin: Margin,
 }
 
 impl ChaosOptions {
-    /// Seed `seed` with `nodes` nodes for `duration`, downing by the resolver, no log.
+    /// Seed `seed` with `nodes` nodes for `duration`, downing by the resolver, the recommended
+    /// singleton removal margin, no log.
     pub fn new(seed: u64, nodes: usize, duration: Duration) -> Self {
-        Self { seed, nodes, duration, log_steps: 0, downing: ChaosDowning::default() }
+        Self {
+            seed,
+            nodes,
+            duration,
+            log_steps: 0,
+            downing: ChaosDowning::default(),
+            singleton_margin: Margin::default(),
+        }
     }
 }
 
@@ -115,8 +126,18 @@ pub struct SeedReport {
     pub simulated_s: f64,
     /// Steps taken.
     pub steps: u64,
-    /// The trace hash.
+    /// The trace hash of the membership cores' steps, up to the end of the membership liveness
+    /// phase (the singleton layer leaves it as it was without it).
     pub trace_hash: String,
+    /// The trace hash of the singleton layer's steps, to the end of the run.
+    pub singleton_trace_hash: String,
+    /// What the singletons did.
+    pub singleton: SingletonStats,
+    /// Virtual seconds from the membership settling (L1) to one singleton instance running on the
+    /// oldest member (L8), when reached.
+    pub singleton_s: Option<f64>,
+    /// The L8 bound, seconds.
+    pub singleton_bound_s: f64,
     /// Wall-clock seconds.
     pub wall_s: f64,
     /// The latest steps, when a log was kept and the run failed.
@@ -135,16 +156,22 @@ fn harness_config() -> Config {
     c
 }
 
-/// The command line that reproduces seed `seed` with `nodes` nodes.
-pub fn reproduce(seed: u64, nodes: usize, duration: Duration, downing: ChaosDowning) -> String {
-    let downing = match downing {
+/// The command line that reproduces the run `o`.
+pub fn reproduce(o: &ChaosOptions) -> String {
+    let downing = match o.downing {
         ChaosDowning::Resolver => "",
         ChaosDowning::Oracle => " --downing oracle",
     };
+    let margin = match o.singleton_margin {
+        Margin::Recommended => "",
+        Margin::StableAfter => " --singleton-margin stable-after",
+    };
     format!(
-        "convoke-sim chaos --nodes {nodes} --seeds {seed}..{} --duration {}s{downing}",
-        seed + 1,
-        duration.as_secs()
+        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}",
+        o.nodes,
+        o.seed,
+        o.seed + 1,
+        o.duration.as_secs()
     )
 }
 
@@ -193,6 +220,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
     let opts = SimOptions {
         seed: o.seed,
         nodes: n,
+        singleton: Some(singleton::config(&config, o.singleton_margin)),
         config,
         net: base_net.clone(),
         max_drift_ppm: drift,
@@ -202,6 +230,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         log_steps: o.log_steps,
         size_mode: SizeMode::default(),
     };
+    let singleton_config = opts.singleton.clone().expect("set above");
     let mut sim = Sim::new(opts);
     let mut liveness_s = None;
     let mut fault_log = Vec::new();
@@ -239,6 +268,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
     }
 
     // Heal, then liveness.
+    let mut settled_at = None;
     if sim.violation().is_none() {
         let calm = NetConfig { loss: 0.0, duplicate: 0.0, reorder: 0.0, ..base_net };
         sim.heal(calm);
@@ -274,6 +304,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
             match liveness::check(&sim, &late_set) {
                 Ok(()) => {
                     liveness_s = Some(secs(reached - healed));
+                    settled_at = Some(reached);
                     break;
                 }
                 // A convergence reached before the failure detectors caught up with the silence
@@ -297,12 +328,45 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         }
     }
 
+    // The membership trace ends here; what follows only waits for the singleton.
+    let trace_hash = sim.trace_hash();
+    let singleton_bound = liveness::singleton_bound(&singleton_config, sim.net(), drift);
+    let mut singleton_s = None;
+    if let Some(settled) = settled_at
+        && sim.violation().is_none()
+    {
+        let deadline = settled + singleton_bound;
+        let ok = sim.run_until_pred(
+            deadline.saturating_sub(sim.now()),
+            Duration::from_millis(250),
+            |s| liveness::check_singleton(s).is_ok(),
+        );
+        if ok {
+            // It holds since the instance started, or since the membership settled.
+            let since = sim.singletons().and_then(|s| s.instances().next()).map(|(_, i)| i.since);
+            singleton_s = Some(secs(since.unwrap_or(settled).saturating_sub(settled)));
+        } else if sim.violation().is_none() {
+            let why = liveness::check_singleton(&sim).err().map_or("?".into(), |(_, w)| w);
+            let v = liveness_violation(
+                &sim,
+                "L8",
+                format!(
+                    "no single singleton instance on the oldest member {:.0}s after the \
+                     membership settled: {why}",
+                    singleton_bound.as_secs_f64()
+                ),
+            );
+            sim.set_violation(v);
+        }
+    }
+
     let violation = sim.violation().cloned();
+    let singletons = sim.singletons();
     SeedReport {
         seed: o.seed,
         nodes: n,
         pass: violation.is_none(),
-        reproduce: reproduce(o.seed, n, o.duration, o.downing),
+        reproduce: reproduce(o),
         faults: fault_log.len(),
         fault_log,
         operator_downs: sim.operator().downs.len(),
@@ -315,7 +379,11 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         liveness_bound_s: bound.as_secs_f64(),
         simulated_s: secs(sim.now()),
         steps: sim.steps(),
-        trace_hash: format!("{:016x}", sim.trace_hash()),
+        trace_hash: format!("{trace_hash:016x}"),
+        singleton_trace_hash: format!("{:016x}", singletons.map_or(0, |s| s.trace_hash())),
+        singleton: singletons.map(|s| s.stats).unwrap_or_default(),
+        singleton_s,
+        singleton_bound_s: singleton_bound.as_secs_f64(),
         wall_s: wall.elapsed().as_secs_f64(),
         log: if violation.is_some() && o.log_steps > 0 {
             sim.log().map(str::to_owned).chain(sim.dump()).collect()

@@ -18,7 +18,8 @@
 //! Registered ([`registry`]): S5–S13 on the membership core; S1–S4 and S14 on the split-brain
 //! resolver: S2, S3 and S4 judge each decision a resolver acted on (it reaches them in
 //! [`Observation::decisions`]), S1 and S14 look at the whole world every half second of virtual
-//! time.
+//! time; S17 on the cluster singleton, after every step of the singleton layer (the only steps
+//! that start an instance), through [`Invariant::check_singletons`].
 
 pub(crate) mod s01_one_live_cluster;
 mod s02_complementary_decisions;
@@ -34,6 +35,7 @@ mod s11_monotonic_versions;
 mod s12_no_silent_disappearance;
 mod s13_gossip_acceptance;
 pub(crate) mod s14_downed_node_stops;
+pub(crate) mod s17_one_singleton;
 pub mod view;
 
 use std::collections::BTreeSet;
@@ -60,6 +62,7 @@ pub use s11_monotonic_versions::MonotonicVersions;
 pub use s12_no_silent_disappearance::NoSilentDisappearance;
 pub use s13_gossip_acceptance::GossipAcceptance;
 pub use s14_downed_node_stops::DownedNodeStops;
+pub use s17_one_singleton::OneSingleton;
 
 /// What made a node's core take a step.
 #[derive(Clone, Debug)]
@@ -195,6 +198,21 @@ impl<'a> Observation<'a> {
     }
 }
 
+/// A cluster singleton instance, as the checkers see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstanceView {
+    /// The incarnation that runs it.
+    pub node: UniqueAddress,
+    /// When it started.
+    pub since: Duration,
+    /// Whether its manager has asked it to stop (it runs until it has ended).
+    pub stopping: bool,
+    /// The longest its process has been paused since it started.
+    pub longest_pause: Duration,
+    /// The removal margin its manager runs with.
+    pub removal_margin: Duration,
+}
+
 /// The whole world, for checkers of invariants that span nodes or processes.
 pub trait WorldView {
     /// Global virtual time.
@@ -212,6 +230,12 @@ pub trait WorldView {
     /// How long the current (or last) process in `slot` has run since it started, time spent
     /// paused not counted.
     fn running_time(&self, slot: usize) -> Duration;
+    /// The cluster singleton instance in `slot`, running or stopping, if there is one (whatever
+    /// the process's state: a process that left may stay a while to hand its instance over).
+    fn singleton(&self, slot: usize) -> Option<InstanceView> {
+        let _ = slot;
+        None
+    }
 }
 
 /// A safety invariant.
@@ -238,6 +262,15 @@ pub trait Invariant: std::fmt::Debug {
     /// # Errors
     /// A description of the violation.
     fn check_world(&mut self, world: &dyn WorldView) -> Result<(), String> {
+        let _ = world;
+        Ok(())
+    }
+
+    /// Checks the cluster singleton instances after a step of the singleton layer.
+    ///
+    /// # Errors
+    /// A description of the violation.
+    fn check_singletons(&mut self, world: &dyn WorldView) -> Result<(), String> {
         let _ = world;
         Ok(())
     }
@@ -339,15 +372,31 @@ impl Checkers {
         None
     }
 
+    /// Runs every singleton checker; the first violation.
+    pub fn check_singletons(&mut self, step: u64, world: &dyn WorldView) -> Option<Violation> {
+        for c in &mut self.checkers {
+            if let Err(message) = c.check_singletons(world) {
+                return Some(Violation {
+                    invariant: c.id().to_owned(),
+                    step,
+                    time_s: world.now().as_secs_f64(),
+                    slot: None,
+                    message,
+                });
+            }
+        }
+        None
+    }
+
     /// Tells every checker that an incarnation stopped.
     pub fn forget(&mut self, node: &UniqueAddress) {
         self.checkers.iter_mut().for_each(|c| c.forget(node));
     }
 }
 
-/// The checkers for S1–S14, in order: S5–S13 check the membership core, S1–S4 and S14 the
-/// split-brain resolver and what it leads to (S15 and S16 concern the bootstrap and the transport,
-/// which the simulator does not model).
+/// The checkers for S1–S14 and S17, in order: S5–S13 check the membership core, S1–S4 and S14
+/// the split-brain resolver and what it leads to, S17 the cluster singleton (S15 and S16 concern
+/// the bootstrap and the transport, which the simulator does not model).
 pub fn registry() -> Vec<Box<dyn Invariant>> {
     vec![
         Box::new(OneLiveCluster::default()),
@@ -364,6 +413,7 @@ pub fn registry() -> Vec<Box<dyn Invariant>> {
         Box::new(NoSilentDisappearance),
         Box::new(GossipAcceptance),
         Box::new(DownedNodeStops::default()),
+        Box::new(OneSingleton::default()),
     ]
 }
 

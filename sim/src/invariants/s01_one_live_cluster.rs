@@ -74,7 +74,7 @@ pub(super) fn is_live(status: MemberStatus) -> bool {
 }
 
 /// Whether `core` holds `other` as Down or not a member.
-fn gives_up(core: &Cluster, other: &UniqueAddress) -> bool {
+pub(super) fn gives_up(core: &Cluster, other: &UniqueAddress) -> bool {
     core.gossip().member(other).is_none_or(|m| m.status() == MemberStatus::Down)
 }
 

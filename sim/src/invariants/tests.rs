@@ -462,3 +462,86 @@ fn s4_fires_when_an_instability_decision_spares_a_member() {
         Ok(())
     );
 }
+
+/// A world of processes without cores that run singleton instances, for S17.
+struct Instances {
+    now: Duration,
+    slots: Vec<Option<InstanceView>>,
+}
+
+impl WorldView for Instances {
+    fn now(&self) -> Duration {
+        self.now
+    }
+    fn slots(&self) -> usize {
+        self.slots.len()
+    }
+    fn core(&self, _: usize) -> Option<&convoke_membership::Cluster> {
+        None
+    }
+    fn is_stopped(&self, _: usize) -> bool {
+        false
+    }
+    fn link_open(&self, _: usize, _: usize) -> bool {
+        true
+    }
+    fn is_running(&self, _: usize) -> bool {
+        true
+    }
+    fn running_time(&self, _: usize) -> Duration {
+        self.now
+    }
+    fn singleton(&self, slot: usize) -> Option<InstanceView> {
+        self.slots[slot].clone()
+    }
+}
+
+fn instance(n: UniqueAddress, since: u64) -> InstanceView {
+    InstanceView {
+        node: n,
+        since: Duration::from_secs(since),
+        stopping: false,
+        longest_pause: Duration::ZERO,
+        removal_margin: Duration::from_secs(20),
+    }
+}
+
+/// S17 after each of these worlds, one second apart.
+fn s17_over(worlds: Vec<Vec<Option<InstanceView>>>) -> Result<(), String> {
+    let mut s17 = OneSingleton::default();
+    for (t, slots) in worlds.into_iter().enumerate() {
+        let w = Instances { now: Duration::from_secs(t as u64), slots };
+        s17.check_singletons(&w)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn s17_fires_when_two_instances_ran_at_once_in_one_cluster() {
+    let err = s17_over(vec![
+        vec![Some(instance(a(), 0)), None],
+        vec![Some(instance(a(), 0)), Some(instance(b(), 1))],
+        vec![None, Some(instance(b(), 1))],
+    ])
+    .unwrap_err();
+    assert!(err.contains("ran at once in one cluster"), "{err}");
+    assert!(err.contains("from 1.000 s until 2.000 s"), "{err}");
+}
+
+#[test]
+fn s17_stays_quiet_when_the_instance_moves_without_overlap() {
+    let handed_over = s17_over(vec![
+        vec![Some(instance(a(), 0)), None],
+        vec![Some(InstanceView { stopping: true, ..instance(a(), 0) }), None],
+        vec![None, None],
+        vec![None, Some(instance(b(), 3))],
+    ]);
+    assert_eq!(handed_over, Ok(()));
+}
+
+#[test]
+fn s17_does_not_count_an_instance_frozen_longer_than_the_removal_margin() {
+    let frozen = InstanceView { longest_pause: Duration::from_secs(21), ..instance(a(), 0) };
+    let overlap = vec![Some(frozen), Some(instance(b(), 1))];
+    assert_eq!(s17_over(vec![overlap, vec![None, Some(instance(b(), 1))]]), Ok(()));
+}

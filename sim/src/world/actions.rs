@@ -65,6 +65,10 @@ impl Sim {
         let Some(node) = self.procs.start(slot, self.now) else { return false };
         self.note(|| format!("start slot {slot} as {node}"));
         node.uid.get().hash(&mut self.trace);
+        let local = self.local_instant(slot);
+        if let Some(s) = self.singletons.as_mut() {
+            s.on_start(slot, node, local);
+        }
         self.arm_timer(slot);
         true
     }
@@ -104,6 +108,9 @@ impl Sim {
         if !self.procs.crash(slot) {
             return;
         }
+        if let Some(s) = self.singletons.as_mut() {
+            s.on_exit(slot);
+        }
         if let Some(node) = self.slot(slot).node.clone() {
             self.checkers.forget(&node);
             // Only the operator reads these, on its tick.
@@ -119,6 +126,7 @@ impl Sim {
     pub fn pause(&mut self, slot: usize) {
         if self.procs.pause(slot, self.now) {
             "pause".hash(&mut self.trace);
+            self.singleton_paused(slot);
         }
     }
 
@@ -134,6 +142,7 @@ impl Sim {
         }
         self.procs.disarm(slot);
         self.arm_timer(slot);
+        self.singleton_resumed(slot);
     }
 
     /// Ends every partition, clog and pause, and restores `net`.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use convoke_membership::event::ClusterEvent;
 use convoke_membership::gossip::Gossip;
-use convoke_membership::member::MemberStatus;
+use convoke_membership::member::{Member, MemberStatus};
 use convoke_membership::message::{Message, Transmit};
 use convoke_membership::{Cluster, UniqueAddress};
 
@@ -39,6 +39,7 @@ impl Sim {
             self.send(slot, &me, t);
         }
         let mut leader_moved = false;
+        let mut members_changed = false;
         while let Some(e) = core.poll_event() {
             leader_moved |= matches!(
                 e,
@@ -47,6 +48,7 @@ impl Sim {
                     | ClusterEvent::MemberExited(_)
                     | ClusterEvent::MemberRemoved { .. }
             );
+            members_changed |= is_member_change(&e);
             self.on_event(slot, &e);
         }
         // No strategy the simulator configures asks for a lease; a request is dropped, so a
@@ -90,9 +92,16 @@ impl Sim {
             }
             core = self.procs.take_core(slot).expect("just put back");
         }
+        // The singleton manager reads the members once the core is back in its slot (or gone).
+        let members: Option<Vec<Member>> = (members_changed && self.singletons.is_some())
+            .then(|| core.gossip().members().cloned().collect());
         if let Some(reason) = core.shutdown_reason().cloned() {
             self.note(|| format!("slot {slot} ({me}) shuts down: {reason}"));
             "shutdown".hash(&mut self.trace);
+            if let Some(members) = &members {
+                self.singleton_members(slot, members);
+            }
+            self.singleton_terminated(slot, &reason);
             let restart = self.supervisor.on_stopped(&reason);
             self.procs.stop(slot, reason);
             self.checkers.forget(&me);
@@ -103,6 +112,9 @@ impl Sim {
         }
         self.procs.put_core(slot, core);
         self.arm_timer(slot);
+        if let Some(members) = &members {
+            self.singleton_members(slot, members);
+        }
     }
 
     fn on_event(&mut self, slot: usize, e: &ClusterEvent) {
@@ -191,4 +203,21 @@ impl Sim {
             });
         }
     }
+}
+
+/// Whether `e` reports a change to the member list: a member added, removed, or given a new status
+/// or up-number (what the singleton managers read).
+fn is_member_change(e: &ClusterEvent) -> bool {
+    matches!(
+        e,
+        ClusterEvent::MemberJoined(_)
+            | ClusterEvent::MemberWeaklyUp(_)
+            | ClusterEvent::MemberUp(_)
+            | ClusterEvent::MemberLeft(_)
+            | ClusterEvent::MemberExited(_)
+            | ClusterEvent::MemberDowned(_)
+            | ClusterEvent::MemberRemoved { .. }
+            | ClusterEvent::MemberPreparingForShutdown(_)
+            | ClusterEvent::MemberReadyForShutdown(_)
+    )
 }

@@ -7,10 +7,11 @@ use convoke_membership::{Address, Cluster};
 
 use super::{Sim, SimOptions, UpTracker};
 use crate::counters::NodeCounters;
-use crate::invariants::{Violation, WorldView};
+use crate::invariants::{InstanceView, Violation, WorldView};
 use crate::net::{Links, NetConfig};
 use crate::operator::Operator;
 use crate::processes::Slot;
+use crate::singleton::Singletons;
 
 impl Sim {
     /// The options the world was built with.
@@ -143,6 +144,11 @@ impl Sim {
         self.procs.dump()
     }
 
+    /// The cluster singleton layer, when the run has one.
+    pub fn singletons(&self) -> Option<&Singletons> {
+        self.singletons.as_ref()
+    }
+
     /// Records a violation found outside the step checkers (liveness).
     pub fn set_violation(&mut self, v: Violation) {
         if self.violation.is_none() {
@@ -178,5 +184,17 @@ impl WorldView for Sim {
 
     fn running_time(&self, slot: usize) -> Duration {
         self.procs.running_time(slot, self.now)
+    }
+
+    fn singleton(&self, slot: usize) -> Option<InstanceView> {
+        let s = self.singletons.as_ref()?;
+        let i = s.slot(slot).instance.as_ref()?;
+        Some(InstanceView {
+            node: i.node.clone(),
+            since: i.since,
+            stopping: i.stop_asked_at.is_some(),
+            longest_pause: i.longest_pause(self.now),
+            removal_margin: s.config().removal_margin,
+        })
     }
 }

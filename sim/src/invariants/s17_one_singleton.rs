@@ -1,0 +1,141 @@
+//! S17: at most one cluster singleton instance at any simulated instant, among the members of one
+//! cluster.
+//!
+//! Every instance that exists counts — running, or asked to stop and not yet ended, on a process
+//! that runs, is paused, or lingers after leaving to hand its instance over — with one exception:
+//! an instance whose process has been paused, since the instance started, for longer than the
+//! removal margin. Such a process was frozen through the whole window the margin gives a host cut
+//! off from the others to notice and stop, and nothing short of a lease (or fencing the instance's
+//! side effects) stops an instance that does not run; the singleton does not claim it. (It stops
+//! soon after it resumes: its node finds itself downed or removed, which S14 bounds.)
+//!
+//! "One cluster": the singleton promises one instance per cluster, and relies on the split-brain
+//! resolver to leave one cluster. When the resolver fails and two live clusters coexist — S1's
+//! definition: two processes whose own status is live, each holding the other Down or not a
+//! member — each runs its own singleton, and that is S1's to bound, not S17's. Whether two
+//! instances belong to two such clusters shows only as their overlap goes on (each side gives the
+//! other up at its own pace), so the checker follows every pair of instances that run at once:
+//! the pair breaks S17 when the overlap ends, or outlasts S1's bound, without the two hosts ever
+//! having been seen in two live clusters. The hosts are looked at after every step of the
+//! singleton layer and every half second of virtual time while an overlap lasts.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use convoke_membership::{Cluster, UniqueAddress};
+
+use super::s01_one_live_cluster::{Pace, bound, gives_up, is_live};
+use super::{InstanceView, Invariant, WorldView};
+
+/// The S17 checker.
+#[derive(Debug, Default)]
+pub struct OneSingleton {
+    pace: Pace,
+    /// Pairs of instances (by host incarnation, lower first) that run at once.
+    overlaps: BTreeMap<(UniqueAddress, UniqueAddress), Overlap>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Overlap {
+    /// When both were first seen running.
+    since: Duration,
+    /// Their slots, in the order of the key.
+    slots: (usize, usize),
+    /// Whether the two hosts were ever seen in two live clusters meanwhile.
+    split: bool,
+}
+
+/// Whether `i` counts: its process was never frozen for longer than the margin while it ran.
+pub(crate) fn counts(i: &InstanceView) -> bool {
+    i.longest_pause <= i.removal_margin
+}
+
+/// Whether the hosts in slots `a` and `b` are now in two live clusters (S1's definition).
+fn split(world: &dyn WorldView, a: usize, b: usize) -> bool {
+    let (Some(ca), Some(cb)) = (world.core(a), world.core(b)) else { return false };
+    let live = |c: &Cluster| is_live(c.self_status());
+    live(ca) && live(cb) && gives_up(ca, cb.self_node()) && gives_up(cb, ca.self_node())
+}
+
+impl OneSingleton {
+    /// Follows the overlaps: new ones start, current ones may turn out to be a split, ended or
+    /// overlong ones that never did break the invariant.
+    fn look(&mut self, world: &dyn WorldView) -> Result<(), String> {
+        let now = world.now();
+        let running: Vec<(usize, InstanceView)> = (0..world.slots())
+            .filter_map(|s| world.singleton(s).filter(counts).map(|i| (s, i)))
+            .collect();
+        let mut current = Vec::new();
+        for (k, (sa, ia)) in running.iter().enumerate() {
+            for (sb, ib) in &running[k + 1..] {
+                let (key, slots) = if ia.node < ib.node {
+                    ((ia.node.clone(), ib.node.clone()), (*sa, *sb))
+                } else {
+                    ((ib.node.clone(), ia.node.clone()), (*sb, *sa))
+                };
+                let o = self.overlaps.entry(key.clone()).or_insert(Overlap {
+                    since: now,
+                    slots,
+                    split: false,
+                });
+                o.split |= split(world, slots.0, slots.1);
+                current.push(key);
+            }
+        }
+        let limit = (0..world.slots()).find_map(|i| world.core(i)).map(|c| bound(c.config()));
+        let mut broken = None;
+        self.overlaps.retain(|key, o| {
+            let ended = !current.contains(key);
+            let overlong = limit.is_some_and(|l| now.saturating_sub(o.since) > l);
+            if o.split || !(ended || overlong) {
+                return !ended;
+            }
+            if broken.is_none() {
+                broken = Some(describe(key, o, now, ended));
+            }
+            false
+        });
+        broken.map_or(Ok(()), Err)
+    }
+}
+
+fn describe(
+    key: &(UniqueAddress, UniqueAddress),
+    o: &Overlap,
+    now: Duration,
+    ended: bool,
+) -> String {
+    let how = if ended { "until" } else { "and still at" };
+    format!(
+        "two singleton instances ran at once in one cluster, on slot {} ({}) and slot {} ({}), from \
+         {:.3} s {how} {:.3} s ({:.1} s), and the two were never seen in two live clusters",
+        o.slots.0,
+        key.0,
+        o.slots.1,
+        key.1,
+        o.since.as_secs_f64(),
+        now.as_secs_f64(),
+        now.saturating_sub(o.since).as_secs_f64()
+    )
+}
+
+impl Invariant for OneSingleton {
+    fn id(&self) -> &'static str {
+        "S17"
+    }
+
+    fn check_singletons(&mut self, world: &dyn WorldView) -> Result<(), String> {
+        self.look(world)
+    }
+
+    fn wants_world(&self) -> bool {
+        true
+    }
+
+    fn check_world(&mut self, world: &dyn WorldView) -> Result<(), String> {
+        if self.overlaps.is_empty() || self.pace.look(world.now()).is_none() {
+            return Ok(());
+        }
+        self.look(world)
+    }
+}

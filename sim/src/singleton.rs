@@ -1,0 +1,217 @@
+//! The cluster singleton in the simulation: a [`SingletonManager`] in every process, the instance
+//! it runs, and what became of them, for the checkers (S17, L8) and the reports.
+//!
+//! The model:
+//! - Every incarnation runs a manager of one singleton ([`NAME`]); it is created with the process
+//!   and fed the members of the core's gossip after every step that changed them (status,
+//!   up-number or membership), the hand-over messages that reach the process, and its timers.
+//! - Hand-over messages travel over the modelled network like membership messages: same latency,
+//!   loss, duplication and reordering, same partitions and clogs (from a random stream of their
+//!   own, see [`crate::delivery`]). A paused process queues them until it resumes.
+//! - The instance: `StartInstance` marks it running at that virtual time. `StopInstance` makes it
+//!   end after a delay drawn from `0..=`[`MAX_STOP_DELAY`] (the seeded stream of this layer), and
+//!   then the manager hears `instance_stopped`. A crashed process's instance is gone at once. A
+//!   paused process's instance is paused with it: a stop due meanwhile completes when it resumes.
+//! - The node's termination: when its core shuts it down because it was downed (or removed, or
+//!   gave up joining) the manager is told `shutdown` and the process exits, taking its instance
+//!   with it. When the node *left* gracefully and still holds the instance, the process lingers
+//!   for up to [`linger`] to hand it over, as a runtime's graceful shutdown does: its manager keeps
+//!   answering hand-over messages until its instance has stopped, then the process exits; at the
+//!   end of the linger it is shut down like a downed one. The linger is shorter than the removal
+//!   margin: a new host that stops waiting for the leaver when the margin after its removal has
+//!   passed must find it gone.
+//!
+//! Nothing here touches the event queue or the membership trace: the world drives it (in
+//! `world/singleton.rs`), and its steps go into a trace hash of their own, so that a run's
+//! membership trace hash is the same with or without the singleton.
+
+use std::hash::Hash;
+use std::time::Duration;
+
+use convoke_membership::{Config, UniqueAddress};
+use convoke_sharding::singleton::{SingletonConfig, SingletonManager};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::delivery::HandOverInFlight;
+use crate::trace::TraceHash;
+
+/// The name of the simulated singleton.
+pub const NAME: &str = "sim-singleton";
+/// The longest an instance takes to end once asked to stop.
+pub const MAX_STOP_DELAY: Duration = Duration::from_secs(2);
+/// The longest a process that left gracefully stays to hand its instance over: half the removal
+/// margin.
+pub fn linger(config: &SingletonConfig) -> Duration {
+    config.removal_margin / 2
+}
+
+/// Which removal margin the simulated managers use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Margin {
+    /// [`SingletonConfig::removal_margin_for`] with [`MAX_STOP_DELAY`]: the resolver's
+    /// `stable_after`, a failure-detection time and the time an instance takes to stop.
+    #[default]
+    Recommended,
+    /// The resolver's `stable_after` alone, which lets two instances overlap (see
+    /// [`SingletonConfig::removal_margin_for`]); kept to show it.
+    StableAfter,
+}
+
+/// The singleton settings for a simulated cluster configured as `cluster`: retries every second,
+/// and the removal margin `margin`.
+pub fn config(cluster: &Config, margin: Margin) -> SingletonConfig {
+    let mut c = SingletonConfig::new(NAME);
+    c.hand_over_retry_interval = Duration::from_secs(1);
+    c.removal_margin = match margin {
+        Margin::Recommended => SingletonConfig::removal_margin_for(cluster, MAX_STOP_DELAY),
+        Margin::StableAfter => cluster.split_brain_resolver.stable_after,
+    };
+    c
+}
+
+/// An instance of the singleton.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instance {
+    /// The incarnation that runs it.
+    pub node: UniqueAddress,
+    /// When it started (global virtual time).
+    pub since: Duration,
+    /// When its manager asked it to stop, if it did.
+    pub stop_asked_at: Option<Duration>,
+    /// When its process was paused, while it is.
+    pub paused_at: Option<Duration>,
+    /// The longest pause of its process since it started, the current one included up to its
+    /// last look.
+    pub longest_pause: Duration,
+}
+
+impl Instance {
+    /// The longest pause of its process since it started, counting the current one up to `now`.
+    pub fn longest_pause(&self, now: Duration) -> Duration {
+        let current = self.paused_at.map_or(Duration::ZERO, |at| now.saturating_sub(at));
+        self.longest_pause.max(current)
+    }
+}
+
+/// The singleton side of one slot.
+#[derive(Debug, Default)]
+pub struct SlotSingleton {
+    /// The manager of the current incarnation; `None` before the first start, after a crash, and
+    /// once the process exited.
+    pub manager: Option<SingletonManager>,
+    /// The instance, running or stopping.
+    pub instance: Option<Instance>,
+    /// The process left gracefully and stays only to hand its instance over.
+    pub lingering: bool,
+    /// Hand-over messages that arrived while the process was paused.
+    pub(crate) inbox: Vec<HandOverInFlight>,
+    /// The instance's stop completed while the process was paused.
+    pub(crate) stop_due: bool,
+    /// The generation of the manager's armed timer, and its deadline.
+    pub(crate) timer_gen: u64,
+    pub(crate) armed: Option<Duration>,
+}
+
+/// What the singletons did in a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SingletonStats {
+    /// Instances started.
+    pub starts: u64,
+    /// Instances that ended after their manager asked them to stop.
+    pub stops: u64,
+    /// Instances gone with their process (a crash, an exit).
+    pub gone_with_process: u64,
+    /// Hand-over messages sent.
+    pub messages_sent: u64,
+    /// Hand-over messages handed to a manager.
+    pub messages_delivered: u64,
+    /// HandOverDone messages handed to a manager.
+    pub hand_over_done: u64,
+}
+
+/// Every slot's singleton, the random stream of stop delays, the counters and the trace hash.
+#[derive(Debug)]
+pub struct Singletons {
+    config: SingletonConfig,
+    slots: Vec<SlotSingleton>,
+    rng: ChaCha8Rng,
+    /// What happened so far.
+    pub stats: SingletonStats,
+    trace: TraceHash,
+}
+
+impl Singletons {
+    /// `n` slots running singleton `config`; stop delays drawn from `rng`.
+    pub fn new(n: usize, config: SingletonConfig, rng: ChaCha8Rng) -> Self {
+        let slots = (0..n).map(|_| SlotSingleton::default()).collect();
+        Self { config, slots, rng, stats: SingletonStats::default(), trace: TraceHash::new() }
+    }
+
+    /// The settings every manager runs with.
+    pub fn config(&self) -> &SingletonConfig {
+        &self.config
+    }
+
+    /// Slot `i`.
+    pub fn slot(&self, i: usize) -> &SlotSingleton {
+        &self.slots[i]
+    }
+
+    /// Slot `i`, to change.
+    pub(crate) fn slot_mut(&mut self, i: usize) -> &mut SlotSingleton {
+        &mut self.slots[i]
+    }
+
+    /// The hash of every singleton step so far.
+    pub fn trace_hash(&self) -> u64 {
+        std::hash::Hasher::finish(&self.trace)
+    }
+
+    /// Hashes one step into the singleton trace.
+    pub(crate) fn hash(&mut self, now: Duration, slot: usize, what: &str) {
+        now.hash(&mut self.trace);
+        slot.hash(&mut self.trace);
+        what.hash(&mut self.trace);
+    }
+
+    /// How long the instance in `slot`, asked to stop now, takes to end.
+    pub(crate) fn stop_delay(&mut self) -> Duration {
+        let max = u64::try_from(MAX_STOP_DELAY.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(self.rng.random_range(0..=max))
+    }
+
+    /// The instances that exist now, with their slots.
+    pub fn instances(&self) -> impl Iterator<Item = (usize, &Instance)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, s)| s.instance.as_ref().map(|x| (i, x)))
+    }
+
+    /// A new incarnation `node` starts in `slot` at `now` (`local_now` on its clock): whatever the
+    /// last one left there is gone, and a new manager starts.
+    pub(crate) fn on_start(
+        &mut self,
+        slot: usize,
+        node: UniqueAddress,
+        local_now: std::time::Instant,
+    ) {
+        self.on_exit(slot);
+        let s = &mut self.slots[slot];
+        s.manager = Some(SingletonManager::new(self.config.clone(), node, local_now));
+    }
+
+    /// The process in `slot` is gone (crashed, or exited): its manager and instance with it.
+    pub(crate) fn on_exit(&mut self, slot: usize) {
+        let s = &mut self.slots[slot];
+        if s.instance.take().is_some() {
+            self.stats.gone_with_process += 1;
+        }
+        s.manager = None;
+        s.lingering = false;
+        s.inbox.clear();
+        s.stop_due = false;
+        s.armed = None;
+        s.timer_gen += 1;
+    }
+}

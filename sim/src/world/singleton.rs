@@ -1,0 +1,289 @@
+//! The singleton layer's steps: membership lists, hand-over messages, timers, instance stops and
+//! terminations fed to the managers, and their outputs carried out — messages into the network,
+//! instances started and asked to stop. After each such step the singleton checker (S17) looks at
+//! every instance. None of it touches a membership core or the membership trace.
+
+use std::time::{Duration, Instant};
+
+use convoke_membership::{Member, ShutdownReason, UniqueAddress};
+use convoke_sharding::singleton::{HandOver, Output, SingletonManager};
+
+use super::{Event, Sim, into_queue};
+use crate::delivery::HandOverInFlight;
+use crate::processes::SlotState;
+use crate::singleton::{Instance, linger};
+
+impl Sim {
+    /// Feeds one input to the manager in `slot`, if it has one, and carries out its outputs.
+    fn singleton_input(
+        &mut self,
+        slot: usize,
+        what: &'static str,
+        f: impl FnOnce(&mut SingletonManager, Instant),
+    ) {
+        let local = self.local_instant(slot);
+        let now = self.now;
+        let Some(s) = self.singletons.as_mut() else { return };
+        let Some(mut m) = s.slot_mut(slot).manager.take() else { return };
+        s.hash(now, slot, what);
+        let before = m.phase();
+        f(&mut m, local);
+        let me = m.self_node().clone();
+        while let Some(o) = m.poll_output() {
+            self.carry_out(slot, &me, o);
+        }
+        let after = m.phase();
+        if before != after {
+            self.note(|| format!("slot {slot} singleton {what}: {before} -> {after}"));
+        }
+        let deadline = m.poll_timeout();
+        if let Some(s) = self.singletons.as_mut() {
+            s.slot_mut(slot).manager = Some(m);
+        }
+        self.arm_singleton_timer(slot, deadline);
+        self.check_singletons();
+    }
+
+    fn carry_out(&mut self, slot: usize, me: &UniqueAddress, o: Output) {
+        let now = self.now;
+        let Some(s) = self.singletons.as_mut() else { return };
+        match o {
+            Output::Send { to, message } => {
+                s.stats.messages_sent += 1;
+                s.hash(now, slot, message.name());
+                let Some(to_slot) = self.procs.slot_of(&to.address) else { return };
+                self.note(|| format!("slot {slot} singleton -> {} {}", to_slot, message.name()));
+                let m = HandOverInFlight { from_slot: slot, from: me.clone(), to_slot, message };
+                self.delivery.send_hand_over(now, m, into_queue(&mut self.queue, now));
+            }
+            Output::StartInstance => {
+                s.stats.starts += 1;
+                s.hash(now, slot, "start");
+                s.slot_mut(slot).instance = Some(Instance {
+                    node: me.clone(),
+                    since: now,
+                    stop_asked_at: None,
+                    paused_at: None,
+                    longest_pause: Duration::ZERO,
+                });
+                self.note(|| format!("slot {slot} SINGLETON STARTS ({me})"));
+            }
+            Output::StopInstance => {
+                s.hash(now, slot, "stop");
+                let delay = s.stop_delay();
+                let Some(instance) = s.slot_mut(slot).instance.as_mut() else { return };
+                if instance.stop_asked_at.is_some() {
+                    return;
+                }
+                instance.stop_asked_at = Some(now);
+                let incarnation = self.procs.slot(slot).incarnations;
+                self.push(now + delay, Event::InstanceStopped { slot, incarnation });
+                self.note(|| format!("slot {slot} singleton asked to stop (ends in {delay:?})"));
+            }
+            // The simulated singleton runs without a lease.
+            Output::AcquireLease | Output::ReleaseLease => {}
+        }
+    }
+
+    fn arm_singleton_timer(&mut self, slot: usize, deadline: Option<Instant>) {
+        let at = deadline.map(|t| self.procs.global_at(slot, t));
+        let Some(s) = self.singletons.as_mut() else { return };
+        let ss = s.slot_mut(slot);
+        if at == ss.armed {
+            return;
+        }
+        ss.armed = at;
+        ss.timer_gen += 1;
+        let generation = ss.timer_gen;
+        if let Some(at) = at {
+            self.push(at, Event::SingletonTimer { slot, generation });
+        }
+    }
+
+    /// Whether the process in `slot` takes singleton input now: it runs, or it lingers to hand
+    /// over.
+    fn singleton_live(&self, slot: usize) -> bool {
+        self.is_running(slot) || self.singletons.as_ref().is_some_and(|s| s.slot(slot).lingering)
+    }
+
+    /// After a step of the core in `slot` that changed its members: the manager sees them.
+    pub(super) fn singleton_members(&mut self, slot: usize, members: &[Member]) {
+        self.singleton_input(slot, "members", |m, now| m.handle_members(now, members));
+    }
+
+    /// The core in `slot` shut its node down: a node that left and still holds the instance
+    /// lingers to hand it over; any other exits at once, its instance with it.
+    pub(super) fn singleton_terminated(&mut self, slot: usize, reason: &ShutdownReason) {
+        let Some(s) = self.singletons.as_mut() else { return };
+        let ss = s.slot(slot);
+        if matches!(reason, ShutdownReason::Left) && ss.manager.is_some() && ss.instance.is_some() {
+            s.slot_mut(slot).lingering = true;
+            let until = self.now + linger(s.config());
+            let incarnation = self.procs.slot(slot).incarnations;
+            self.push(until, Event::LingerEnd { slot, incarnation });
+            self.note(|| format!("slot {slot} lingers to hand the singleton over"));
+            return;
+        }
+        self.singleton_exit(slot);
+    }
+
+    /// The manager in `slot` is told its node is gone, and the process exits.
+    fn singleton_exit(&mut self, slot: usize) {
+        self.singleton_input(slot, "shutdown", |m, now| m.shutdown(now));
+        if let Some(s) = self.singletons.as_mut() {
+            s.on_exit(slot);
+        }
+        self.check_singletons();
+    }
+
+    /// A lingering process exits once its instance has ended.
+    fn end_linger_if_done(&mut self, slot: usize) {
+        let done = self
+            .singletons
+            .as_ref()
+            .is_some_and(|s| s.slot(slot).lingering && s.slot(slot).instance.is_none());
+        if done {
+            self.note(|| format!("slot {slot} handed the singleton over and exits"));
+            self.singleton_exit(slot);
+        }
+    }
+
+    /// A hand-over message reaches the network interface of its destination.
+    pub(super) fn arrive_hand_over(&mut self, m: HandOverInFlight) {
+        let Some(m) = self.delivery.arrive_hand_over(m) else { return };
+        let to = m.to_slot;
+        if self.singleton_live(to) {
+            self.hand_over_message(m);
+        } else if self.slot(to).state == SlotState::Paused
+            && let Some(s) = self.singletons.as_mut()
+        {
+            s.slot_mut(to).inbox.push(m);
+        }
+    }
+
+    fn hand_over_message(&mut self, m: HandOverInFlight) {
+        let to = m.to_slot;
+        if let Some(s) = self.singletons.as_mut() {
+            s.stats.messages_delivered += 1;
+            if m.message == HandOver::HandOverDone {
+                s.stats.hand_over_done += 1;
+            }
+        }
+        let (from, message) = (m.from, m.message);
+        self.note(|| format!("slot {to} singleton <- {} from {from}", message.name()));
+        self.singleton_input(to, message.name(), |mgr, now| {
+            mgr.handle_message(now, &from, message)
+        });
+        self.end_linger_if_done(to);
+    }
+
+    pub(super) fn fire_singleton_timer(&mut self, slot: usize, generation: u64) {
+        let Some(s) = self.singletons.as_mut() else { return };
+        let ss = s.slot_mut(slot);
+        if ss.timer_gen != generation {
+            return;
+        }
+        if !self.singleton_live(slot) {
+            // A paused process's timer is re-armed when it resumes.
+            return;
+        }
+        if let Some(s) = self.singletons.as_mut() {
+            s.slot_mut(slot).armed = None;
+        }
+        self.singleton_input(slot, "timer", |m, now| m.handle_timeout(now));
+        self.end_linger_if_done(slot);
+    }
+
+    /// The instance in `slot` of incarnation `incarnation` has ended, as asked.
+    pub(super) fn instance_stopped(&mut self, slot: usize, incarnation: u32) {
+        if self.procs.slot(slot).incarnations != incarnation {
+            return;
+        }
+        let paused = self.slot(slot).state == SlotState::Paused;
+        let Some(s) = self.singletons.as_mut() else { return };
+        let ss = s.slot_mut(slot);
+        if ss.instance.as_ref().is_none_or(|i| i.stop_asked_at.is_none()) {
+            return;
+        }
+        if paused {
+            ss.stop_due = true;
+            return;
+        }
+        self.end_instance(slot);
+    }
+
+    fn end_instance(&mut self, slot: usize) {
+        let now = self.now;
+        let Some(s) = self.singletons.as_mut() else { return };
+        if s.slot_mut(slot).instance.take().is_none() {
+            return;
+        }
+        s.stats.stops += 1;
+        s.hash(now, slot, "stopped");
+        self.note(|| format!("slot {slot} SINGLETON STOPPED"));
+        self.singleton_input(slot, "instance-stopped", |m, now| m.instance_stopped(now));
+        self.end_linger_if_done(slot);
+    }
+
+    /// The linger of the process in `slot`, incarnation `incarnation`, is over.
+    pub(super) fn linger_end(&mut self, slot: usize, incarnation: u32) {
+        let lingering = self.singletons.as_ref().is_some_and(|s| s.slot(slot).lingering);
+        if lingering && self.procs.slot(slot).incarnations == incarnation {
+            self.note(|| format!("slot {slot} stops lingering"));
+            self.singleton_exit(slot);
+        }
+    }
+
+    /// The process in `slot` was paused at `now`: so is its instance.
+    pub(super) fn singleton_paused(&mut self, slot: usize) {
+        let now = self.now;
+        if let Some(i) = self.singletons.as_mut().and_then(|s| s.slot_mut(slot).instance.as_mut()) {
+            i.paused_at = Some(now);
+        }
+    }
+
+    /// The process in `slot` resumed: its instance runs on, the hand-over messages that queued up
+    /// are taken in, a stop due meanwhile completes, and its timer is re-armed.
+    pub(super) fn singleton_resumed(&mut self, slot: usize) {
+        let now = self.now;
+        let Some(s) = self.singletons.as_mut() else { return };
+        let ss = s.slot_mut(slot);
+        if let Some(i) = ss.instance.as_mut()
+            && let Some(at) = i.paused_at.take()
+        {
+            i.longest_pause = i.longest_pause.max(now.saturating_sub(at));
+        }
+        let inbox = std::mem::take(&mut ss.inbox);
+        let stop_due = std::mem::take(&mut ss.stop_due);
+        ss.armed = None;
+        for m in inbox {
+            if !self.singleton_live(slot) || self.violation.is_some() {
+                break;
+            }
+            self.hand_over_message(m);
+        }
+        if stop_due {
+            self.end_instance(slot);
+        }
+        let deadline = self
+            .singletons
+            .as_ref()
+            .and_then(|s| s.slot(slot).manager.as_ref())
+            .and_then(SingletonManager::poll_timeout);
+        self.arm_singleton_timer(slot, deadline);
+    }
+
+    /// Runs the singleton checkers on the world as it is now.
+    fn check_singletons(&mut self) {
+        if self.checkers.is_empty() || self.violation.is_some() {
+            return;
+        }
+        let mut checkers = std::mem::take(&mut self.checkers);
+        let v = checkers.check_singletons(self.step, self);
+        self.checkers = checkers;
+        if let Some(v) = v {
+            self.note(|| format!("VIOLATION {v}"));
+            self.violation = Some(v);
+        }
+    }
+}
