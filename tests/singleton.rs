@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use convoke::Node;
 use convoke::management::ClusterSingletons;
+use convoke::membership::sbr::{Clock, InMemoryLease, InMemoryLeaseTable, Lease, LeaseSettings};
 use convoke::messaging::EndpointKey;
 use convoke::settings::Settings;
 use convoke::singleton::SingletonContext;
@@ -66,24 +67,39 @@ impl Journal {
 /// Starts singleton "ticker" on `node` (index `i`): its instance serves `WHERE` with its
 /// address and records its start and stop in `journal`, announcing each start on `started`.
 fn start_ticker(node: &Node, i: usize, journal: &Journal, started: &mpsc::UnboundedSender<usize>) {
+    start_ticker_with(node, i, journal, started, None);
+}
+
+/// As `start_ticker`, holding `lease` while the instance runs when one is given.
+fn start_ticker_with(
+    node: &Node,
+    i: usize,
+    journal: &Journal,
+    started: &mpsc::UnboundedSender<usize>,
+    lease: Option<Arc<dyn Lease>>,
+) {
     let (journal, started) = (journal.clone(), started.clone());
     let me = node.self_address().to_string();
-    node.singletons()
-        .start("ticker", None, move |ctx: SingletonContext| {
-            let (journal, started, me) = (journal.clone(), started.clone(), me.clone());
-            async move {
-                journal.record(Event::Started(i, Instant::now()));
-                let _ = started.send(i);
-                ctx.serve(&WHERE, 16, |_, ()| {
-                    let me = me.clone();
-                    async move { me }
-                })
-                .await
-                .unwrap();
-                journal.record(Event::Stopped(i, Instant::now()));
-            }
-        })
-        .unwrap();
+    let factory = move |ctx: SingletonContext| {
+        let (journal, started, me) = (journal.clone(), started.clone(), me.clone());
+        async move {
+            journal.record(Event::Started(i, Instant::now()));
+            let _ = started.send(i);
+            ctx.serve(&WHERE, 16, |_, ()| {
+                let me = me.clone();
+                async move { me }
+            })
+            .await
+            .unwrap();
+            journal.record(Event::Stopped(i, Instant::now()));
+        }
+    };
+    let singletons = node.singletons();
+    match lease {
+        Some(lease) => singletons.start_with_lease("ticker", None, lease, factory),
+        None => singletons.start("ticker", None, factory),
+    }
+    .unwrap();
 }
 
 async fn ticker_cluster(
@@ -209,6 +225,43 @@ async fn the_management_api_shows_where_each_singleton_runs() {
         assert_eq!(s.running_here, i == 0);
         assert!(s.since > 0);
     }
+    for n in &nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_lease_the_instance_starts_only_while_its_host_holds_the_lease() {
+    let _live = support::live().await;
+    let nodes = support::start_cluster(&fast_settings(), 2).await;
+    let table = InMemoryLeaseTable::new();
+    let clock: Clock = Arc::new(std::time::Instant::now);
+    let lease_of = |owner: &str| -> Arc<dyn Lease> {
+        Arc::new(InMemoryLease::new(
+            table.clone(),
+            LeaseSettings::new("ticker", owner),
+            clock.clone(),
+        ))
+    };
+    // Someone else holds the lease: the oldest waits for it and nothing runs.
+    let now = std::time::Instant::now();
+    assert!(table.acquire("ticker", "intruder", now, Some(Duration::from_secs(600))));
+    let journal = Journal::default();
+    let (tx, mut started) = mpsc::unbounded_channel();
+    for (i, node) in nodes.iter().enumerate() {
+        start_ticker_with(node, i, &journal, &tx, Some(lease_of(&format!("node-{i}"))));
+    }
+    let statuses = nodes[0].singletons().statuses();
+    let deadline = Instant::now() + T;
+    while statuses.list().first().is_none_or(|s| s.phase.as_str() != "acquiring-lease") {
+        assert!(Instant::now() < deadline, "{:?}", statuses.list());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(journal.events().is_empty(), "started without the lease");
+    // Once the lease is free, the oldest takes it and starts; it holds it while it runs.
+    assert!(table.release("ticker", "intruder"));
+    assert_eq!(next_start(&mut started).await, 0);
+    assert!(table.check("ticker", "node-0", std::time::Instant::now()));
     for n in &nodes {
         n.stop().await;
     }
