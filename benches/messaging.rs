@@ -24,7 +24,10 @@ use std::time::{Duration, Instant};
 use convoke::Node;
 use convoke::membership::{Address, MemberStatus, UniqueAddress};
 use convoke::messaging::{EndpointKey, Messaging};
-use convoke::settings::Settings;
+// The live tests' settings: 200 ms gossip and heartbeats, port 0, management off.
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -48,27 +51,6 @@ const RATE_WINDOW: Duration = Duration::from_secs(2);
 const ENDPOINTS: usize = 10_000;
 const IO_BUFFER: usize = 64 * 1024;
 
-/// The live tests' `fast_settings`: port 0 on 127.0.0.1, 200 ms gossip and heartbeats (a
-/// cluster forms in about a second), management disabled.
-fn settings() -> Settings {
-    let mut s = Settings::default();
-    let c = &mut s.cluster;
-    c.hostname = "127.0.0.1".into();
-    c.port = 0;
-    c.core.gossip_interval = Duration::from_millis(200);
-    c.core.leader_actions_interval = Duration::from_millis(200);
-    c.core.unreachable_nodes_reaper_interval = Duration::from_millis(200);
-    c.core.periodic_tasks_initial_delay = Duration::from_millis(100);
-    c.core.seed_node_timeout = Duration::from_secs(2);
-    c.core.retry_unsuccessful_join_after = Some(Duration::from_secs(2));
-    c.core.failure_detector.heartbeat_interval = Duration::from_millis(200);
-    c.core.failure_detector.threshold = 8.0;
-    c.core.failure_detector.acceptable_heartbeat_pause = Duration::from_secs(3);
-    c.core.failure_detector.expected_response_after = Duration::from_millis(500);
-    s.management.enabled = false;
-    s
-}
-
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap()
 }
@@ -91,7 +73,7 @@ fn server() {
         .parse()
         .expect("a cluster address");
     runtime().block_on(async {
-        let node = Node::start(&settings()).await.expect("the server node starts");
+        let node = Node::start(&support::fast_settings()).await.expect("the server node starts");
         node.messaging()
             .serve(&ECHO, ECHO_QUEUE, |_from, payload: Vec<u8>| async move { payload })
             .expect("the echo endpoint registers");
@@ -427,7 +409,7 @@ fn micros(d: Duration) -> String {
 
 fn parent() {
     let rt = runtime();
-    let node = rt.block_on(Node::start(&settings())).expect("the bench node starts");
+    let node = rt.block_on(Node::start(&support::fast_settings())).expect("the bench node starts");
     rt.block_on(node.join_seed_nodes(vec![node.self_address().clone()]))
         .expect("the bench node forms a cluster");
     let mut child = ChildGuard::spawn(node.self_address());

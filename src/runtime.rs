@@ -103,19 +103,12 @@ impl Node {
         let metrics = Metrics::new(Some(transport.clone()), Some(messaging_counters.clone()));
         let network = Network { transport: transport.clone(), inbound };
         let control = driver::spawn(core, now, Some(network), lease, metrics.clone());
-        let stopped = {
-            let control = control.clone();
-            async move {
-                control.terminated().await;
-            }
-        };
         let messaging = Messaging::start(
             self_node.clone(),
             transport.clone(),
-            control.watch(),
+            &control,
             c.transport.max_frame_size,
             messaging_counters,
-            stopped,
         )
         .expect("a new transport's application frames are not taken yet");
         let singletons = Singletons::new(

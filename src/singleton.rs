@@ -21,10 +21,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use convoke_membership::sbr::Lease;
-use convoke_membership::{Member, MemberStatus, UniqueAddress};
+use convoke_membership::sbr::{Lease, LeaseOp, perform};
+use convoke_membership::{Member, UniqueAddress};
 use convoke_sharding::singleton::{
-    HandOver, Output, Phase, SingletonConfig, SingletonManager, SingletonStatus,
+    HandOver, Output, Phase, SingletonConfig, SingletonManager, SingletonStatus, oldest_candidate,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -353,7 +353,7 @@ impl Task {
         self.feed_members(&snapshots.borrow_and_update());
         loop {
             self.drain(&lease_tx);
-            let _ = self.status.send(self.status_now());
+            let _ = self.status.send(self.manager.status());
             if terminated && self.instance.is_none() {
                 self.release_waiters();
                 return;
@@ -416,7 +416,7 @@ impl Task {
                         && l.renew_at.is_some_and(|at| at <= t)
                     {
                         l.renew_at = None;
-                        spawn_lease(l.lease.clone(), true, lease_tx.clone());
+                        spawn_acquire(l.lease.clone(), lease_tx.clone());
                     }
                     self.manager.handle_timeout(t.into_std());
                 }
@@ -480,7 +480,7 @@ impl Task {
                     }
                 }
                 Output::AcquireLease => match &self.lease {
-                    Some(l) => spawn_lease(l.lease.clone(), true, lease_tx.clone()),
+                    Some(l) => spawn_acquire(l.lease.clone(), lease_tx.clone()),
                     None => self.manager.lease_result(now(), true),
                 },
                 Output::ReleaseLease => {
@@ -488,18 +488,15 @@ impl Task {
                         l.renew_at = None;
                         let lease = l.lease.clone();
                         tokio::spawn(async move {
-                            let _ = lease.release().await;
+                            let timeout = lease.settings().operation_timeout;
+                            let _ =
+                                tokio::time::timeout(timeout, perform(&*lease, LeaseOp::Release))
+                                    .await;
                         });
                     }
                 }
             }
         }
-    }
-
-    fn status_now(&self) -> SingletonStatus {
-        let mut status = self.manager.status();
-        status.running_here = self.instance.is_some();
-        status
     }
 }
 
@@ -507,17 +504,12 @@ fn now() -> std::time::Instant {
     Instant::now().into_std()
 }
 
-/// Acquires (or renews) the lease off the task, bounded by its operation timeout.
-fn spawn_lease(lease: Arc<dyn Lease>, acquire: bool, answer: mpsc::Sender<bool>) {
+/// Acquires (or renews) the lease off the task, bounded by its operation timeout; an error or
+/// a timeout answers `false`.
+fn spawn_acquire(lease: Arc<dyn Lease>, answer: mpsc::Sender<bool>) {
     tokio::spawn(async move {
         let timeout = lease.settings().operation_timeout;
-        let op = async {
-            if acquire {
-                lease.acquire().await.unwrap_or(false)
-            } else {
-                lease.release().await.unwrap_or(false)
-            }
-        };
+        let op = perform(&*lease, LeaseOp::Acquire);
         let granted = tokio::time::timeout(timeout, op).await.unwrap_or(false);
         let _ = answer.send(granted).await;
     });
@@ -589,7 +581,8 @@ impl<Req, Resp> fmt::Debug for SingletonProxy<Req, Resp> {
 }
 
 impl<Req: Serialize, Resp: DeserializeOwned> SingletonProxy<Req, Resp> {
-    /// Where this node believes the instance runs: the oldest Up or Leaving member with the role.
+    /// Where this node believes the instance runs: the oldest member that may host it (Up or
+    /// Leaving, with the role, in this node's data center).
     pub fn host(&self) -> Option<UniqueAddress> {
         oldest_host(&self.snapshots.borrow(), self.role.as_deref())
     }
@@ -639,14 +632,9 @@ impl<Req: Serialize, Resp: DeserializeOwned> SingletonProxy<Req, Resp> {
     }
 }
 
-/// The oldest Up or Leaving member with `role`, in the view of `snapshot`.
+/// Where the instance runs as `snapshot` shows it: the managers' own rule for the oldest
+/// candidate with `role`, in this node's data center.
 fn oldest_host(snapshot: &Snapshot, role: Option<&str>) -> Option<UniqueAddress> {
-    snapshot
-        .state
-        .members
-        .iter()
-        .filter(|m| matches!(m.status(), MemberStatus::Up | MemberStatus::Leaving))
-        .filter(|m| role.is_none_or(|r| m.has_role(r)))
-        .min_by(|a, b| a.age_cmp(b))
-        .map(|m| m.node().clone())
+    let dc = snapshot.state.self_member()?.data_center();
+    oldest_candidate(&snapshot.state.members, dc, role).map(|m| m.node().clone())
 }

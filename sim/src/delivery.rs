@@ -51,6 +51,56 @@ pub struct HandOverInFlight {
     pub message: HandOver,
 }
 
+/// A message on the wire between two slots, which the links may let through, drop or hold.
+trait Routed {
+    /// The sender's and the receiver's slots.
+    fn route(&self) -> (usize, usize);
+}
+
+impl Routed for InFlight {
+    fn route(&self) -> (usize, usize) {
+        (self.from_slot, self.to_slot)
+    }
+}
+
+impl Routed for HandOverInFlight {
+    fn route(&self) -> (usize, usize) {
+        (self.from_slot, self.to_slot)
+    }
+}
+
+/// Whether a clog at either end of `m`'s route keeps it held.
+fn clogged(links: &Links, m: &impl Routed) -> bool {
+    let (from, to) = m.route();
+    links.is_clogged(from) || links.is_clogged(to)
+}
+
+/// `m` reaching its destination's interface: returned if the links let it through now, dropped
+/// if a partition blocks it, put into `held` if a clog does.
+fn pass<T: Routed>(links: &Links, held: &mut Vec<T>, m: T) -> Option<T> {
+    let (from, to) = m.route();
+    if !links.is_open(from, to) {
+        return None;
+    }
+    if clogged(links, &m) {
+        held.push(m);
+        return None;
+    }
+    Some(m)
+}
+
+/// Sends on, through `go` and in the order they were held, the messages of `held` that no clog
+/// keeps any more; keeps the others.
+fn release<T: Routed>(links: &Links, held: &mut Vec<T>, mut go: impl FnMut(T)) {
+    for m in std::mem::take(held) {
+        if clogged(links, &m) {
+            held.push(m);
+        } else {
+            go(m);
+        }
+    }
+}
+
 /// A message copy handed to the scheduler.
 #[derive(Debug)]
 pub enum Wire {
@@ -187,27 +237,13 @@ impl Delivery {
     /// A hand-over message reaches the network interface of its destination: as
     /// [`Delivery::arrive`].
     pub fn arrive_hand_over(&mut self, m: HandOverInFlight) -> Option<HandOverInFlight> {
-        if !self.links.is_open(m.from_slot, m.to_slot) {
-            return None;
-        }
-        if self.links.is_clogged(m.from_slot) || self.links.is_clogged(m.to_slot) {
-            self.held_hand_overs.push(m);
-            return None;
-        }
-        Some(m)
+        pass(&self.links, &mut self.held_hand_overs, m)
     }
 
     /// A message reaches the network interface of its destination: it is returned if the link
     /// lets it through now; dropped if a partition blocks it; held if a clog does.
     pub fn arrive(&mut self, m: InFlight) -> Option<InFlight> {
-        if !self.links.is_open(m.from_slot, m.to_slot) {
-            return None;
-        }
-        if self.links.is_clogged(m.from_slot) || self.links.is_clogged(m.to_slot) {
-            self.held.push(m);
-            return None;
-        }
-        Some(m)
+        pass(&self.links, &mut self.held, m)
     }
 
     /// Counts `m` as received by its destination's core; its message kind.
@@ -248,24 +284,16 @@ impl Delivery {
         self.net = net;
     }
 
+    /// Membership messages first, then hand-over messages, each at a latency drawn from its own
+    /// stream.
     fn release_held(&mut self, now: Duration, mut schedule: impl FnMut(Duration, Wire)) {
-        let held = std::mem::take(&mut self.held);
-        for m in held {
-            if self.links.is_clogged(m.from_slot) || self.links.is_clogged(m.to_slot) {
-                self.held.push(m);
-            } else {
-                schedule(now + self.net.sample_delay(&mut self.rng), Wire::Membership(m));
-            }
-        }
-        let held = std::mem::take(&mut self.held_hand_overs);
-        for m in held {
-            if self.links.is_clogged(m.from_slot) || self.links.is_clogged(m.to_slot) {
-                self.held_hand_overs.push(m);
-            } else {
-                let at = now + self.net.sample_delay(&mut self.hand_over_rng);
-                schedule(at, Wire::HandOver(m));
-            }
-        }
+        let (links, net) = (&self.links, &self.net);
+        release(links, &mut self.held, |m| {
+            schedule(now + net.sample_delay(&mut self.rng), Wire::Membership(m));
+        });
+        release(links, &mut self.held_hand_overs, |m| {
+            schedule(now + net.sample_delay(&mut self.hand_over_rng), Wire::HandOver(m));
+        });
     }
 
     /// Sends `core`, in `slot`, messages it must reject: a gossip for another incarnation, a

@@ -18,32 +18,57 @@ use crate::invariants::{
 use crate::liveness;
 use crate::world::{Action, Sim, SimOptions};
 
-/// A world seen `.1` after the simulator's present, with nothing having happened meanwhile: a
-/// core that should have acted did not. The process in slot `.2`, if any, is paused.
-struct Later<'a>(&'a Sim, Duration, Option<usize>);
+/// A simulated world as the checkers are shown it: `after` the simulator's present, with nothing
+/// having happened meanwhile (a core that should have acted did not), the process in slot
+/// `paused`, if any, paused, and the slots in `instances` said to run singleton instances.
+struct Seen<'a> {
+    sim: &'a Sim,
+    after: Duration,
+    paused: Option<usize>,
+    instances: Vec<usize>,
+}
 
-impl WorldView for Later<'_> {
+/// The world `sim` seen `after` its present, with the process in slot `paused` paused.
+fn later(sim: &Sim, after: Duration, paused: Option<usize>) -> Seen<'_> {
+    Seen { sim, after, paused, instances: Vec::new() }
+}
+
+/// The world `sim` as it is, with the slots in `instances` running singleton instances.
+fn with_instances(sim: &Sim, instances: Vec<usize>) -> Seen<'_> {
+    Seen { sim, after: Duration::ZERO, paused: None, instances }
+}
+
+impl WorldView for Seen<'_> {
     fn now(&self) -> Duration {
-        self.0.now() + self.1
+        self.sim.now() + self.after
     }
     fn slots(&self) -> usize {
-        WorldView::slots(self.0)
+        WorldView::slots(self.sim)
     }
     fn core(&self, slot: usize) -> Option<&convoke_membership::Cluster> {
-        WorldView::core(self.0, slot)
+        WorldView::core(self.sim, slot)
     }
     fn is_stopped(&self, slot: usize) -> bool {
-        self.0.is_stopped(slot)
+        self.sim.is_stopped(slot)
     }
     fn link_open(&self, from: usize, to: usize) -> bool {
-        self.0.link_open(from, to)
+        self.sim.link_open(from, to)
     }
     fn is_running(&self, slot: usize) -> bool {
-        self.2 != Some(slot) && WorldView::is_running(self.0, slot)
+        self.paused != Some(slot) && WorldView::is_running(self.sim, slot)
     }
     fn running_time(&self, slot: usize) -> Duration {
-        let ran = if self.is_running(slot) { self.1 } else { Duration::ZERO };
-        self.0.running_time(slot) + ran
+        let ran = if self.is_running(slot) { self.after } else { Duration::ZERO };
+        self.sim.running_time(slot) + ran
+    }
+    fn singleton(&self, slot: usize) -> Option<InstanceView> {
+        self.instances.contains(&slot).then(|| InstanceView {
+            node: self.sim.slot(slot).node.clone().expect("started"),
+            since: Duration::ZERO,
+            stopping: false,
+            longest_pause: Duration::ZERO,
+            removal_margin: Duration::from_secs(20),
+        })
     }
 }
 
@@ -68,8 +93,8 @@ fn s1_fires_when_two_live_clusters_outlast_the_bound() {
     let bound = invariants::s01_one_live_cluster::bound(&Config::default());
     let mut s1 = OneLiveCluster::armed();
     assert_eq!(s1.check_world(&sim), Ok(()));
-    assert_eq!(s1.check_world(&Later(&sim, bound / 2, None)), Ok(()));
-    let err = s1.check_world(&Later(&sim, bound + Duration::from_secs(1), None)).unwrap_err();
+    assert_eq!(s1.check_world(&later(&sim, bound / 2, None)), Ok(()));
+    let err = s1.check_world(&later(&sim, bound + Duration::from_secs(1), None)).unwrap_err();
     assert!(err.contains("two live clusters"), "{err}");
 }
 
@@ -78,7 +103,7 @@ fn s1_stays_quiet_with_one_cluster() {
     let sim = formed(4, &[&[0, 1, 2, 3]]);
     let mut s1 = OneLiveCluster::armed();
     assert_eq!(s1.check_world(&sim), Ok(()));
-    assert_eq!(s1.check_world(&Later(&sim, Duration::from_secs(600), None)), Ok(()));
+    assert_eq!(s1.check_world(&later(&sim, Duration::from_secs(600), None)), Ok(()));
 }
 
 #[test]
@@ -88,8 +113,8 @@ fn s14_fires_when_a_node_that_holds_itself_down_keeps_running() {
     assert_eq!(WorldView::core(&sim, 1).map(|c| c.self_status()), Some(Down));
     let mut s14 = DownedNodeStops::default();
     assert_eq!(s14.check_world(&sim), Ok(()));
-    assert_eq!(s14.check_world(&Later(&sim, Duration::from_secs(2), None)), Ok(()));
-    let err = s14.check_world(&Later(&sim, Duration::from_secs(10), None)).unwrap_err();
+    assert_eq!(s14.check_world(&later(&sim, Duration::from_secs(2), None)), Ok(()));
+    let err = s14.check_world(&later(&sim, Duration::from_secs(10), None)).unwrap_err();
     assert!(err.contains("still runs"), "{err}");
 }
 
@@ -118,7 +143,7 @@ fn s14_does_not_count_time_spent_paused_between_two_looks() {
     assert!(!sim.is_stopped(1), "the downed node still runs right after it resumed");
     // Ten seconds went by since the last look, all but none of them paused.
     assert_eq!(s14.check_world(&sim), Ok(()));
-    let err = s14.check_world(&Later(&sim, Duration::from_secs(10), None)).unwrap_err();
+    let err = s14.check_world(&later(&sim, Duration::from_secs(10), None)).unwrap_err();
     assert!(err.contains("still runs"), "{err}");
 }
 
@@ -146,12 +171,12 @@ fn s14_fires_when_a_node_resumed_after_its_removal_keeps_running() {
     let bound = invariants::s14_downed_node_stops::resumed_bound(&Config::default());
     let mut s14 = DownedNodeStops::default();
     // Seen paused, then running again 2 × stable_after + 1 s later, and never stopping.
-    assert_eq!(s14.check_world(&Later(&sim, Duration::ZERO, Some(2))), Ok(()));
+    assert_eq!(s14.check_world(&later(&sim, Duration::ZERO, Some(2))), Ok(()));
     let resumed = stable_after * 2 + Duration::from_secs(1);
-    assert_eq!(s14.check_world(&Later(&sim, resumed, None)), Ok(()));
-    assert_eq!(s14.check_world(&Later(&sim, resumed + bound / 2, None)), Ok(()));
+    assert_eq!(s14.check_world(&later(&sim, resumed, None)), Ok(()));
+    assert_eq!(s14.check_world(&later(&sim, resumed + bound / 2, None)), Ok(()));
     let err =
-        s14.check_world(&Later(&sim, resumed + bound + Duration::from_secs(1), None)).unwrap_err();
+        s14.check_world(&later(&sim, resumed + bound + Duration::from_secs(1), None)).unwrap_err();
     assert!(err.contains("resumed from a pause"), "{err}");
 }
 
@@ -160,9 +185,9 @@ fn s14_stays_quiet_after_a_shorter_pause() {
     let sim = removed_behind_its_back();
     let stable_after = Config::default().split_brain_resolver.stable_after;
     let mut s14 = DownedNodeStops::default();
-    assert_eq!(s14.check_world(&Later(&sim, Duration::ZERO, Some(2))), Ok(()));
-    assert_eq!(s14.check_world(&Later(&sim, stable_after, None)), Ok(()));
-    assert_eq!(s14.check_world(&Later(&sim, Duration::from_secs(600), None)), Ok(()));
+    assert_eq!(s14.check_world(&later(&sim, Duration::ZERO, Some(2))), Ok(()));
+    assert_eq!(s14.check_world(&later(&sim, stable_after, None)), Ok(()));
+    assert_eq!(s14.check_world(&later(&sim, Duration::from_secs(600), None)), Ok(()));
 }
 
 #[test]
@@ -203,8 +228,8 @@ fn s4_fires_when_a_node_holds_an_unreachable_member_past_the_bound_without_decid
     };
     assert_eq!(s4.check_step(&step), Ok(()));
     assert_eq!(s4.check_world(&sim), Ok(()));
-    assert_eq!(s4.check_world(&Later(&sim, bound / 2, None)), Ok(()));
-    let err = s4.check_world(&Later(&sim, bound + Duration::from_secs(1), None)).unwrap_err();
+    assert_eq!(s4.check_world(&later(&sim, bound / 2, None)), Ok(()));
+    let err = s4.check_world(&later(&sim, bound + Duration::from_secs(1), None)).unwrap_err();
     assert!(err.contains("without deciding"), "{err}");
 }
 
@@ -213,43 +238,7 @@ fn s4_stays_quiet_while_every_member_is_reachable() {
     let sim = formed(3, &[&[0, 1, 2]]);
     let mut s4 = DownAllWhenUnstable::default();
     assert_eq!(s4.check_world(&sim), Ok(()));
-    assert_eq!(s4.check_world(&Later(&sim, Duration::from_secs(600), None)), Ok(()));
-}
-
-/// A simulated world in which the slots in `.1` are also said to run singleton instances.
-struct WithInstances<'a>(&'a Sim, Vec<usize>);
-
-impl WorldView for WithInstances<'_> {
-    fn now(&self) -> Duration {
-        WorldView::now(self.0)
-    }
-    fn slots(&self) -> usize {
-        WorldView::slots(self.0)
-    }
-    fn core(&self, slot: usize) -> Option<&convoke_membership::Cluster> {
-        WorldView::core(self.0, slot)
-    }
-    fn is_stopped(&self, slot: usize) -> bool {
-        self.0.is_stopped(slot)
-    }
-    fn link_open(&self, from: usize, to: usize) -> bool {
-        self.0.link_open(from, to)
-    }
-    fn is_running(&self, slot: usize) -> bool {
-        WorldView::is_running(self.0, slot)
-    }
-    fn running_time(&self, slot: usize) -> Duration {
-        self.0.running_time(slot)
-    }
-    fn singleton(&self, slot: usize) -> Option<InstanceView> {
-        self.1.contains(&slot).then(|| InstanceView {
-            node: self.0.slot(slot).node.clone().expect("started"),
-            since: Duration::ZERO,
-            stopping: false,
-            longest_pause: Duration::ZERO,
-            removal_margin: Duration::from_secs(20),
-        })
-    }
+    assert_eq!(s4.check_world(&later(&sim, Duration::from_secs(600), None)), Ok(()));
 }
 
 #[test]
@@ -257,16 +246,16 @@ fn s17_leaves_two_live_clusters_to_s1() {
     // Two clusters that never knew each other, each with its instance: S1's business.
     let sim = formed(4, &[&[0, 1], &[2, 3]]);
     let mut s17 = OneSingleton::default();
-    assert_eq!(s17.check_singletons(&WithInstances(&sim, vec![0, 2])), Ok(()));
-    assert_eq!(s17.check_singletons(&WithInstances(&sim, vec![0])), Ok(()));
+    assert_eq!(s17.check_singletons(&with_instances(&sim, vec![0, 2])), Ok(()));
+    assert_eq!(s17.check_singletons(&with_instances(&sim, vec![0])), Ok(()));
 }
 
 #[test]
 fn s17_fires_for_two_instances_in_one_cluster() {
     let sim = formed(3, &[&[0, 1, 2]]);
     let mut s17 = OneSingleton::default();
-    assert_eq!(s17.check_singletons(&WithInstances(&sim, vec![0, 2])), Ok(()));
-    let err = s17.check_singletons(&WithInstances(&sim, vec![2])).unwrap_err();
+    assert_eq!(s17.check_singletons(&with_instances(&sim, vec![0, 2])), Ok(()));
+    let err = s17.check_singletons(&with_instances(&sim, vec![2])).unwrap_err();
     assert!(err.contains("in one cluster"), "{err}");
 }
 

@@ -38,7 +38,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::control::Snapshot;
+use crate::control::{Control, Snapshot};
 use crate::transport::{ApplicationInbound, ApplicationSendError, Transport};
 use envelope::{Body, Envelope, Failure};
 
@@ -284,22 +284,21 @@ impl fmt::Debug for Messaging {
 
 impl Messaging {
     /// Starts the messaging layer of a node: it takes the transport's application frames and
-    /// routes them until `stopped` resolves. `None` when the transport's frames were already
+    /// routes them until the node terminates. `None` when the transport's frames were already
     /// taken.
     pub(crate) fn start(
         self_node: UniqueAddress,
         transport: Transport,
-        snapshots: watch::Receiver<Arc<Snapshot>>,
+        control: &Control,
         max_frame_size: usize,
         counters: MessagingCounters,
-        stopped: impl Future<Output = ()> + Send + 'static,
     ) -> Option<Self> {
         let frames = transport.application_inbound()?;
         let messaging = Self {
             inner: Arc::new(Inner {
                 self_node,
                 transport,
-                snapshots,
+                snapshots: control.watch(),
                 endpoints: Mutex::new(HashMap::new()),
                 pending: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
@@ -307,11 +306,11 @@ impl Messaging {
                 max_frame_size,
             }),
         };
-        let router = messaging.clone();
+        let (router, control) = (messaging.clone(), control.clone());
         tokio::spawn(async move {
             tokio::select! {
                 () = router.route(frames) => {}
-                () = stopped => {}
+                _ = control.terminated() => {}
             }
             // Fail every ask still waiting, rather than letting each run into its timeout.
             router.inner.pending.lock().unwrap_or_else(PoisonError::into_inner).clear();
@@ -498,7 +497,7 @@ impl Messaging {
                 return;
             }
         };
-        if !is_member(&inner.snapshots.borrow(), &frame.from) {
+        if member_gone(&inner.snapshots.borrow(), &frame.from).is_some() {
             inc(&inner.counters.0.from_non_members);
             tracing::debug!(from = %frame.from, "dropping an application frame from a non-member");
             return;
@@ -611,14 +610,10 @@ fn failure_error(
     }
 }
 
-/// Whether `node` (this incarnation) is a member that may send: in the view and not Down.
-fn is_member(snapshot: &Snapshot, node: &UniqueAddress) -> bool {
-    member_gone(snapshot, node).is_none()
-}
-
-/// How `node` is gone from `snapshot`, if it is.
+/// How `node` (this incarnation) is gone from `snapshot`, if it is; `None` for a member that
+/// may send and receive. A map lookup in the snapshot's gossip: it runs for every frame.
 fn member_gone(snapshot: &Snapshot, node: &UniqueAddress) -> Option<MemberGone> {
-    match snapshot.state.members.iter().find(|m| m.node() == node).map(|m| m.status()) {
+    match snapshot.gossip.member(node).map(|m| m.status()) {
         None | Some(MemberStatus::Removed) => Some(MemberGone::Removed),
         Some(MemberStatus::Down) => Some(MemberGone::Downed),
         Some(_) => None,

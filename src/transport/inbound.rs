@@ -120,16 +120,25 @@ async fn serve(
         shared.counters.received(message.kind(), LENGTH_PREFIX_BYTES + frame.len());
         drop(frame);
         let inbound = Inbound { from: from.clone(), message, received_at };
-        // Waiting here is the backpressure: this connection stops being read, others go on.
-        let delivered = tokio::select! {
-            biased;
-            () = shared.stopping.cancelled() => return,
-            r = queue.send(inbound) => r.is_ok(),
-        };
-        if !delivered {
-            inc(&shared.counters.dropped_inbound);
+        if !forward(&shared, &queue, inbound).await {
+            return;
         }
     }
+}
+
+/// Hands `item` to `queue`, waiting for room: the wait is the backpressure (this connection
+/// stops being read, others go on). `false` when the transport stops; an item the queue's
+/// receiver is gone for is counted as dropped.
+async fn forward<T>(shared: &Shared, queue: &mpsc::Sender<T>, item: T) -> bool {
+    let delivered = tokio::select! {
+        biased;
+        () = shared.stopping.cancelled() => return false,
+        r = queue.send(item) => r.is_ok(),
+    };
+    if !delivered {
+        inc(&shared.counters.dropped_inbound);
+    }
+    true
 }
 
 /// Reads an application stream: each frame goes, undecoded, to the messaging layer's channel
@@ -149,14 +158,8 @@ async fn serve_application(
             continue;
         };
         let inbound = ApplicationInbound { from: from.clone(), payload };
-        // As for cluster messages, a full channel stops reading this connection only.
-        let delivered = tokio::select! {
-            biased;
-            () = shared.stopping.cancelled() => return,
-            r = sink.send(inbound) => r.is_ok(),
-        };
-        if !delivered {
-            inc(&shared.counters.dropped_inbound);
+        if !forward(shared, sink, inbound).await {
+            return;
         }
     }
 }

@@ -579,7 +579,6 @@ impl SingletonManager {
         }
     }
 
-    /// Tells `to` it may start, and from then on counts it as a possible host.
     /// Once shut down with no instance left, tells every other member so (once).
     fn announce_release(&mut self) {
         if !self.shut_down || self.announced_release || self.instance != Instance::Absent {
@@ -593,6 +592,7 @@ impl SingletonManager {
         }
     }
 
+    /// Tells `to` it may start, and from then on counts it as a possible host.
     fn answer_done(&mut self, to: &UniqueAddress) {
         self.send(to.clone(), HandOver::HandOverDone);
         self.suspects.entry(to.clone()).or_insert(Suspect { removed_since: None });

@@ -11,7 +11,8 @@
 //!
 //! Layout: this file holds the vocabulary shared with the driver (settings, hand-over messages,
 //! outputs, phases, status); `manager.rs` the state machine; `view.rs` reads a membership list
-//! (candidates, the oldest, departing older members).
+//! (candidates, the oldest, departing older members). [`oldest_candidate`] is the rule that picks
+//! the host, for the managers and for drivers that must find it.
 
 mod manager;
 mod view;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use convoke_membership::UniqueAddress;
 
 pub use self::manager::SingletonManager;
+pub use self::view::oldest_candidate;
 
 /// How often HandOverToMe and TakeOverFromMe are re-sent, by default.
 pub const DEFAULT_HAND_OVER_RETRY_INTERVAL: Duration = Duration::from_secs(1);
@@ -198,8 +200,7 @@ impl Phase {
     /// instance: a HandOverToMe from anyone else contradicts its view and waits until the view
     /// changes.
     pub(super) fn claims_oldest(self) -> bool {
-        matches!(self, Self::BecomingOldest | Self::WaitingForRemoval | Self::AcquiringLease)
-            || self == Self::Running
+        self.is_waiting_to_start() || self == Self::Running
     }
 
     /// The phases in which this node is the oldest and waits to start.

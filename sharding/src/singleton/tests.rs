@@ -40,6 +40,16 @@ fn all(n: usize, status: MemberStatus) -> Vec<Line<'static>> {
     (0..n).map(|i| (i, status, u32::try_from(i).unwrap() + 1, &[][..])).collect()
 }
 
+/// Three nodes, up-numbers in slot order: node 0 (the first host) with `status`, the others Up.
+fn host_is(status: MemberStatus) -> Vec<Line<'static>> {
+    vec![(0, status, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])]
+}
+
+/// Nodes 1 and 2 Up: node 0 removed.
+fn host_removed() -> Vec<Line<'static>> {
+    vec![(1, Up, 2, &[][..]), (2, Up, 3, &[])]
+}
+
 struct TestNode {
     m: SingletonManager,
     /// The instance exists (running, or asked to stop and not yet ended).
@@ -126,9 +136,41 @@ impl Net {
 
     /// Node `i` sees `lines`.
     fn view(&mut self, i: usize, lines: &[Line<'_>]) {
-        let list = members(lines);
+        self.members(i, &members(lines));
+    }
+
+    /// Node `i` sees the membership list `list`.
+    fn members(&mut self, i: usize, list: &[Member]) {
         let now = self.now;
-        self.nodes[i].m.handle_members(now, &list);
+        self.nodes[i].m.handle_members(now, list);
+        self.drain(i);
+    }
+
+    /// Node `to` receives `message` from node `from` now.
+    fn receive(&mut self, to: usize, from: usize, message: HandOver) {
+        let now = self.now;
+        self.nodes[to].m.handle_message(now, &node(from), message);
+        self.drain(to);
+    }
+
+    /// Node `i` is told its lease was granted, or refused or lost.
+    fn lease(&mut self, i: usize, granted: bool) {
+        let now = self.now;
+        self.nodes[i].m.lease_result(now, granted);
+        self.drain(i);
+    }
+
+    /// Node `i` shuts down.
+    fn shutdown(&mut self, i: usize) {
+        let now = self.now;
+        self.nodes[i].m.shutdown(now);
+        self.drain(i);
+    }
+
+    /// Node `i`'s due timers fire.
+    fn timeout(&mut self, i: usize) {
+        let now = self.now;
+        self.nodes[i].m.handle_timeout(now);
         self.drain(i);
     }
 
@@ -144,12 +186,9 @@ impl Net {
     /// Delivers everything in flight (and what that sends), in order.
     fn deliver(&mut self) {
         while let Some((from, to, message)) = self.mail.pop_front() {
-            if self.nodes[to].cut {
-                continue;
+            if !self.nodes[to].cut {
+                self.receive(to, from, message);
             }
-            let now = self.now;
-            self.nodes[to].m.handle_message(now, &node(from), message);
-            self.drain(to);
         }
     }
 
@@ -175,9 +214,7 @@ impl Net {
                 .min();
             let Some((t, i)) = next else { break };
             self.now = self.now.max(t);
-            let now = self.now;
-            self.nodes[i].m.handle_timeout(now);
-            self.drain(i);
+            self.timeout(i);
             self.deliver();
         }
         self.now = end;
@@ -189,6 +226,14 @@ impl Net {
 
     fn running(&self) -> Vec<usize> {
         (0..self.nodes.len()).filter(|i| self.nodes[*i].instance).collect()
+    }
+
+    /// Lets `margin` pass, and asserts that node `i` starts only at its very end.
+    fn starts_after(&mut self, i: usize, margin: Duration) {
+        self.advance(margin - Duration::from_millis(1));
+        assert!(self.running().is_empty());
+        self.advance(Duration::from_millis(1));
+        assert_eq!(self.running(), [i]);
     }
 
     fn position(&self, line: &str) -> usize {
@@ -250,11 +295,11 @@ fn an_unchanged_membership_list_changes_nothing() {
 fn graceful_hand_over_starts_the_new_host_only_after_the_old_one_stopped() {
     let mut net = three_up();
     // Leaving is still a candidate: nothing moves.
-    let leaving = [(0, Leaving, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])];
+    let leaving = host_is(Leaving);
     net.view_all(&leaving);
     net.deliver();
     assert_eq!(net.log, ["start 0"]);
-    let exiting = [(0, Exiting, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])];
+    let exiting = host_is(Exiting);
     net.view_all(&exiting);
     assert_eq!(net.phase(0), Phase::WasOldest);
     assert_eq!(net.phase(1), Phase::BecomingOldest);
@@ -285,7 +330,7 @@ fn graceful_hand_over_starts_the_new_host_only_after_the_old_one_stopped() {
 fn the_old_host_offers_the_instance_with_take_over_from_me_until_asked() {
     let mut net = three_up();
     // Only the old host has seen itself Exiting so far.
-    net.view(0, &[(0, Exiting, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])]);
+    net.view(0, &host_is(Exiting));
     net.mail.clear();
     net.advance(Duration::from_millis(2_500));
     let offers = net.log.iter().filter(|l| *l == "0->1 TakeOverFromMe").count();
@@ -301,14 +346,11 @@ fn a_take_over_from_me_makes_a_new_oldest_ask_a_host_it_never_knew() {
     assert_eq!(fresh.phase(2), Phase::BecomingOldest);
     fresh.mail.clear();
     // Node 0, still running somewhere, offers the instance: node 2 waits for it.
-    fresh.nodes[2].m.handle_message(fresh.now, &node(0), HandOver::TakeOverFromMe);
-    fresh.drain(2);
+    fresh.receive(2, 0, HandOver::TakeOverFromMe);
     assert!(fresh.log.contains(&"2->0 HandOverToMe".to_owned()));
-    fresh.nodes[2].m.handle_message(fresh.now, &node(1), HandOver::HandOverDone);
-    fresh.drain(2);
+    fresh.receive(2, 1, HandOver::HandOverDone);
     assert!(fresh.running().is_empty(), "node 0 has not answered yet");
-    fresh.nodes[2].m.handle_message(fresh.now, &node(0), HandOver::HandOverDone);
-    fresh.drain(2);
+    fresh.receive(2, 0, HandOver::HandOverDone);
     assert_eq!(fresh.running(), [2]);
 }
 
@@ -318,7 +360,7 @@ fn a_crashed_host_is_replaced_only_after_its_removal_and_the_removal_margin() {
     net.crash(0);
     let margin = net.nodes[1].m.config().removal_margin;
     // Unreachable, then Down: not enough.
-    net.view_all(&[(0, Down, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])]);
+    net.view_all(&host_is(Down));
     assert_eq!(net.phase(1), Phase::BecomingOldest);
     net.advance(Duration::from_secs(60));
     assert!(net.log.iter().all(|l| l != "start 1"), "{:?}", net.log);
@@ -327,7 +369,7 @@ fn a_crashed_host_is_replaced_only_after_its_removal_and_the_removal_margin() {
     assert_eq!(asks, 61);
     assert!(net.nodes[1].m.is_stuck());
     // Removed: the margin starts now.
-    net.view_all(&[(1, Up, 2, &[][..]), (2, Up, 3, &[])]);
+    net.view_all(&host_removed());
     assert_eq!(net.phase(1), Phase::WaitingForRemoval);
     assert_eq!(net.nodes[1].m.poll_timeout(), Some(net.now + margin));
     net.advance(margin - Duration::from_millis(1));
@@ -344,7 +386,7 @@ fn a_new_incarnation_at_the_old_hosts_address_counts_as_its_removal() {
     net.crash(0);
     let margin = net.nodes[1].m.config().removal_margin;
     let restarted = UniqueAddress::new(node(0).address, Uid::new(999).unwrap());
-    let mut list = members(&[(1, Up, 2, &[][..]), (2, Up, 3, &[])]);
+    let mut list = members(&host_removed());
     list.push(Member::from_parts(
         restarted,
         UpNumber::UNASSIGNED,
@@ -352,14 +394,9 @@ fn a_new_incarnation_at_the_old_hosts_address_counts_as_its_removal() {
         BTreeSet::from(["dc-default".to_owned()]),
         AppVersion::default(),
     ));
-    let now = net.now;
-    net.nodes[1].m.handle_members(now, &list);
-    net.drain(1);
+    net.members(1, &list);
     assert_eq!(net.phase(1), Phase::WaitingForRemoval);
-    net.advance(margin - Duration::from_millis(1));
-    assert!(net.running().is_empty());
-    net.advance(Duration::from_millis(1));
-    assert_eq!(net.running(), [1]);
+    net.starts_after(1, margin);
 }
 
 #[test]
@@ -368,11 +405,11 @@ fn a_host_cut_off_and_removed_stops_before_the_margin_lets_the_next_start() {
     // removes it and waits out the margin.
     let mut net = three_up();
     net.nodes[0].cut = true;
-    net.view(0, &[(0, Down, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])]);
+    net.view(0, &host_is(Down));
     assert_eq!(net.phase(0), Phase::Stopped);
     assert_eq!(net.log.last().map(String::as_str), Some("stop 0"));
-    net.view(1, &[(1, Up, 2, &[][..]), (2, Up, 3, &[])]);
-    net.view(2, &[(1, Up, 2, &[][..]), (2, Up, 3, &[])]);
+    net.view(1, &host_removed());
+    net.view(2, &host_removed());
     net.advance(Duration::from_secs(5));
     net.stopped(0);
     net.advance(Duration::from_secs(20));
@@ -386,19 +423,15 @@ fn a_node_frozen_past_its_deadline_waits_a_margin_of_running_time_before_startin
     let mut net = three_up();
     net.crash(0);
     let margin = net.nodes[1].m.config().removal_margin;
-    net.view(1, &[(1, Up, 2, &[][..]), (2, Up, 3, &[])]);
+    net.view(1, &host_removed());
     assert_eq!(net.phase(1), Phase::WaitingForRemoval);
     net.now += margin * 3;
     let now = net.now;
-    net.nodes[1].m.handle_message(now, &node(2), HandOver::HandOverDone);
-    net.drain(1);
+    net.receive(1, 2, HandOver::HandOverDone);
     assert!(net.running().is_empty());
     assert_eq!(net.phase(1), Phase::WaitingForRemoval);
     assert_eq!(net.nodes[1].m.poll_timeout(), Some(now + margin));
-    net.advance(margin - Duration::from_millis(1));
-    assert!(net.running().is_empty());
-    net.advance(Duration::from_millis(1));
-    assert_eq!(net.running(), [1]);
+    net.starts_after(1, margin);
 }
 
 #[test]
@@ -446,7 +479,7 @@ fn joining_and_weakly_up_members_are_never_the_oldest() {
 #[test]
 fn a_downed_host_stops_its_instance_and_never_starts_again() {
     let mut net = three_up();
-    net.view(0, &[(0, Down, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])]);
+    net.view(0, &host_is(Down));
     assert_eq!(net.phase(0), Phase::Stopped);
     assert_eq!(net.log.last().map(String::as_str), Some("stop 0"));
     net.stopped(0);
@@ -459,7 +492,7 @@ fn a_downed_host_stops_its_instance_and_never_starts_again() {
 #[test]
 fn a_host_missing_from_its_own_view_stops_as_removed() {
     let mut net = three_up();
-    net.view(0, &[(1, Up, 2, &[][..]), (2, Up, 3, &[])]);
+    net.view(0, &host_removed());
     assert_eq!(net.phase(0), Phase::Stopped);
     assert_eq!(net.log.last().map(String::as_str), Some("stop 0"));
 }
@@ -467,9 +500,7 @@ fn a_host_missing_from_its_own_view_stops_as_removed() {
 #[test]
 fn shutdown_stops_the_instance_and_nothing_starts_afterwards() {
     let mut net = three_up();
-    let now = net.now;
-    net.nodes[0].m.shutdown(now);
-    net.drain(0);
+    net.shutdown(0);
     assert_eq!(net.phase(0), Phase::Stopped);
     assert!(net.nodes[0].stop_asked);
     net.stopped(0);
@@ -480,9 +511,7 @@ fn shutdown_stops_the_instance_and_nothing_starts_afterwards() {
 #[test]
 fn a_host_that_shut_down_before_leaving_releases_it_so_the_next_starts_without_a_margin() {
     let mut net = three_up();
-    let now = net.now;
-    net.nodes[0].m.shutdown(now);
-    net.drain(0);
+    net.shutdown(0);
     net.stopped(0);
     // Announced once the instance has ended, to every other member.
     let stopped = net.position("stopped 0");
@@ -491,7 +520,7 @@ fn a_host_that_shut_down_before_leaving_releases_it_so_the_next_starts_without_a
     net.deliver();
     // Node 0 then leaves and is gone before node 1's HandOverToMe could reach it.
     net.crash(0);
-    let exiting = [(0, Exiting, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])];
+    let exiting = host_is(Exiting);
     net.view_all(&exiting);
     net.deliver();
     assert_eq!(net.running(), [1], "{:?}", net.log);
@@ -501,19 +530,17 @@ fn a_host_that_shut_down_before_leaving_releases_it_so_the_next_starts_without_a
 #[test]
 fn a_younger_node_asked_to_hand_over_answers_done_at_once() {
     let mut net = three_up();
-    net.nodes[2].m.handle_message(net.now, &node(1), HandOver::HandOverToMe);
-    net.drain(2);
+    net.receive(2, 1, HandOver::HandOverToMe);
     assert_eq!(net.log.last().map(String::as_str), Some("2->1 HandOverDone"));
 }
 
 #[test]
 fn the_oldest_disputes_a_hand_over_request_until_its_own_view_agrees() {
     let mut net = three_up();
-    net.nodes[0].m.handle_message(net.now, &node(1), HandOver::HandOverToMe);
-    net.drain(0);
+    net.receive(0, 1, HandOver::HandOverToMe);
     assert_eq!(net.log, ["start 0"]);
     // Its view catches up: it hands over to the waiting requester at once.
-    net.view(0, &[(0, Exiting, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])]);
+    net.view(0, &host_is(Exiting));
     assert_eq!(net.phase(0), Phase::HandingOver);
     assert!(net.nodes[0].stop_asked);
 }
@@ -524,7 +551,7 @@ fn a_node_that_still_waits_out_a_removed_hosts_margin_does_not_vouch_for_it() {
     // "done" before the margin has passed for host 0, which may still run behind a partition.
     let mut net = three_up();
     net.crash(0);
-    net.view(1, &[(1, Up, 2, &[][..]), (2, Up, 3, &[])]);
+    net.view(1, &host_removed());
     assert_eq!(net.phase(1), Phase::WaitingForRemoval);
     net.advance(Duration::from_secs(5));
     // Node 1 leaves; node 2, the new oldest, asks it.
@@ -545,9 +572,8 @@ fn a_node_that_still_waits_out_a_removed_hosts_margin_does_not_vouch_for_it() {
 fn a_hand_over_done_from_a_node_it_did_not_ask_is_ignored() {
     let mut net = three_up();
     net.crash(0);
-    net.view_all(&[(0, Down, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])]);
-    net.nodes[1].m.handle_message(net.now, &node(2), HandOver::HandOverDone);
-    net.drain(1);
+    net.view_all(&host_is(Down));
+    net.receive(1, 2, HandOver::HandOverDone);
     assert_eq!(net.phase(1), Phase::BecomingOldest);
     assert!(net.log.iter().all(|l| l != "start 1"));
 }
@@ -558,11 +584,11 @@ fn an_instance_that_ends_by_itself_is_not_restarted() {
     net.stopped(0);
     assert_eq!(net.phase(0), Phase::Running);
     assert!(!net.nodes[0].m.status().running_here);
-    net.view_all(&[(0, Leaving, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])]);
+    net.view_all(&host_is(Leaving));
     net.advance(Duration::from_secs(10));
     assert!(net.running().is_empty());
     // When it is no longer the oldest it has nothing to hand over.
-    net.view_all(&[(0, Exiting, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])]);
+    net.view_all(&host_is(Exiting));
     net.deliver();
     assert_eq!(net.running(), [1]);
 }
@@ -581,16 +607,12 @@ fn with_a_lease_the_instance_starts_only_once_the_lease_is_granted() {
     net.view_all(&all(2, Up));
     assert_eq!(net.log, ["acquire 0"]);
     assert_eq!(net.phase(0), Phase::AcquiringLease);
-    let now = net.now;
-    net.nodes[0].m.lease_result(now, false);
-    net.drain(0);
+    net.lease(0, false);
     assert!(net.running().is_empty());
-    assert_eq!(net.nodes[0].m.poll_timeout(), Some(now + LEASE_RETRY_INTERVAL));
+    assert_eq!(net.nodes[0].m.poll_timeout(), Some(net.now + LEASE_RETRY_INTERVAL));
     net.advance(LEASE_RETRY_INTERVAL);
     assert_eq!(net.log, ["acquire 0", "acquire 0"]);
-    let now = net.now;
-    net.nodes[0].m.lease_result(now, true);
-    net.drain(0);
+    net.lease(0, true);
     assert_eq!(net.running(), [0]);
     assert_eq!(net.phase(0), Phase::Running);
 }
@@ -599,17 +621,13 @@ fn with_a_lease_the_instance_starts_only_once_the_lease_is_granted() {
 fn a_lost_lease_stops_the_instance_and_acquires_again_once_it_ended() {
     let mut net = leased(2);
     net.view_all(&all(2, Up));
-    let now = net.now;
-    net.nodes[0].m.lease_result(now, true);
-    net.drain(0);
-    net.nodes[0].m.lease_result(now, false);
-    net.drain(0);
+    net.lease(0, true);
+    net.lease(0, false);
     assert_eq!(net.log, ["acquire 0", "start 0", "stop 0"]);
     assert_eq!(net.phase(0), Phase::AcquiringLease);
     net.stopped(0);
     assert_eq!(net.log.last().map(String::as_str), Some("acquire 0"));
-    net.nodes[0].m.lease_result(now, true);
-    net.drain(0);
+    net.lease(0, true);
     assert_eq!(net.running(), [0]);
 }
 
@@ -617,9 +635,7 @@ fn a_lost_lease_stops_the_instance_and_acquires_again_once_it_ended() {
 fn a_host_releases_its_lease_after_its_instance_stopped_and_before_it_says_done() {
     let mut net = leased(2);
     net.view_all(&all(2, Up));
-    let now = net.now;
-    net.nodes[0].m.lease_result(now, true);
-    net.drain(0);
+    net.lease(0, true);
     net.view_all(&[(0, Exiting, 1, &[][..]), (1, Up, 2, &[])]);
     net.deliver();
     net.stopped(0);
@@ -630,9 +646,7 @@ fn a_host_releases_its_lease_after_its_instance_stopped_and_before_it_says_done(
     let acquire = net.log.iter().rposition(|l| l == "acquire 1").expect("node 1 asks");
     assert!(stopped < release && release < done && done < acquire, "{:?}", net.log);
     assert_eq!(net.phase(1), Phase::AcquiringLease);
-    let now = net.now;
-    net.nodes[1].m.lease_result(now, true);
-    net.drain(1);
+    net.lease(1, true);
     assert_eq!(net.running(), [1]);
 }
 
@@ -705,11 +719,7 @@ impl Rng {
 fn random_leave(seed: u64) -> (Net, Vec<usize>) {
     let mut rng = Rng(seed | 1);
     let mut net = three_up();
-    let views: [Vec<Line<'static>>; 3] = [
-        vec![(0, Leaving, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])],
-        vec![(0, Exiting, 1, &[][..]), (1, Up, 2, &[]), (2, Up, 3, &[])],
-        vec![(1, Up, 2, &[][..]), (2, Up, 3, &[])],
-    ];
+    let views: [Vec<Line<'static>>; 3] = [host_is(Leaving), host_is(Exiting), host_removed()];
     let start = net.now;
     let tick = Duration::from_millis(50);
     // When each node sees each view. The removal comes only once node 0 is gone, and node 0
@@ -750,8 +760,7 @@ fn random_leave(seed: u64) -> (Net, Vec<usize>) {
         for (i, stop) in stop_at.iter_mut().enumerate() {
             let now = net.now;
             if net.nodes[i].m.poll_timeout().is_some_and(|t| t <= now) && !net.nodes[i].cut {
-                net.nodes[i].m.handle_timeout(now);
-                net.drain(i);
+                net.timeout(i);
             }
             if net.nodes[i].stop_asked && stop.is_none() {
                 *stop = Some(elapsed + rng.millis(3_000));
@@ -777,9 +786,7 @@ fn random_leave(seed: u64) -> (Net, Vec<usize>) {
         in_flight = later;
         for (_, from, to, m) in due {
             if !net.nodes[to].cut {
-                let now = net.now;
-                net.nodes[to].m.handle_message(now, &node(from), m);
-                net.drain(to);
+                net.receive(to, from, m);
             }
         }
     }
@@ -795,4 +802,22 @@ proptest! {
         let (net, running) = random_leave(seed);
         prop_assert_eq!(running, vec![1], "{:?}", net.log);
     }
+}
+
+#[test]
+fn the_oldest_candidate_has_the_role_the_data_center_a_candidate_status_and_an_up_number() {
+    let list = members(&[
+        (0, Up, 1, &["frontend"][..]),
+        (1, Up, 2, &["backend", "dc-east"]),
+        (2, Exiting, 3, &["backend"]),
+        (3, Leaving, 0, &["backend"]),
+        (4, MemberStatus::ReadyForShutdown, 6, &["backend"]),
+        (5, Leaving, 5, &["backend"]),
+    ]);
+    let host = |dc: &str, role: Option<&str>| oldest_candidate(&list, dc, role).map(Member::node);
+    assert_eq!(host("default", Some("backend")), Some(&node(5)));
+    assert_eq!(host("default", None), Some(&node(0)));
+    assert_eq!(host("east", Some("backend")), Some(&node(1)));
+    assert_eq!(host("east", Some("frontend")), None);
+    assert_eq!(host("west", None), None);
 }

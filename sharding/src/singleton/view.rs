@@ -32,15 +32,40 @@ pub(super) struct Reading<'a> {
     pub(super) departing_elders: Vec<UniqueAddress>,
 }
 
-/// Whether `m` may ever host this singleton as seen from data center `dc`.
-fn may_host(config: &SingletonConfig, dc: &str, m: &Member) -> bool {
-    m.data_center() == dc && config.role.as_deref().is_none_or(|r| m.has_role(r))
+/// Whether `m` may ever host a singleton for `role` as seen from data center `dc`.
+fn may_host(role: Option<&str>, dc: &str, m: &Member) -> bool {
+    m.data_center() == dc && role.is_none_or(|r| m.has_role(r))
+}
+
+/// Whether `m` has been moved Up at least once (a member that never was has no age).
+fn has_up_number(m: &Member) -> bool {
+    m.up_number() != UpNumber::UNASSIGNED
 }
 
 /// Oldest first by up-number and address; the uid breaks the (never expected) remaining tie so the
 /// order is total.
 fn age(a: &Member, b: &Member) -> Ordering {
     a.age_cmp(b).then_with(|| a.node().cmp(b.node()))
+}
+
+/// The member that hosts the singleton as seen from data center `self_dc`: of the members in
+/// `self_dc` that have `role` (any member when `None`), are Up, Leaving, PreparingForShutdown or
+/// ReadyForShutdown and have been assigned an up-number, the oldest by [`Member::age_cmp`] (the
+/// uid breaks a remaining tie). `None` when no member qualifies. O(members).
+///
+/// The managers decide with this rule; a driver that must find the host (to send the instance
+/// a message) uses it too, so that both agree on it.
+pub fn oldest_candidate<'a>(
+    members: &'a [Member],
+    self_dc: &str,
+    role: Option<&str>,
+) -> Option<&'a Member> {
+    members
+        .iter()
+        .filter(|m| {
+            may_host(role, self_dc, m) && is_candidate_status(m.status()) && has_up_number(m)
+        })
+        .min_by(|a, b| age(a, b))
 }
 
 /// Reads `members` for `self_node`. O(members).
@@ -55,22 +80,18 @@ pub(super) fn read<'a>(
         return Reading { me, oldest: None, statuses, departing_elders: Vec::new() };
     };
     let dc = me.data_center();
-    let mut oldest: Option<&Member> = None;
-    let mut departing_elders = Vec::new();
-    for m in members.iter().filter(|m| may_host(config, dc, m)) {
-        if m.up_number() == UpNumber::UNASSIGNED {
-            continue;
-        }
-        if is_candidate_status(m.status()) {
-            if oldest.is_none_or(|o| age(m, o) == Ordering::Less) {
-                oldest = Some(m);
-            }
-        } else if matches!(m.status(), MemberStatus::Exiting | MemberStatus::Down)
-            && m.node() != self_node
-            && age(m, me) == Ordering::Less
-        {
-            departing_elders.push(m.node().clone());
-        }
+    let role = config.role.as_deref();
+    let departing_elders = members
+        .iter()
+        .filter(|m| may_host(role, dc, m) && has_up_number(m))
+        .filter(|m| matches!(m.status(), MemberStatus::Exiting | MemberStatus::Down))
+        .filter(|m| m.node() != self_node && age(m, me) == Ordering::Less)
+        .map(|m| m.node().clone())
+        .collect();
+    Reading {
+        me: Some(me),
+        oldest: oldest_candidate(members, dc, role),
+        statuses,
+        departing_elders,
     }
-    Reading { me: Some(me), oldest, statuses, departing_elders }
 }

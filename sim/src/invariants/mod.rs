@@ -358,40 +358,40 @@ impl Checkers {
 
     /// Runs every world checker; the first violation.
     pub fn check_world(&mut self, step: u64, world: &dyn WorldView) -> Option<Violation> {
-        for c in self.checkers.iter_mut().filter(|c| c.wants_world()) {
-            if let Err(message) = c.check_world(world) {
-                return Some(Violation {
-                    invariant: c.id().to_owned(),
-                    step,
-                    time_s: world.now().as_secs_f64(),
-                    slot: None,
-                    message,
-                });
-            }
-        }
-        None
+        let world_checkers = self.checkers.iter_mut().filter(|c| c.wants_world());
+        first_violation(world_checkers, step, world, |c, w| c.check_world(w))
     }
 
     /// Runs every singleton checker; the first violation.
     pub fn check_singletons(&mut self, step: u64, world: &dyn WorldView) -> Option<Violation> {
-        for c in &mut self.checkers {
-            if let Err(message) = c.check_singletons(world) {
-                return Some(Violation {
-                    invariant: c.id().to_owned(),
-                    step,
-                    time_s: world.now().as_secs_f64(),
-                    slot: None,
-                    message,
-                });
-            }
-        }
-        None
+        first_violation(self.checkers.iter_mut(), step, world, |c, w| c.check_singletons(w))
     }
 
     /// Tells every checker that an incarnation stopped.
     pub fn forget(&mut self, node: &UniqueAddress) {
         self.checkers.iter_mut().for_each(|c| c.forget(node));
     }
+}
+
+/// Runs `check` on each of `checkers` and `world` in turn; the first violation, as of `step`.
+fn first_violation<'c>(
+    checkers: impl Iterator<Item = &'c mut Box<dyn Invariant>>,
+    step: u64,
+    world: &dyn WorldView,
+    mut check: impl FnMut(&mut dyn Invariant, &dyn WorldView) -> Result<(), String>,
+) -> Option<Violation> {
+    for c in checkers {
+        if let Err(message) = check(c.as_mut(), world) {
+            return Some(Violation {
+                invariant: c.id().to_owned(),
+                step,
+                time_s: world.now().as_secs_f64(),
+                slot: None,
+                message,
+            });
+        }
+    }
+    None
 }
 
 /// The checkers for S1–S14 and S17, in order: S5–S13 check the membership core, S1–S4 and S14

@@ -178,13 +178,10 @@ impl Sim {
     }
 
     pub(super) fn fire_singleton_timer(&mut self, slot: usize, generation: u64) {
-        let Some(s) = self.singletons.as_mut() else { return };
-        let ss = s.slot_mut(slot);
-        if ss.timer_gen != generation {
-            return;
-        }
-        if !self.singleton_live(slot) {
-            // A paused process's timer is re-armed when it resumes.
+        let current =
+            self.singletons.as_ref().is_some_and(|s| s.slot(slot).timer_gen == generation);
+        // A paused process's timer is re-armed when it resumes.
+        if !current || !self.singleton_live(slot) {
             return;
         }
         if let Some(s) = self.singletons.as_mut() {
