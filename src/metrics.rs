@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::messaging::{MessagingCounters, MessagingStats};
-use crate::transport::{Transport, TransportStats};
+use crate::transport::{TLS_REFUSAL_REASONS, Transport, TransportStats};
 
 /// Metrics recorded as they happen.
 #[derive(Clone, Debug)]
@@ -123,6 +123,21 @@ fn register_transport(registry: &mut Registry, stats: &TransportStats) {
     ] {
         dropped.get_or_create(&labels(&[("reason", reason)])).inc_by(n);
     }
+    let refused = counter_family(
+        registry,
+        "transport_tls_refused",
+        "Peers refused in the cluster transport's TLS handshake, by reason",
+    );
+    for reason in TLS_REFUSAL_REASONS {
+        let n = stats.tls_refused.get(reason).copied().unwrap_or(0);
+        refused.get_or_create(&labels(&[("reason", reason)])).inc_by(n);
+    }
+    let reloads = counter_family(
+        registry,
+        "transport_tls_reloads",
+        "Times changed cluster TLS files were loaded for new connections",
+    );
+    reloads.get_or_create(&Labels::new()).inc_by(stats.tls_reloads);
 }
 
 fn register_messaging(registry: &mut Registry, stats: &MessagingStats) {

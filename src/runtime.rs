@@ -97,8 +97,9 @@ impl Node {
         let transport_config = TransportConfig {
             system_name: c.core.system_name.clone(),
             settings: c.transport.clone(),
+            tls: c.tls.clone(),
         };
-        let (transport, inbound) = Transport::start(listener, self_node.clone(), transport_config);
+        let (transport, inbound) = Transport::start(listener, self_node.clone(), transport_config)?;
         let messaging_counters = MessagingCounters::default();
         let metrics = Metrics::new(Some(transport.clone()), Some(messaging_counters.clone()));
         let network = Network { transport: transport.clone(), inbound };

@@ -137,3 +137,45 @@ fn the_readme_lists_every_key_with_its_default() {
     let block = after.split("```toml\n").nth(1).and_then(|b| b.split("```").next()).unwrap();
     assert_eq!(block.trim(), printed.trim(), "README.md's defaults differ from --print-config");
 }
+
+#[path = "support/certs.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod certs;
+
+#[test]
+fn unusable_cluster_tls_files_exit_2_naming_the_key() {
+    use certs::{Ca, Files, Flaw};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("config-cli CA");
+    let files = Files::write(dir.path(), &ca.leaf(Flaw::None), &ca.pem);
+    let other_key = dir.path().join("other.key");
+    std::fs::write(&other_key, ca.leaf(Flaw::None).key_pem).unwrap();
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "this is not PEM\n").unwrap();
+    let path = |p: &std::path::Path| format!("{:?}", p.display().to_string());
+    let good = files.sets("30s");
+    let with = |key: &str, value: String| -> Vec<String> {
+        let mut sets = good.clone();
+        sets.push(format!("cluster.tls.{key}={value}"));
+        sets
+    };
+    let cases = [
+        (with("cert_path", "\"/nonexistent/tls.crt\"".into()), "cluster.tls.cert_path"),
+        (with("key_path", path(&other_key)), "cluster.tls.key_path"),
+        (with("ca_path", path(&not_pem)), "cluster.tls.ca_path"),
+        (with("ca_path", "\"/nonexistent/ca.crt\"".into()), "cluster.tls.ca_path"),
+        (with("peer_name", "\"\"".into()), "cluster.tls.peer_name"),
+        (with("reload_interval", "\"0s\"".into()), "cluster.tls.reload_interval"),
+    ];
+    for (sets, key) in cases {
+        let args: Vec<&str> = sets.iter().flat_map(|s| ["--set", s.as_str()]).collect();
+        let (code, stderr) = run(&args, &[]);
+        assert_eq!(code, Some(2), "{sets:?}: {stderr}");
+        assert!(stderr.contains(key), "{sets:?}: {stderr}");
+    }
+    // The same files, unchanged, are accepted.
+    let args: Vec<&str> =
+        good.iter().flat_map(|s| ["--set", s.as_str()]).chain(["--print-config"]).collect();
+    let (code, stderr) = run(&args, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+}

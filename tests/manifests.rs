@@ -3,10 +3,18 @@
 //! environment variable is one the binary reads (`convoke run --print-config` with exactly the
 //! Deployment's environment), the contact point count matches the replicas, and the RBAC verbs
 //! are exactly the ones the code uses.
+//!
+//! `k8s/tls/` (mutual TLS on the cluster transport, certificates from cert-manager) against the
+//! code and against `k8s/`: its Deployment is the base one plus the TLS additions only, every
+//! variable it adds is a `[cluster.tls]` key the binary reads, the paths it configures are the
+//! files cert-manager writes into the mounted Secret of the Certificate, the Certificate is for
+//! the Service the pods are in and for both ends of a connection, issued by the CA of
+//! `k8s/tls/issuer.yaml`, and the apply command in the headers names every other file of `k8s/`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use convoke::management::ROUTES;
 use convoke_discovery::kubernetes::{ENV_VARS, LEASE_VERBS, POD_VERBS};
@@ -106,7 +114,18 @@ fn ports(container: &Value) -> BTreeMap<String, i64> {
 fn every_environment_variable_is_one_the_binary_reads() {
     let env = environment(container(&deployment()));
     let settings = print_config(&env).unwrap_or_else(|e| panic!("the binary refused: {e}"));
-    for (name, value) in &env {
+    each_variable_sets_its_key(&env, &settings);
+    // The check can fail: a misspelt key is refused.
+    let mut wrong = env.clone();
+    wrong.push(("CONVOKE_BOOTSTRAP__REQUIRED_CONTACT_POINTS".into(), "3".into()));
+    let refused = print_config(&wrong).unwrap_err();
+    assert!(refused.contains("bootstrap.required_contact_points"), "{refused}");
+}
+
+/// Each `CONVOKE_*` variable of `env` set its key in `settings` (as `--print-config` printed
+/// them) to its value; every other variable is one the code reads.
+fn each_variable_sets_its_key(env: &[(String, String)], settings: &toml::Table) {
+    for (name, value) in env {
         if let Some(key) = name.strip_prefix(convoke::settings::ENV_PREFIX) {
             // CONVOKE_A__B sets a.b; the binary rejects unknown keys, so it reached a key.
             let path = key.to_lowercase().replace("__", ".");
@@ -120,11 +139,6 @@ fn every_environment_variable_is_one_the_binary_reads() {
             assert!(ENV_VARS.contains(&name.as_str()), "{name} is read by nothing");
         }
     }
-    // The check can fail: a misspelt key is refused.
-    let mut wrong = env.clone();
-    wrong.push(("CONVOKE_BOOTSTRAP__REQUIRED_CONTACT_POINTS".into(), "3".into()));
-    let refused = print_config(&wrong).unwrap_err();
-    assert!(refused.contains("bootstrap.required_contact_points"), "{refused}");
 }
 
 #[test]
@@ -272,4 +286,374 @@ fn the_rbac_verbs_are_exactly_the_ones_the_code_uses() {
         granted("lease-majority/role.yaml", "lease-majority/rolebinding.yaml"),
         [("coordination.k8s.io".to_owned(), "leases".to_owned(), sorted(&LEASE_VERBS))]
     );
+}
+
+// --- k8s/tls/: mutual TLS on the cluster transport ---------------------------------------------
+
+/// The prefix of the `[cluster.tls]` variables.
+const TLS_ENV: &str = "CONVOKE_CLUSTER__TLS__";
+
+/// The files of the mounted Secret as cert-manager writes them, by the key each configures.
+const TLS_FILES: [(&str, &str); 3] = [
+    ("CONVOKE_CLUSTER__TLS__CERT_PATH", "tls.crt"),
+    ("CONVOKE_CLUSTER__TLS__KEY_PATH", "tls.key"),
+    ("CONVOKE_CLUSTER__TLS__CA_PATH", "ca.crt"),
+];
+
+fn tls_deployment() -> Value {
+    manifest("tls/deployment.yaml")
+}
+
+/// Every object of the YAML files in `k8s/tls/` (several documents to a file).
+fn tls_objects() -> Vec<Value> {
+    use serde::Deserialize;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("k8s/tls");
+    let mut objects = Vec::new();
+    for file in yaml_files(&dir) {
+        let path = dir.join(&file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        for doc in serde_norway::Deserializer::from_str(&text) {
+            let v = Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            if !v.is_null() {
+                objects.push(v);
+            }
+        }
+    }
+    objects
+}
+
+/// The object of `kind` named `name` in `k8s/tls/`.
+fn tls_object(kind: &str, name: &str) -> Value {
+    let mut found: Vec<Value> = tls_objects()
+        .into_iter()
+        .filter(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "one {kind} {name} in k8s/tls/");
+    found.remove(0)
+}
+
+/// The nodes' Certificate: the one whose Secret the TLS Deployment mounts.
+fn node_certificate() -> Value {
+    let d = tls_deployment();
+    let secret = tls_volume(&d)["secret"]["secretName"].as_str().unwrap().to_owned();
+    let mut found: Vec<Value> = tls_objects()
+        .into_iter()
+        .filter(|o| o["kind"] == "Certificate" && o["spec"]["secretName"] == secret.as_str())
+        .collect();
+    assert_eq!(found.len(), 1, "one Certificate in k8s/tls/ writes the Secret {secret}");
+    found.remove(0)
+}
+
+/// The file names (no directory) of `*.yaml` in `dir`, sorted.
+fn yaml_files(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".yaml") || f.ends_with(".yml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The value of the variable `name` in `env`.
+fn var<'a>(env: &'a [(String, String)], name: &str) -> &'a str {
+    let found = env.iter().find(|(k, _)| k == name);
+    found.map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("no {name} in the TLS Deployment"))
+}
+
+/// The pod's volume that holds the TLS files: the one mounted where CONVOKE_CLUSTER__TLS__CA_PATH
+/// points.
+fn tls_volume(d: &Value) -> &Value {
+    let env = environment(container(d));
+    let (mount, _) = mount_of(container(d), var(&env, "CONVOKE_CLUSTER__TLS__CA_PATH"));
+    let name = &mount["name"];
+    let volumes = d["spec"]["template"]["spec"]["volumes"].as_array().expect("pod volumes");
+    let found: Vec<&Value> = volumes.iter().filter(|v| &v["name"] == name).collect();
+    assert_eq!(found.len(), 1, "one volume named {name}");
+    found[0]
+}
+
+/// The container's volume mount whose directory holds `path`, and `path` inside it.
+fn mount_of<'a>(container: &'a Value, path: &str) -> (&'a Value, String) {
+    let mounts = container["volumeMounts"].as_array().expect("volumeMounts");
+    let found: Vec<(&Value, String)> = mounts
+        .iter()
+        .filter_map(|m| {
+            let dir = m["mountPath"].as_str()?.trim_end_matches('/');
+            let rest = path.strip_prefix(dir)?.strip_prefix('/')?;
+            Some((m, rest.to_owned()))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "{path} lies under exactly one volume mount: {mounts:?}");
+    found.into_iter().next().unwrap()
+}
+
+#[test]
+fn every_environment_variable_of_the_tls_deployment_is_one_the_binary_reads() {
+    // Until `[cluster.tls]` exists in the binary, it refuses the variables (this test fails then).
+    let d = tls_deployment();
+    let mut env = environment(container(&d));
+    for (key, _) in TLS_FILES {
+        var(&env, key);
+    }
+    assert_eq!(var(&env, "CONVOKE_CLUSTER__TLS__ENABLED"), "true");
+    // With TLS on, the node loads the files at start; give it files as cert-manager writes them,
+    // at the same names in a directory of this machine instead of the pod's mount.
+    let (mount, _) = mount_of(container(&d), var(&env, "CONVOKE_CLUSTER__TLS__CA_PATH"));
+    let mount_path = mount["mountPath"].as_str().unwrap().trim_end_matches('/').to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    write_cert_manager_secret(dir.path(), &node_certificate());
+    let mut moved = 0;
+    for (_, value) in &mut env {
+        if let Some(file) = value.strip_prefix(&format!("{mount_path}/")) {
+            *value = dir.path().join(file).display().to_string();
+            moved += 1;
+        }
+    }
+    assert_eq!(moved, TLS_FILES.len(), "the three files, and nothing else, are in the mount");
+    let settings = print_config(&env).unwrap_or_else(|e| panic!("the binary refused: {e}"));
+    each_variable_sets_its_key(&env, &settings);
+    assert_eq!(settings["cluster"]["tls"]["enabled"].as_bool(), Some(true));
+    // The check can fail: a key [cluster.tls] does not have is refused.
+    let mut wrong = env.clone();
+    wrong.push(("CONVOKE_CLUSTER__TLS__CERT_FILE".into(), "/tmp/x".into()));
+    let refused = print_config(&wrong).unwrap_err();
+    assert!(refused.contains("cluster.tls.cert_file"), "{refused}");
+}
+
+/// Writes `tls.crt`, `tls.key` and `ca.crt` into `dir` as cert-manager would for `certificate`
+/// issued by a CA Issuer: a CA, and a leaf it signed for the Certificate's DNS names and usages,
+/// with an ECDSA P-256 key in PKCS#8.
+fn write_cert_manager_secret(dir: &Path, certificate: &Value) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+        KeyUsagePurpose,
+    };
+    let spec = &certificate["spec"];
+    assert_eq!(spec["privateKey"]["algorithm"], "ECDSA", "the key rcgen makes here");
+    assert_eq!(spec["privateKey"]["encoding"], "PKCS8");
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let names = list(&spec["dnsNames"]);
+    let mut leaf = CertificateParams::new(names).unwrap();
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = list(&spec["usages"])
+        .iter()
+        .filter_map(|u| match u.as_str() {
+            "server auth" => Some(ExtendedKeyUsagePurpose::ServerAuth),
+            "client auth" => Some(ExtendedKeyUsagePurpose::ClientAuth),
+            _ => None,
+        })
+        .collect();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
+    std::fs::write(dir.join("tls.crt"), leaf_cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), leaf_key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca_cert.pem()).unwrap();
+}
+
+fn list(v: &Value) -> Vec<String> {
+    let items = v.as_array().unwrap_or_else(|| panic!("not a list: {v}"));
+    items.iter().map(|s| s.as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn the_tls_paths_configured_are_the_files_cert_manager_writes_into_the_mounted_secret() {
+    let d = tls_deployment();
+    let c = container(&d);
+    let env = environment(c);
+    let certificate = node_certificate();
+    let secret_name = certificate["spec"]["secretName"].as_str().unwrap();
+    for (key, file) in TLS_FILES {
+        let path = var(&env, key);
+        let (mount, inside) = mount_of(c, path);
+        assert_eq!(inside, file, "{key} = {path}: cert-manager writes {file}");
+        assert_eq!(mount["readOnly"], true, "{key}: the mount is read-only");
+        // A subPath mount is never updated by the kubelet: a renewed certificate would not reach
+        // the node.
+        assert!(mount.get("subPath").is_none(), "{key}: a subPath mount misses renewals");
+        let volumes = d["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
+        let volume = volumes.iter().find(|v| v["name"] == mount["name"]).unwrap();
+        assert_eq!(volume["secret"]["secretName"], secret_name, "{key}: the Certificate's Secret");
+        // Without `items`, every key of the Secret is a file of its own name.
+        assert!(volume["secret"].get("items").is_none(), "{key}: items would rename the files");
+    }
+    // The three files are in one directory, so one Secret update changes them together.
+    let dirs: BTreeMap<&str, ()> =
+        TLS_FILES.iter().map(|(k, _)| (var(&env, k).rsplit_once('/').unwrap().0, ())).collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    // The user the container runs as can read the key: through the pod's fsGroup when the files
+    // are not world-readable.
+    let mode = tls_volume(&d)["secret"]["defaultMode"].as_i64().unwrap_or(0o644);
+    let user = c["securityContext"]["runAsUser"].as_i64();
+    let group = d["spec"]["template"]["spec"]["securityContext"]["fsGroup"].as_i64();
+    assert!(
+        mode & 0o004 != 0 || (mode & 0o040 != 0 && group.is_some()),
+        "mode {mode:o}: user {user:?} cannot read the key (fsGroup {group:?})"
+    );
+    assert_eq!(mode & 0o002, 0, "the key is not world-writable");
+}
+
+#[test]
+fn the_certificate_is_for_the_service_the_pods_are_in_and_for_both_ends_of_a_connection() {
+    let d = tls_deployment();
+    let env = environment(container(&d));
+    let peer_name = var(&env, "CONVOKE_CLUSTER__TLS__PEER_NAME");
+    // The name every member's certificate carries is the headless Service's, in the
+    // namespace-agnostic form (no ".<namespace>.svc"): the same manifests in any namespace.
+    let service = manifest("service.yaml");
+    assert_eq!(peer_name, service["metadata"]["name"].as_str().unwrap());
+    assert_eq!(service["spec"]["clusterIP"], "None", "headless");
+    assert!(selects(&strings(&service["spec"]["selector"]), &pod_labels(&d)), "the pods' Service");
+
+    let certificate = node_certificate();
+    let spec = &certificate["spec"];
+    assert!(list(&spec["dnsNames"]).iter().any(|n| n == peer_name), "dnsNames lack {peer_name}");
+    // Each node accepts connections (server) and makes them (client), presenting this one
+    // certificate both ways.
+    let usages = list(&spec["usages"]);
+    for usage in ["server auth", "client auth", "digital signature"] {
+        assert!(usages.iter().any(|u| u == usage), "usages lack {usage:?}: {usages:?}");
+    }
+    assert_eq!(spec["privateKey"]["rotationPolicy"], "Always", "a renewal makes a new key");
+    let duration = go_duration(spec["duration"].as_str().expect("duration"));
+    let renew_before = go_duration(spec["renewBefore"].as_str().expect("renewBefore"));
+    assert!(renew_before < duration, "renewBefore {renew_before:?} >= duration {duration:?}");
+    // Renewed at least a day early: time for the kubelet to update the Secret volume and for
+    // every node to reload it (reload_interval), with a margin for a stuck renewal.
+    let reload = go_duration(var(&env, "CONVOKE_CLUSTER__TLS__RELOAD_INTERVAL"));
+    assert!(renew_before >= Duration::from_secs(24 * 3600) && reload < renew_before);
+}
+
+#[test]
+fn the_certificate_is_issued_by_the_ca_of_k8s_tls() {
+    // Node Certificate -> CA Issuer -> its CA Certificate (the Secret the Issuer signs with) ->
+    // the self-signed Issuer: cert-manager's CA pattern, entirely in k8s/tls/.
+    let issuer_of = |certificate: &Value| -> Value {
+        let r = &certificate["spec"]["issuerRef"];
+        assert_eq!(r["kind"], "Issuer", "a namespaced Issuer, so the CA is this namespace's");
+        assert_eq!(r["group"], "cert-manager.io");
+        tls_object("Issuer", r["name"].as_str().unwrap())
+    };
+    let ca_issuer = issuer_of(&node_certificate());
+    let ca_secret = ca_issuer["spec"]["ca"]["secretName"].as_str().expect("a CA Issuer");
+    let ca_certificates: Vec<Value> = tls_objects()
+        .into_iter()
+        .filter(|o| o["kind"] == "Certificate" && o["spec"]["secretName"] == ca_secret)
+        .collect();
+    assert_eq!(ca_certificates.len(), 1, "one Certificate writes the CA Secret {ca_secret}");
+    let ca = &ca_certificates[0];
+    assert_eq!(ca["spec"]["isCA"], true);
+    let root = issuer_of(ca);
+    assert!(root["spec"]["selfSigned"].is_object(), "the CA is self-signed: {root}");
+    // The node certificate is not the CA, nor signed by the self-signed Issuer directly.
+    assert_ne!(node_certificate()["spec"]["isCA"], true);
+    assert_ne!(ca_issuer["metadata"]["name"], root["metadata"]["name"]);
+}
+
+#[test]
+fn the_tls_deployment_is_the_base_deployment_plus_the_tls_additions() {
+    let base = deployment();
+    let mut tls = tls_deployment();
+    let volume = tls_volume(&tls)["name"].clone();
+    let pod = &mut tls["spec"]["template"]["spec"];
+    // The additions: the [cluster.tls] variables, the Secret's volume and its mount, the fsGroup
+    // that lets the container's user read the key.
+    let removed = {
+        let c = &mut pod["containers"][0];
+        let env = c["env"].as_array_mut().unwrap();
+        let before = env.len();
+        env.retain(|e| !e["name"].as_str().unwrap().starts_with(TLS_ENV));
+        let removed = before - env.len();
+        remove_named(c, "volumeMounts", &volume);
+        removed
+    };
+    assert!(removed >= TLS_FILES.len() + 2, "the TLS variables: {removed}");
+    remove_named(pod, "volumes", &volume);
+    if let Some(sc) = pod.get_mut("securityContext").and_then(Value::as_object_mut) {
+        sc.remove("fsGroup");
+        if sc.is_empty() {
+            pod.as_object_mut().unwrap().remove("securityContext");
+        }
+    }
+    // Everything else is the base's, so a change there that is not made here fails (and the
+    // other checks of the base hold for the TLS Deployment too).
+    assert_eq!(tls, base, "k8s/tls/deployment.yaml differs from k8s/deployment.yaml");
+}
+
+/// Removes the entry named `name` from the list `key` of `object`, and the list once empty.
+fn remove_named(object: &mut Value, key: &str, name: &Value) {
+    let list = object[key].as_array_mut().unwrap_or_else(|| panic!("no {key}"));
+    let before = list.len();
+    list.retain(|e| &e["name"] != name);
+    assert_eq!(before - list.len(), 1, "one {key} entry named {name}");
+    if list.is_empty() {
+        object.as_object_mut().unwrap().remove(key);
+    }
+}
+
+#[test]
+fn the_tls_apply_command_names_every_file_of_k8s_but_the_base_deployment() {
+    // `kubectl apply -f k8s/ -f k8s/tls/` would apply the plain Deployment first; the headers give
+    // the files one by one instead, and this keeps that list complete as k8s/ grows.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut want: Vec<String> = yaml_files(&root.join("k8s"))
+        .into_iter()
+        .filter(|f| f != "deployment.yaml")
+        .map(|f| format!("k8s/{f}"))
+        .chain(["k8s/tls/".to_owned()])
+        .collect();
+    want.sort();
+    let mut commands = 0;
+    for file in yaml_files(&root.join("k8s/tls")) {
+        let text = std::fs::read_to_string(root.join("k8s/tls").join(&file)).unwrap();
+        let header: Vec<&str> = text
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .map(|l| l.trim_start_matches('#').trim())
+            .collect();
+        let start = header.iter().position(|l| l.starts_with("kubectl apply"));
+        let start =
+            start.unwrap_or_else(|| panic!("k8s/tls/{file}: no kubectl apply in the header"));
+        let mut words = Vec::new();
+        for line in &header[start..] {
+            words.extend(line.trim_end_matches('\\').split_whitespace());
+            if !line.ends_with('\\') {
+                break;
+            }
+        }
+        let mut applied: Vec<String> =
+            words.windows(2).filter(|w| w[0] == "-f").map(|w| w[1].to_owned()).collect();
+        applied.sort();
+        assert_eq!(applied, want, "k8s/tls/{file}: the apply command");
+        commands += 1;
+    }
+    assert!(commands >= 3, "issuer, certificate and deployment each say how they are applied");
+}
+
+/// A Go duration as cert-manager takes it (`2160h`, `1h30m`, `30s`).
+fn go_duration(text: &str) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut number = String::new();
+    for ch in text.chars() {
+        if ch.is_ascii_digit() || ch == '.' {
+            number.push(ch);
+            continue;
+        }
+        let n: f64 = number.parse().unwrap_or_else(|_| panic!("duration {text:?}"));
+        let unit = match ch {
+            'h' => 3600.0,
+            'm' => 60.0,
+            's' => 1.0,
+            _ => panic!("duration {text:?}: unit {ch:?}"),
+        };
+        total += Duration::from_secs_f64(n * unit);
+        number.clear();
+    }
+    assert!(number.is_empty() && !total.is_zero(), "duration {text:?}");
+    total
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use convoke::membership::gossip::Gossip;
 use convoke::membership::wire::{self, PROTOCOL_VERSION};
 use convoke::membership::{Address, Message, Uid, UniqueAddress};
-use convoke::settings::TransportSettings;
+use convoke::settings::{ClusterTlsSettings, TransportSettings};
 use convoke::transport::frame::encode_frame;
 use convoke::transport::handshake::{Handshake, StreamKind};
 use convoke::transport::{Inbound, Transport, TransportConfig, TransportStats};
@@ -22,6 +22,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
+
+#[path = "support/certs.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod certs;
 
 const SYSTEM: &str = "transport-test";
 /// How long any single expected event may take before the test fails.
@@ -69,10 +73,18 @@ impl Node {
     }
 
     fn start_with(listener: TcpListener, settings: TransportSettings) -> Node {
+        Node::start_tls(listener, settings, ClusterTlsSettings::default())
+    }
+
+    fn start_tls(
+        listener: TcpListener,
+        settings: TransportSettings,
+        tls: ClusterTlsSettings,
+    ) -> Node {
         init_logs();
         let id = UniqueAddress::new(address(listener.local_addr().unwrap().port()), next_uid());
-        let config = TransportConfig { system_name: SYSTEM.into(), settings };
-        let (transport, rx) = Transport::start(listener, id.clone(), config);
+        let config = TransportConfig { system_name: SYSTEM.into(), settings, tls };
+        let (transport, rx) = Transport::start(listener, id.clone(), config).unwrap();
         Node { id, transport, rx }
     }
 
@@ -669,4 +681,71 @@ async fn an_inbound_connection_without_frames_for_idle_timeout_is_closed() {
     eventually("the idle close to be counted", || arena.stats().closed_idle >= 1).await;
     assert_eq!(arena.stats().closed_bad_frame, 0);
     arena.heartbeats_flow().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mutual TLS.
+
+/// TLS settings for files written into `dir`: `leaf` and the CA `ca` trusts.
+fn tls_settings(dir: &std::path::Path, ca: &certs::Ca, leaf: &certs::Leaf) -> ClusterTlsSettings {
+    certs::Files::write(dir, leaf, &ca.pem).settings()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_transports_talk_on_every_stream_and_a_plaintext_client_is_never_heard() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = certs::Ca::new("transport CA");
+    let listener = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let tls = |name: &str| tls_settings(&dir.path().join(name), &ca, &ca.leaf(certs::Flaw::None));
+    let mut a = Node::start_tls(listener().await, settings(), tls("a"));
+    let mut b = Node::start_tls(listener().await, settings(), tls("b"));
+    // Ordinary, control and back: all through TLS sessions.
+    a.transport.send(&b.address(), tagged(1));
+    a.transport.send(&b.address(), heartbeat(&a.id, 1));
+    let mut got = [b.recv().await, b.recv().await];
+    got.sort_by_key(|i| i.message.is_heartbeat());
+    assert_eq!(tag(&got[0].message), 1);
+    assert_eq!(got[1].message, heartbeat(&a.id, 1));
+    assert!(got.iter().all(|i| i.from == a.id));
+    b.transport.send(&a.address(), tagged(2));
+    assert_eq!(tag(&a.recv().await.message), 2);
+
+    // A plaintext client with a valid handshake and message: closed, nothing delivered.
+    let frames_in = b.stats().frames_in;
+    let mut client = TcpStream::connect(b.transport.local_addr()).await.unwrap();
+    let me = UniqueAddress::new(address(9), next_uid());
+    let mut bytes = handshake_frame(&Handshake::new(me, StreamKind::Ordinary));
+    bytes.extend(message_frame(&tagged(3)));
+    client.write_all(&bytes).await.unwrap();
+    closed_by_node(&mut client).await;
+    let stats = b.stats();
+    assert_eq!(stats.tls_refused.get("not_tls"), Some(&1), "{stats:?}");
+    assert_eq!(stats.frames_in, frames_in, "no frame of the plaintext client was read");
+    a.transport.send(&b.address(), tagged(4));
+    assert_eq!(tag(&b.recv().await.message), 4, "the plaintext message never reached the driver");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialler_refuses_a_node_whose_certificate_another_ca_issued() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = certs::Ca::new("transport CA");
+    let foreign = certs::Ca::new("foreign CA");
+    let listener = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let a = Node::start_tls(
+        listener().await,
+        settings(),
+        tls_settings(&dir.path().join("a"), &ca, &ca.leaf(certs::Flaw::None)),
+    );
+    // The impostor trusts the cluster's CA but holds a certificate from another one.
+    let mut impostor = Node::start_tls(
+        listener().await,
+        settings(),
+        tls_settings(&dir.path().join("b"), &ca, &foreign.leaf(certs::Flaw::None)),
+    );
+    a.transport.send(&impostor.address(), tagged(1));
+    eventually("the dialler refuses the impostor's certificate", || {
+        a.stats().tls_refused.get("untrusted").is_some_and(|n| *n >= 1)
+    })
+    .await;
+    assert!(impostor.rx.try_recv().is_err(), "the impostor received nothing");
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use axum::extract::{Request, State};
+use axum::http::Method;
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -13,9 +14,9 @@ use super::AppState;
 use super::error::ApiError;
 use crate::settings::{AuthSettings, route_path};
 
-/// The paths served without credentials, as the middleware compares them (one leading `/`, none
+/// The paths read without credentials, as the middleware compares them (one leading `/`, none
 /// trailing): the configured `exempt_paths`, and the dashboard's files, which hold no cluster
-/// data (the page must load to ask for a token).
+/// data (the page must load to ask for a token). Only reads (GET, HEAD) of them are exempt.
 pub(super) fn open_paths(auth: Option<&AuthSettings>) -> BTreeSet<String> {
     let exempt = auth.map(|a| a.exempt_paths.as_slice()).unwrap_or_default();
     exempt.iter().map(|p| route_path(p)).chain(super::dashboard::PATHS.map(String::from)).collect()
@@ -46,11 +47,16 @@ fn authorized(auth: &AuthSettings, header: Option<&str>) -> bool {
     false
 }
 
-/// The middleware: exempt paths pass; everything else needs valid credentials, or gets 401.
+/// The middleware: reads of exempt paths pass; everything else needs valid credentials, or gets
+/// 401.
 pub(super) async fn require(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let Some(auth) = &app.settings.auth else { return next.run(request).await };
+    // An exemption is for probes, bootstrap and the dashboard's files, which only read: exempting
+    // a path never opens a write on it (`/cluster/members` exempted for monitoring must not let
+    // anyone POST a join to it).
+    let read = matches!(*request.method(), Method::GET | Method::HEAD);
     // Under a base path the routes are nested, and a nested router sees the path without it.
-    if app.open_paths.contains(request.uri().path().trim_end_matches('/')) {
+    if read && app.open_paths.contains(request.uri().path().trim_end_matches('/')) {
         return next.run(request).await;
     }
     let header = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());

@@ -723,3 +723,201 @@ async fn the_dashboard_is_small_self_contained_cached_and_locked_to_this_node() 
     }
     node.stop().await;
 }
+
+// --- Writes: refused unless read-only is off and, with [management.auth], authenticated --------
+
+/// The routes that change something: every route of [`ROUTES`] (the list the OpenAPI document
+/// and the router are checked against) that is not a GET. A write route added to the router is
+/// listed there, and from then on every check below covers it.
+fn write_routes() -> Vec<(&'static str, &'static str)> {
+    let writes: Vec<_> = ROUTES.iter().copied().filter(|(method, _)| *method != "GET").collect();
+    assert!(writes.len() >= 4, "the write routes of ROUTES: {writes:?}");
+    writes
+}
+
+/// Each write route as requested: `{address}` filled with `address`, and also with a trailing
+/// slash (the router serves `/cluster/members/` and `/cluster/` as well).
+fn write_requests(address: &str) -> Vec<(&'static str, String)> {
+    write_routes()
+        .into_iter()
+        .flat_map(|(method, template)| {
+            let path = template.replace("{address}", address);
+            [(method, path.clone()), (method, format!("{path}/"))]
+        })
+        .collect()
+}
+
+fn basic(credentials: &str) -> String {
+    use base64::Engine;
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(credentials))
+}
+
+#[tokio::test]
+async fn every_write_route_needs_credentials_when_auth_is_configured_and_writes_are_on() {
+    let node = node().await;
+    let me = node.self_address().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "f1le-token\n").unwrap();
+    let auth = AuthSettings {
+        bearer_tokens: vec!["t0ken".into()],
+        bearer_token_files: vec![token_file.display().to_string()],
+        basic: vec!["ops:pw".into()],
+        ..AuthSettings::default()
+    };
+    // Had any of these reached its handler it would have downed this node, made it leave, or
+    // answered 400 (already a member, operation not supported): never 401.
+    let body = format!("operation=down&address={me}");
+    let refused = [
+        None,
+        Some("Bearer wrong".to_owned()),
+        Some("Bearer t0ken-and-more".to_owned()),
+        Some("Bearer ".to_owned()),
+        Some("t0ken".to_owned()),
+        Some("Token t0ken".to_owned()),
+        Some(basic("ops:wrong")),
+        Some(basic("ops")),
+        Some("Basic not-base64!".to_owned()),
+    ];
+    for base in ["", "/mgmt"] {
+        let s = ManagementSettings {
+            auth: Some(auth.clone()),
+            base_path: base.into(),
+            ..settings(false)
+        };
+        let router = router(node.clone(), &s);
+        for (method, path) in write_requests(&me) {
+            for credentials in &refused {
+                let uri = format!("{base}{path}");
+                let mut req = Request::builder()
+                    .method(method)
+                    .uri(&uri)
+                    .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+                if let Some(c) = credentials {
+                    req = req.header(header::AUTHORIZATION, c);
+                }
+                let resp = router
+                    .clone()
+                    .oneshot(req.body(Body::from(body.clone())).unwrap())
+                    .await
+                    .unwrap();
+                let (status, challenge) =
+                    (resp.status(), resp.headers().get(header::WWW_AUTHENTICATE).cloned());
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {uri} with {credentials:?}");
+                assert!(challenge.is_some(), "{method} {uri}: 401 without WWW-Authenticate");
+            }
+        }
+        // The test can fail: each kind of credential gets through to the handler, which answers
+        // for the unknown member or the unusable form (and changes nothing).
+        for (method, path) in write_requests("convoke@unknown:1") {
+            for credentials in ["Bearer t0ken", "Bearer f1le-token", &basic("ops:pw")] {
+                let uri = format!("{base}{path}");
+                let (status, text) = call(
+                    &router,
+                    method,
+                    &uri,
+                    "operation=none&address=nowhere",
+                    Some(credentials),
+                )
+                .await;
+                assert!(
+                    status == StatusCode::NOT_FOUND || status == StatusCode::BAD_REQUEST,
+                    "{method} {uri} with {credentials}: {status} {text}"
+                );
+                assert!(!message(&text).contains("read_only"), "{text}");
+            }
+        }
+    }
+    let state = node.control.state();
+    assert_eq!(node.self_status(), MemberStatus::Up, "a refused write changed nothing");
+    assert_eq!(state.members.len(), 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn exempt_paths_never_open_a_write() {
+    let node = node().await;
+    let me = node.self_address().to_string();
+    // An operator who exempts every path, say to let monitoring read the members without a token,
+    // still needs credentials to change the cluster.
+    let exempt: Vec<String> = ROUTES
+        .iter()
+        .map(|(_, template)| template.replace("{address}", &me))
+        .flat_map(|path| [path.clone(), format!("{path}/")])
+        .collect();
+    let auth = AuthSettings {
+        bearer_tokens: vec!["t0ken".into()],
+        exempt_paths: exempt,
+        ..AuthSettings::default()
+    };
+    let s = ManagementSettings { auth: Some(auth), ..settings(false) };
+    let router = router(node.clone(), &s);
+    let (status, text) = call(&router, "GET", &format!("/cluster/members/{me}"), "", None).await;
+    assert_eq!(status, StatusCode::OK, "reads of an exempt path need no token: {text}");
+    let body = format!("operation=down&address={me}");
+    for (method, path) in write_requests(&me) {
+        for credentials in [None, Some("Bearer wrong")] {
+            let (status, text) = call(&router, method, &path, &body, credentials).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {text}");
+        }
+    }
+    assert_eq!(node.self_status(), MemberStatus::Up, "a refused write changed nothing");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn every_write_route_is_refused_in_read_only_mode_even_with_valid_credentials() {
+    let node = node().await;
+    let me = node.self_address().to_string();
+    let auth = AuthSettings { bearer_tokens: vec!["t0ken".into()], ..AuthSettings::default() };
+    let body = format!("operation=down&address={me}");
+    for base in ["", "/mgmt"] {
+        let with_auth = ManagementSettings {
+            auth: Some(auth.clone()),
+            base_path: base.into(),
+            ..settings(true)
+        };
+        let without_auth = ManagementSettings { base_path: base.into(), ..settings(true) };
+        let with_auth = router(node.clone(), &with_auth);
+        let without_auth = router(node.clone(), &without_auth);
+        for (method, path) in write_requests(&me) {
+            let uri = format!("{base}{path}");
+            for (router, credentials) in [(&with_auth, Some("Bearer t0ken")), (&without_auth, None)]
+            {
+                let (status, text) = call(router, method, &uri, &body, credentials).await;
+                assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {uri}: {text}");
+                assert!(message(&text).contains("management.read_only = false"), "{text}");
+            }
+            // Without credentials the answer is 401 before read-only is even considered.
+            let (status, text) = call(&with_auth, method, &uri, &body, None).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {uri}: {text}");
+        }
+    }
+    assert_eq!(node.self_status(), MemberStatus::Up, "a refused write changed nothing");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_router_serves_no_method_that_routes_does_not_list() {
+    // So that a write added to a listed path without a ROUTES entry (and so without the checks
+    // above) fails here: every other method on a listed path is the router's own 405.
+    let node = node().await;
+    let router = router(node.clone(), &settings(false));
+    let mut paths: Vec<&str> = ROUTES.iter().map(|(_, p)| *p).collect();
+    paths.dedup();
+    for template in paths {
+        for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+            if ROUTES.contains(&(method, template)) {
+                continue;
+            }
+            let path = template.replace("{address}", "convoke@unknown:1");
+            let (status, text) = call(&router, method, &path, "operation=none", None).await;
+            assert_eq!(
+                (status, message(&text).as_str()),
+                (StatusCode::METHOD_NOT_ALLOWED, "Method not allowed on this route"),
+                "{method} {path} is served but not in ROUTES"
+            );
+        }
+    }
+    node.stop().await;
+}

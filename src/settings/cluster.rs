@@ -1,6 +1,7 @@
 //! `[cluster]`: the membership core's own settings ([`CoreConfig`]) and, beside them in the same
 //! table, what only the node needs: where it listens and is reached, its seed nodes, how long a
-//! graceful leave may take, and the transport's limits (`[cluster.transport]`).
+//! graceful leave may take, the transport's limits (`[cluster.transport]`) and its TLS
+//! (`[cluster.tls]`, in `cluster_tls.rs`).
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use convoke_membership::config::{Config as CoreConfig, text};
 pub const DEFAULT_JOIN_GIVE_UP: Duration = Duration::from_secs(60);
 use serde::{Deserialize, Serialize};
 
-use super::SettingsError;
+use super::{ClusterTlsSettings, SettingsError};
 
 /// The default cluster transport port.
 pub const DEFAULT_CLUSTER_PORT: u16 = 25520;
@@ -40,6 +41,8 @@ pub struct ClusterSettings {
     pub leave_timeout: Duration,
     /// `[cluster.transport]`.
     pub transport: TransportSettings,
+    /// `[cluster.tls]`: mutual TLS on the transport.
+    pub tls: ClusterTlsSettings,
 }
 
 impl Default for ClusterSettings {
@@ -53,6 +56,7 @@ impl Default for ClusterSettings {
             seed_nodes: Vec::new(),
             leave_timeout: Duration::from_secs(15),
             transport: TransportSettings::default(),
+            tls: ClusterTlsSettings::default(),
         }
     }
 }
@@ -82,6 +86,7 @@ impl ClusterSettings {
             })?;
         }
         self.transport.validate()?;
+        self.tls.validate()?;
         self.core.validate()?;
         Ok(())
     }

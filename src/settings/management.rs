@@ -111,7 +111,8 @@ pub struct AuthSettings {
     pub bearer_token_files: Vec<String>,
     /// Accepted basic credentials, as `"user:password"`.
     pub basic: Vec<String>,
-    /// Paths (under `base_path`) served without credentials: probes and bootstrap must keep working.
+    /// Paths (under `base_path`) whose reads (GET, HEAD) are served without credentials: probes
+    /// and bootstrap must keep working. Writes always need credentials.
     pub exempt_paths: Vec<String>,
 }
 

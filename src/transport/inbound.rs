@@ -16,6 +16,7 @@ use tokio_util::codec::FramedRead;
 use super::frame::{FrameCodec, FrameError, LENGTH_PREFIX_BYTES};
 use super::handshake::{Handshake, MAX_HANDSHAKE_BYTES, StreamKind};
 use super::stats::{self, inc};
+use super::tls::Io;
 use super::{APPLICATION_KIND, ApplicationInbound, Inbound, Shared};
 
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
@@ -78,6 +79,21 @@ async fn serve(
     queues: Queues,
 ) {
     let _open = stats::open(&shared.counters.open_inbound);
+    let socket: Io = match &shared.tls {
+        None => Box::new(socket),
+        Some(tls) => {
+            let timeout = shared.settings.handshake_timeout;
+            let accepted = tokio::select! {
+                biased;
+                () = shared.stopping.cancelled() => return,
+                s = tls.accept(socket, peer, timeout, &shared.counters) => s,
+            };
+            match accepted {
+                Some(s) => s,
+                None => return,
+            }
+        }
+    };
     let mut frames = FramedRead::new(socket, FrameCodec::new(MAX_HANDSHAKE_BYTES));
     let handshake = tokio::select! {
         biased;
@@ -146,7 +162,7 @@ async fn forward<T>(shared: &Shared, queue: &mpsc::Sender<T>, item: T) -> bool {
 /// messaging layer attached, frames are counted as dropped.
 async fn serve_application(
     shared: &Shared,
-    mut frames: FramedRead<TcpStream, FrameCodec>,
+    mut frames: FramedRead<Io, FrameCodec>,
     peer: SocketAddr,
     from: UniqueAddress,
 ) {
@@ -168,7 +184,7 @@ async fn serve_application(
 /// ends, idles out, misbehaves or the transport stops.
 async fn next_frame(
     shared: &Shared,
-    frames: &mut FramedRead<TcpStream, FrameCodec>,
+    frames: &mut FramedRead<Io, FrameCodec>,
     peer: SocketAddr,
     from: &UniqueAddress,
 ) -> Option<Bytes> {
@@ -204,7 +220,7 @@ async fn next_frame(
 /// Reads and checks the handshake within `handshake_timeout`; `None` (logged) when it fails.
 async fn handshake(
     shared: &Shared,
-    frames: &mut FramedRead<TcpStream, FrameCodec>,
+    frames: &mut FramedRead<Io, FrameCodec>,
     peer: SocketAddr,
 ) -> Option<Handshake> {
     let timeout = shared.settings.handshake_timeout;

@@ -53,6 +53,14 @@
 //! When a peer stays unreachable and nothing new has been queued for it for `idle_timeout`, the
 //! queue is dropped and counted.
 //!
+//! # TLS
+//!
+//! With `[cluster.tls] enabled`, every connection of every kind is a mutual TLS 1.3 session before
+//! its first frame: the dialler verifies the acceptor's certificate and the acceptor the
+//! dialler's, both against the configured CA bundle and the identity rule (valid for
+//! `peer_name`). A refused peer never gets a frame read; see [`tls`](self) (module `tls`) and
+//! `docs/security.md`.
+//!
 //! # Limits
 //!
 //! Every limit comes from [`TransportSettings`]:
@@ -83,13 +91,15 @@
 //! the sender), each on its own connection, so one slow or hostile peer never blocks the others.
 //!
 //! Layout: [`frame`] (length prefix codec), [`handshake`] (the first frame), `outbound` (queues,
-//! dialling, writing), `inbound` (accepting, reading, delivery), `stats` ([`TransportStats`]).
+//! dialling, writing), `inbound` (accepting, reading, delivery), `tls` (mutual TLS, reloading),
+//! `stats` ([`TransportStats`]).
 
 pub mod frame;
 pub mod handshake;
 mod inbound;
 mod outbound;
 mod stats;
+mod tls;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -106,7 +116,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::settings::TransportSettings;
+use crate::settings::{ClusterTlsSettings, SettingsError, TransportSettings};
 use handshake::{Handshake, HandshakeError, StreamKind};
 use outbound::{Lane, Outgoing, PeerLanes};
 pub use stats::TransportStats;
@@ -125,6 +135,8 @@ pub struct TransportConfig {
     pub system_name: String,
     /// Limits and timeouts.
     pub settings: TransportSettings,
+    /// Mutual TLS; off by default.
+    pub tls: ClusterTlsSettings,
 }
 
 /// A message received from a peer.
@@ -137,6 +149,10 @@ pub struct Inbound {
     /// When its frame was read off the socket (before any wait for the driver).
     pub received_at: tokio::time::Instant,
 }
+
+/// The `reason` labels of TLS refusals in [`TransportStats::tls_refused`] and `/metrics`.
+pub const TLS_REFUSAL_REASONS: [&str; 6] =
+    ["untrusted", "expired", "name_mismatch", "no_certificate", "not_tls", "other"];
 
 /// The kind under which application frames are counted in [`TransportStats`].
 pub const APPLICATION_KIND: &str = "application";
@@ -191,6 +207,8 @@ struct Shared {
     settings: TransportSettings,
     limits: DecodeLimits,
     local_addr: SocketAddr,
+    /// Mutual TLS, when enabled.
+    tls: Option<Arc<tls::Tls>>,
     /// The handshake payloads this node sends, by stream kind (ordinary, control, application).
     handshakes: [Result<Bytes, HandshakeError>; 3],
     /// Where application frames go; taken once by the messaging layer.
@@ -211,14 +229,18 @@ impl Transport {
     /// Starts accepting on `listener` (already bound; port 0 allowed) as `self_node`. Inbound
     /// messages go to the returned receiver.
     ///
+    /// # Errors
+    /// TLS is enabled and its files do not load (the key is named).
+    ///
     /// # Panics
     /// When called outside a tokio runtime.
     pub fn start(
         listener: TcpListener,
         self_node: UniqueAddress,
         config: TransportConfig,
-    ) -> (Transport, mpsc::Receiver<Inbound>) {
-        let TransportConfig { system_name, settings } = config;
+    ) -> Result<(Transport, mpsc::Receiver<Inbound>), SettingsError> {
+        let TransportConfig { system_name, settings, tls } = config;
+        let tls = if tls.enabled { Some(Arc::new(tls::Tls::new(tls)?)) } else { None };
         let local_addr = listener.local_addr().unwrap_or_else(|e| {
             tracing::error!(error = %e, "the transport listener has no local address");
             SocketAddr::from(([0, 0, 0, 0], 0))
@@ -249,6 +271,7 @@ impl Transport {
             settings,
             limits,
             local_addr,
+            tls,
             counters: Counters::default(),
             lanes: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
@@ -265,8 +288,12 @@ impl Transport {
         shared.spawn(inbound::deliver(shared.clone(), control_rx, ordinary_rx, delivery_tx));
         let queues = inbound::Queues { control: control_tx, ordinary: ordinary_tx };
         shared.spawn(inbound::accept(shared.clone(), listener, queues));
-        tracing::debug!(node = %shared.self_node, %local_addr, "transport listening");
-        (Transport { shared }, delivery_rx)
+        if let Some(tls) = shared.tls.clone() {
+            let s = shared.clone();
+            shared.spawn(async move { tls.reload(&s.stopping, &s.counters).await });
+        }
+        tracing::debug!(node = %shared.self_node, %local_addr, tls = shared.tls.is_some(), "transport listening");
+        Ok((Transport { shared }, delivery_rx))
     }
 
     /// The address the listener is bound to.

@@ -25,6 +25,7 @@ use super::Shared;
 use super::frame::{FrameCodec, LENGTH_PREFIX_BYTES};
 use super::handshake::{MAX_HANDSHAKE_BYTES, StreamKind};
 use super::stats::{self, Counters, inc};
+use super::tls::Io;
 
 /// The most heartbeats queued for one peer.
 pub(super) const CONTROL_QUEUE_LIMIT: usize = 64;
@@ -306,13 +307,21 @@ async fn wait_for_work(shared: &Shared, lane: &Arc<Lane>) -> bool {
     }
 }
 
-/// Resolves `peer` and tries each address in turn, all within `connect_timeout`.
-async fn connect(shared: &Shared, peer: &Address) -> io::Result<TcpStream> {
+/// Resolves `peer` and tries each address in turn, then runs the TLS handshake when TLS is on,
+/// all within `connect_timeout`.
+async fn connect(shared: &Shared, peer: &Address) -> io::Result<Io> {
     let attempt = async {
         let mut last = None;
         for addr in tokio::net::lookup_host(peer.host_port()).await? {
             match TcpStream::connect(addr).await {
-                Ok(socket) => return Ok(socket),
+                Ok(socket) => {
+                    // Heartbeats and small gossip must not wait for Nagle's algorithm.
+                    let _ = socket.set_nodelay(true);
+                    return match &shared.tls {
+                        None => Ok(Box::new(socket) as Io),
+                        Some(tls) => tls.connect(socket, &shared.counters).await,
+                    };
+                }
                 Err(e) => last = Some(e),
             }
         }
@@ -327,10 +336,8 @@ async fn connect(shared: &Shared, peer: &Address) -> io::Result<TcpStream> {
 }
 
 /// Sends the handshake, then queued messages until the connection ends.
-async fn write(shared: &Shared, lane: &Lane, socket: TcpStream) -> End {
-    // Heartbeats and small gossip must not wait for Nagle's algorithm.
-    let _ = socket.set_nodelay(true);
-    let (mut read_half, write_half) = socket.into_split();
+async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
+    let (mut read_half, write_half) = tokio::io::split(socket);
     let max_frame_size = shared.settings.max_frame_size;
     let mut sink =
         FramedWrite::new(write_half, FrameCodec::new(max_frame_size.max(MAX_HANDSHAKE_BYTES)));
@@ -381,6 +388,9 @@ async fn write(shared: &Shared, lane: &Lane, socket: TcpStream) -> End {
             () = shared.stopping.cancelled() => {}
             () = lane.notify.notified() => {}
             r = read_half.read(&mut probe) => {
+                if let (Err(e), Some(tls)) = (&r, &shared.tls) {
+                    tls.note_closed(&lane.peer.to_string(), e);
+                }
                 return End::Failed(match r {
                     Ok(0) => "closed by the peer".to_owned(),
                     Ok(_) => "the peer wrote on a send-only connection".to_owned(),

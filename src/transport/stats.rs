@@ -40,6 +40,11 @@ pub struct TransportStats {
     pub open_inbound: u64,
     /// Outbound connections open now (handshake sent).
     pub open_outbound: u64,
+    /// Peers refused in the TLS handshake, by reason (`untrusted`, `expired`, `name_mismatch`,
+    /// `no_certificate`, `not_tls`, `other`); empty without TLS.
+    pub tls_refused: BTreeMap<&'static str, u64>,
+    /// Times changed TLS files were loaded and used for new connections.
+    pub tls_reloads: u64,
     /// Per message kind ([`Message::kind`](convoke_membership::Message::kind)): frames and bytes
     /// received.
     pub messages_in: BTreeMap<&'static str, (u64, u64)>,
@@ -60,6 +65,8 @@ pub(super) struct Counters {
     pub(super) connect_failures: AtomicU64,
     pub(super) open_inbound: AtomicU64,
     pub(super) open_outbound: AtomicU64,
+    pub(super) tls_reloads: AtomicU64,
+    tls_refused: Mutex<BTreeMap<&'static str, u64>>,
     frames_in: AtomicU64,
     bytes_in: AtomicU64,
     frames_out: AtomicU64,
@@ -76,6 +83,11 @@ pub(super) fn inc(counter: &AtomicU64) {
 impl Counters {
     pub(super) fn received(&self, kind: &'static str, bytes: usize) {
         Self::frame(&self.frames_in, &self.bytes_in, &self.messages_in, kind, bytes);
+    }
+
+    pub(super) fn tls_refused(&self, reason: super::tls::Refusal) {
+        let mut map = self.tls_refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *map.entry(reason.as_str()).or_default() += 1;
     }
 
     pub(super) fn sent(&self, kind: &'static str, bytes: usize) {
@@ -118,6 +130,12 @@ impl Counters {
             connect_failures: load(&self.connect_failures),
             open_inbound: load(&self.open_inbound),
             open_outbound: load(&self.open_outbound),
+            tls_refused: self
+                .tls_refused
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+            tls_reloads: load(&self.tls_reloads),
             messages_in: map(&self.messages_in),
             messages_out: map(&self.messages_out),
         }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod certs;
 pub mod netns;
 pub mod process;
 
