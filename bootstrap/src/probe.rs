@@ -234,7 +234,7 @@ impl Prober for HttpProber {
                         ),
                     });
                 }
-                serde_json::from_slice::<SeedNodes>(&body).map_err(|e| ProbeError::BadAnswer {
+                parse_seed_nodes(&body).map_err(|e| ProbeError::BadAnswer {
                     url: url.to_owned(),
                     reason: format!("the answer is not seed-nodes JSON: {e}"),
                 })
@@ -245,6 +245,16 @@ impl Prober for HttpProber {
             }
         })
     }
+}
+
+/// Parses the body of a 200 answer to `GET /bootstrap/seed-nodes`. Public only for the fuzz
+/// target in `fuzz/` (`fuzz/fuzz_targets/seed_nodes.rs`); not part of the API.
+///
+/// # Errors
+/// When the body is not seed-nodes JSON.
+#[doc(hidden)]
+pub fn parse_seed_nodes(body: &[u8]) -> Result<SeedNodes, serde_json::Error> {
+    serde_json::from_slice(body)
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -107,7 +107,7 @@ impl ClusterMembers {
 }
 
 /// Finds a member by its full address (`convoke://sys@host:port`) or `sys@host:port`.
-fn find<'a>(state: &'a CurrentClusterState, given: &str) -> Option<&'a Member> {
+pub fn find<'a>(state: &'a CurrentClusterState, given: &str) -> Option<&'a Member> {
     let given = given.trim_start_matches('/');
     state.members.iter().find(|m| {
         let full = m.address().to_string();

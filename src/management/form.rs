@@ -12,14 +12,14 @@ use super::error::ApiError;
 
 /// The fields of a form body, by name; a repeated field keeps its last value.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Form(BTreeMap<String, String>);
+pub struct Form(BTreeMap<String, String>);
 
 impl Form {
     /// The field `name`.
     ///
     /// # Errors
     /// 400 naming the field when it is missing, in Akka's words.
-    pub(super) fn field(&self, name: &str) -> Result<&str, ApiError> {
+    pub fn field(&self, name: &str) -> Result<&str, ApiError> {
         self.0.get(name).map(String::as_str).ok_or_else(|| {
             ApiError::bad_request(format!("Request is missing required form field '{name}'"))
         })

@@ -42,6 +42,12 @@ pub use error::{ApiError, Message};
 pub use events::event_json;
 pub use server::{TlsError, serve, tls_acceptor};
 pub use singletons::{ClusterSingleton, ClusterSingletons};
+// The parsers of a member address in a route and of a form body, public only for the fuzz target
+// in `fuzz/` (`fuzz/fuzz_targets/management_parse.rs`); not part of the API.
+#[doc(hidden)]
+pub use cluster::find as find_member;
+#[doc(hidden)]
+pub use form::Form;
 
 use convoke_bootstrap::BootstrapStatus;
 use convoke_membership::UniqueAddress;

@@ -22,14 +22,14 @@ const HEADER_BYTES: usize = 1 + 8 + 8;
 
 /// A decoded envelope; the payload is a slice of the frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Envelope {
+pub struct Envelope {
     /// The incarnation the frame is meant for.
-    pub(crate) to_uid: u64,
-    pub(crate) body: Body,
+    pub to_uid: u64,
+    pub body: Body,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Body {
+pub enum Body {
     Tell { endpoint: String, payload: Bytes },
     Ask { id: u64, endpoint: String, payload: Bytes },
     Reply { id: u64, payload: Bytes },
@@ -38,7 +38,7 @@ pub(crate) enum Body {
 
 /// Why a target answered an ask without a reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// No endpoint of that name is registered on the target.
     NoSuchEndpoint,
     /// The endpoint's inbound queue is full.
@@ -80,7 +80,7 @@ impl Failure {
 
 /// Why bytes are not an envelope.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum EnvelopeError {
+pub enum EnvelopeError {
     #[error("frame of {0} bytes is shorter than an envelope header")]
     Truncated(usize),
     #[error("unknown envelope kind {0}")]
@@ -94,7 +94,7 @@ pub(crate) enum EnvelopeError {
 impl Envelope {
     /// The frame for this envelope. Endpoint names are checked (1..=255 bytes) when an endpoint
     /// key is made, so encoding cannot fail.
-    pub(crate) fn encode(&self) -> Bytes {
+    pub fn encode(&self) -> Bytes {
         let (kind, id) = match &self.body {
             Body::Tell { .. } => (0, 0),
             Body::Ask { id, .. } => (1, *id),
@@ -129,7 +129,7 @@ impl Envelope {
     }
 
     /// Decodes a frame; the payload shares the frame's buffer.
-    pub(crate) fn decode(frame: &Bytes) -> Result<Self, EnvelopeError> {
+    pub fn decode(frame: &Bytes) -> Result<Self, EnvelopeError> {
         if frame.len() < HEADER_BYTES {
             return Err(EnvelopeError::Truncated(frame.len()));
         }

@@ -21,7 +21,9 @@
 //!   or removed, without waiting for its timeout ([`Messaging::watch_member`]).
 //! - Delivery is at most once: nothing is retried.
 
-mod envelope;
+// Public only for the fuzz target in `fuzz/` (`fuzz/fuzz_targets/messaging.rs`); not part of the API.
+#[doc(hidden)]
+pub mod envelope;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
