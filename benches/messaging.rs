@@ -361,32 +361,20 @@ async fn tcp_rate(port: u16, size: usize, in_flight: usize) -> f64 {
     rate
 }
 
-/// Resident memory of this process, in bytes.
-fn vm_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .expect("a VmRSS line");
-    kb * 1024
-}
-
 /// Registers `ENDPOINTS` idle endpoints and returns the resident memory they added, per endpoint,
 /// and the resident memory once they are dropped again, compared with before (in bytes, may be
 /// negative).
 fn rss_per_endpoint(m: &Messaging, run: usize) -> (f64, i64) {
-    let before = vm_rss();
+    let before = support::vm_rss();
     let endpoints: Vec<_> = (0..ENDPOINTS)
         .map(|i| {
             let key = EndpointKey::<Vec<u8>, Vec<u8>>::named(format!("idle-{run}-{i}"));
             m.endpoint(&key, 16).expect("an idle endpoint registers")
         })
         .collect();
-    let during = vm_rss();
+    let during = support::vm_rss();
     drop(endpoints);
-    let after = vm_rss();
+    let after = support::vm_rss();
     let per_endpoint = (during as f64 - before as f64) / ENDPOINTS as f64;
     (per_endpoint, after as i64 - before as i64)
 }

@@ -3,9 +3,10 @@
 //! costs. `cargo bench --bench transport` prints each figure as the median of 5 runs, and the TLS
 //! figure as a ratio to the plaintext one.
 
-#[path = "../tests/support/certs.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod certs;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use support::certs;
 
 use std::time::{Duration, Instant};
 
@@ -119,13 +120,6 @@ async fn receive_rate(senders: u64, per_sender: u64, tls: &Tls) -> f64 {
     total as f64 / secs
 }
 
-/// This process's resident set size, in bytes.
-fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4096
-}
-
 /// Starts `n` + 1 transports, then has each of `n` send one frame to the last, so that `n`
 /// connections open (both ends in this process); returns the RSS growth per connection.
 async fn rss_per_connection(n: u64, tls: &Tls) -> f64 {
@@ -134,7 +128,7 @@ async fn rss_per_connection(n: u64, tls: &Tls) -> f64 {
     for i in 0..n {
         txs.push(start(1000 + i, 16, tls).await);
     }
-    let before = rss();
+    let before = support::vm_rss();
     for (t, _, node) in &txs {
         let status = Message::GossipStatus {
             from: node.clone(),
@@ -146,7 +140,7 @@ async fn rss_per_connection(n: u64, tls: &Tls) -> f64 {
     for _ in 0..n {
         r_rx.recv().await.unwrap();
     }
-    let grown = rss().saturating_sub(before);
+    let grown = support::vm_rss().saturating_sub(before);
     for (t, _, _) in &txs {
         t.shutdown(Duration::ZERO).await;
     }

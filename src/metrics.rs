@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::messaging::{MessagingCounters, MessagingStats};
-use crate::transport::{TLS_REFUSAL_REASONS, Transport, TransportStats};
+use crate::transport::{Transport, TransportStats};
 
 /// Metrics recorded as they happen.
 #[derive(Clone, Debug)]
@@ -128,9 +128,8 @@ fn register_transport(registry: &mut Registry, stats: &TransportStats) {
         "transport_tls_refused",
         "Peers refused in the cluster transport's TLS handshake, by reason",
     );
-    for reason in TLS_REFUSAL_REASONS {
-        let n = stats.tls_refused.get(reason).copied().unwrap_or(0);
-        refused.get_or_create(&labels(&[("reason", reason)])).inc_by(n);
+    for (reason, n) in &stats.tls_refused {
+        refused.get_or_create(&labels(&[("reason", reason)])).inc_by(*n);
     }
     let reloads = counter_family(
         registry,

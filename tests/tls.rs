@@ -19,9 +19,26 @@ use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 const T: Duration = Duration::from_secs(30);
 
-/// Starts `leaves.len()` TLS processes, the first forming the cluster with its management API
-/// on, the others joining through it; waits until each has seen all of them Up.
-async fn start_tls_cluster(
+/// A running TLS cluster: its CA, each node's certificate and files, in a directory of its own.
+struct TlsCluster {
+    dir: tempfile::TempDir,
+    ca: Ca,
+    leaves: Vec<Leaf>,
+    files: Vec<Files>,
+    procs: Vec<Proc>,
+}
+
+/// Starts `n` TLS processes with certificates of a new CA, the first forming the cluster with
+/// its management API on, the others joining through it; waits until each has seen all Up.
+async fn start_tls_cluster(n: usize) -> TlsCluster {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA");
+    let leaves: Vec<Leaf> = (0..n).map(|_| ca.leaf(Flaw::None)).collect();
+    let (procs, files) = start_tls_processes(dir.path(), &ca, &leaves).await;
+    TlsCluster { dir, ca, leaves, files, procs }
+}
+
+async fn start_tls_processes(
     dir: &std::path::Path,
     ca: &Ca,
     leaves: &[Leaf],
@@ -94,10 +111,7 @@ async fn wait_refused(proc: &Proc, reason: &str, n: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_cluster_refuses_foreign_expired_misnamed_and_plaintext_peers() {
     let _live = live().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new("cluster CA");
-    let leaves: Vec<Leaf> = (0..3).map(|_| ca.leaf(Flaw::None)).collect();
-    let (procs, _files) = start_tls_cluster(dir.path(), &ca, &leaves).await;
+    let TlsCluster { dir, ca, procs, .. } = start_tls_cluster(3).await;
     let before = members(&procs[0]).await;
     assert_eq!(before.len(), 3, "{before:?}");
 
@@ -176,10 +190,7 @@ async fn presented_certificate(port: u16, ca: &Ca, client: &Leaf) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaced_certificates_are_used_for_new_connections_and_members_stay() {
     let _live = live().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new("cluster CA");
-    let leaves: Vec<Leaf> = (0..3).map(|_| ca.leaf(Flaw::None)).collect();
-    let (procs, files) = start_tls_cluster(dir.path(), &ca, &leaves).await;
+    let TlsCluster { dir, ca, leaves, files, procs } = start_tls_cluster(3).await;
     let client = ca.leaf(Flaw::None);
     for (p, leaf) in procs.iter().zip(&leaves) {
         assert_eq!(presented_certificate(p.port, &ca, &client).await, leaf.der);

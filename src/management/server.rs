@@ -12,6 +12,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
+use crate::settings::crypto_provider;
+
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot load management TLS material from {path}: {why}")]
@@ -39,8 +41,7 @@ pub fn tls_acceptor(cert_path: &str, key_path: &str) -> Result<TlsAcceptor, TlsE
     let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
         .map_err(|e| err(key_path, e.to_string()))?
         .ok_or_else(|| err(key_path, "no PEM private key found".into()))?;
-    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(crypto_provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| err(cert_path, e.to_string()))?
         .with_no_client_auth()

@@ -50,6 +50,10 @@ impl Default for ClusterTlsSettings {
     }
 }
 
+/// The bytes of the three `[cluster.tls]` files as read: certificate chain, key, CA bundle.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsFiles([Vec<u8>; 3]);
+
 /// The parsed contents of the `[cluster.tls]` files, checked against each other.
 #[derive(Debug)]
 pub struct TlsMaterial {
@@ -61,8 +65,6 @@ pub struct TlsMaterial {
     pub roots: RootCertStore,
     /// The name peers' certificates must be valid for.
     pub peer_name: ServerName<'static>,
-    /// The raw bytes of the three files (certificate, key, CA), to tell when they change.
-    pub fingerprint: Vec<Vec<u8>>,
 }
 
 impl ClusterTlsSettings {
@@ -84,12 +86,42 @@ impl ClusterTlsSettings {
         Ok(())
     }
 
-    /// Reads and checks the files: a certificate chain, a private key matching its leaf, at least
-    /// one CA certificate, and a valid DNS name as `peer_name`.
+    /// Reads and checks the files ([`read`](Self::read), then [`parse`](Self::parse)).
     ///
     /// # Errors
     /// The key whose file or value is bad, with the reason.
     pub fn load(&self) -> Result<TlsMaterial, SettingsError> {
+        self.parse(&self.read()?)
+    }
+
+    /// Reads the three files, unparsed.
+    ///
+    /// # Errors
+    /// The key whose path is empty or whose file cannot be read.
+    pub fn read(&self) -> Result<TlsFiles, SettingsError> {
+        let read = |key: &str, path: &str| {
+            let bad = |why: String| SettingsError::new(key, format!("{path:?}"), why);
+            if path.is_empty() {
+                return Err(bad(
+                    "the path of a PEM file (required when cluster.tls.enabled)".into()
+                ));
+            }
+            std::fs::read(path).map_err(|e| bad(format!("a readable PEM file ({e})")))
+        };
+        Ok(TlsFiles([
+            read("cluster.tls.cert_path", &self.cert_path)?,
+            read("cluster.tls.key_path", &self.key_path)?,
+            read("cluster.tls.ca_path", &self.ca_path)?,
+        ]))
+    }
+
+    /// Checks `files`: a certificate chain, a private key matching its leaf, at least one CA
+    /// certificate, and a valid DNS name as `peer_name`.
+    ///
+    /// # Errors
+    /// The key whose file or value is bad, with the reason.
+    pub fn parse(&self, files: &TlsFiles) -> Result<TlsMaterial, SettingsError> {
+        let [cert_pem, key_pem, ca_pem] = &files.0;
         let peer_name = ServerName::try_from(self.peer_name.clone())
             .ok()
             .filter(|_| !self.peer_name.is_empty())
@@ -100,8 +132,8 @@ impl ClusterTlsSettings {
                     "the DNS name every peer's certificate is valid for, like \"convoke.default.svc.cluster.local\"",
                 )
             })?;
-        let (cert_pem, chain) = read_pem("cluster.tls.cert_path", &self.cert_path, |pem| {
-            let chain = rustls_pemfile::certs(&mut &pem[..])
+        let chain = parse_pem("cluster.tls.cert_path", &self.cert_path, || {
+            let chain = rustls_pemfile::certs(&mut &cert_pem[..])
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
             if chain.is_empty() {
@@ -109,14 +141,14 @@ impl ClusterTlsSettings {
             }
             Ok(chain)
         })?;
-        let (key_pem, key) = read_pem("cluster.tls.key_path", &self.key_path, |pem| {
-            rustls_pemfile::private_key(&mut &pem[..])
+        let key = parse_pem("cluster.tls.key_path", &self.key_path, || {
+            rustls_pemfile::private_key(&mut &key_pem[..])
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| "no PEM private key in the file".to_owned())
         })?;
-        let (ca_pem, roots) = read_pem("cluster.tls.ca_path", &self.ca_path, |pem| {
+        let roots = parse_pem("cluster.tls.ca_path", &self.ca_path, || {
             let mut roots = RootCertStore::empty();
-            for cert in rustls_pemfile::certs(&mut &pem[..]) {
+            for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
                 let cert = cert.map_err(|e| e.to_string())?;
                 roots.add(cert).map_err(|e| format!("a CA certificate is unusable: {e}"))?;
             }
@@ -126,42 +158,23 @@ impl ClusterTlsSettings {
             Ok(roots)
         })?;
         check_key_matches(&self.key_path, &chain, &key)?;
-        Ok(TlsMaterial {
-            chain,
-            key,
-            roots,
-            peer_name,
-            fingerprint: vec![cert_pem, key_pem, ca_pem],
-        })
-    }
-
-    /// The bytes of the three files now, to compare with [`TlsMaterial::fingerprint`] cheaply.
-    pub fn fingerprint(&self) -> Vec<Vec<u8>> {
-        [&self.cert_path, &self.key_path, &self.ca_path]
-            .iter()
-            .map(|p| std::fs::read(p).unwrap_or_default())
-            .collect()
+        Ok(TlsMaterial { chain, key, roots, peer_name })
     }
 }
 
-/// The crypto provider of the cluster transport's TLS.
+/// The crypto provider of the node's TLS: the cluster transport's and the management server's.
 pub fn crypto_provider() -> Arc<CryptoProvider> {
     Arc::new(tokio_rustls::rustls::crypto::ring::default_provider())
 }
 
-/// Reads the file at `path` (the value of `key`) and parses it with `parse`.
-fn read_pem<T>(
+/// Runs `parse` on the file at `path` (the value of `key`), naming both in its error.
+fn parse_pem<T>(
     key: &str,
     path: &str,
-    parse: impl FnOnce(&[u8]) -> Result<T, String>,
-) -> Result<(Vec<u8>, T), SettingsError> {
-    let bad = |why: String| SettingsError::new(key, format!("{path:?}"), why);
-    if path.is_empty() {
-        return Err(bad("the path of a PEM file (required when cluster.tls.enabled)".to_owned()));
-    }
-    let pem = std::fs::read(path).map_err(|e| bad(format!("a readable PEM file ({e})")))?;
-    let parsed = parse(&pem).map_err(|why| bad(format!("a PEM file ({why})")))?;
-    Ok((pem, parsed))
+    parse: impl FnOnce() -> Result<T, String>,
+) -> Result<T, SettingsError> {
+    parse()
+        .map_err(|why| SettingsError::new(key, format!("{path:?}"), format!("a PEM file ({why})")))
 }
 
 fn check_key_matches(

@@ -21,7 +21,7 @@ mod singleton;
 mod sources;
 
 pub use cluster::{ClusterSettings, DEFAULT_CLUSTER_PORT, DEFAULT_JOIN_GIVE_UP, TransportSettings};
-pub use cluster_tls::{ClusterTlsSettings, TlsMaterial, crypto_provider};
+pub use cluster_tls::{ClusterTlsSettings, TlsFiles, TlsMaterial, crypto_provider};
 pub use convoke_bootstrap::{BootstrapSettings, ContactPointSettings};
 pub use convoke_discovery::settings::{DnsSettings, KubernetesSettings};
 pub use convoke_membership::config::Config as CoreConfig;

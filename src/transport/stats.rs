@@ -40,8 +40,8 @@ pub struct TransportStats {
     pub open_inbound: u64,
     /// Outbound connections open now (handshake sent).
     pub open_outbound: u64,
-    /// Peers refused in the TLS handshake, by reason (`untrusted`, `expired`, `name_mismatch`,
-    /// `no_certificate`, `not_tls`, `other`); empty without TLS.
+    /// Peers refused in the TLS handshake, by every reason of
+    /// [`TLS_REFUSAL_REASONS`](super::TLS_REFUSAL_REASONS) (zero without TLS).
     pub tls_refused: BTreeMap<&'static str, u64>,
     /// Times changed TLS files were loaded and used for new connections.
     pub tls_reloads: u64,
@@ -66,7 +66,8 @@ pub(super) struct Counters {
     pub(super) open_inbound: AtomicU64,
     pub(super) open_outbound: AtomicU64,
     pub(super) tls_reloads: AtomicU64,
-    tls_refused: Mutex<BTreeMap<&'static str, u64>>,
+    /// Indexed like [`TLS_REFUSAL_REASONS`](super::TLS_REFUSAL_REASONS).
+    pub(super) tls_refused: [AtomicU64; super::TLS_REFUSAL_REASONS.len()],
     frames_in: AtomicU64,
     bytes_in: AtomicU64,
     frames_out: AtomicU64,
@@ -83,11 +84,6 @@ pub(super) fn inc(counter: &AtomicU64) {
 impl Counters {
     pub(super) fn received(&self, kind: &'static str, bytes: usize) {
         Self::frame(&self.frames_in, &self.bytes_in, &self.messages_in, kind, bytes);
-    }
-
-    pub(super) fn tls_refused(&self, reason: super::tls::Refusal) {
-        let mut map = self.tls_refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *map.entry(reason.as_str()).or_default() += 1;
     }
 
     pub(super) fn sent(&self, kind: &'static str, bytes: usize) {
@@ -130,11 +126,10 @@ impl Counters {
             connect_failures: load(&self.connect_failures),
             open_inbound: load(&self.open_inbound),
             open_outbound: load(&self.open_outbound),
-            tls_refused: self
-                .tls_refused
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone(),
+            tls_refused: super::TLS_REFUSAL_REASONS
+                .into_iter()
+                .zip(self.tls_refused.each_ref().map(load))
+                .collect(),
             tls_reloads: load(&self.tls_reloads),
             messages_in: map(&self.messages_in),
             messages_out: map(&self.messages_out),

@@ -12,6 +12,7 @@
 //! stay in use.
 
 use std::collections::HashSet;
+use std::hash::Hash;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -31,8 +32,8 @@ use tokio_rustls::rustls::{
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
-use super::stats::Counters;
-use crate::settings::{ClusterTlsSettings, SettingsError, TlsMaterial, crypto_provider};
+use super::stats::{Counters, inc};
+use crate::settings::{ClusterTlsSettings, SettingsError, TlsFiles, TlsMaterial, crypto_provider};
 
 /// A connection's byte stream: a plain socket or a TLS session over one.
 pub(super) trait Connection: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -40,10 +41,30 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Connection for T {}
 /// A boxed [`Connection`].
 pub(super) type Io = Box<dyn Connection>;
 
-/// Peer hosts and reasons already logged at WARN; cleared when this many accumulate.
-const MAX_LOGGED_REFUSALS: usize = 1024;
+/// Keys already logged at WARN; cleared when this many accumulate.
+const MAX_LOGGED_KEYS: usize = 1024;
 
-/// Why a peer's TLS handshake was refused, as counted in `/metrics`.
+/// Remembers which keys have been logged at WARN, so each is logged there once and at DEBUG
+/// after that; bounded by [`MAX_LOGGED_KEYS`] (when full it starts over).
+struct LogOnce<K>(Mutex<HashSet<K>>);
+
+impl<K: Hash + Eq> LogOnce<K> {
+    fn new() -> Self {
+        Self(Mutex::new(HashSet::new()))
+    }
+
+    /// Whether `key` is seen for the first time.
+    fn first(&self, key: K) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() >= MAX_LOGGED_KEYS {
+            seen.clear();
+        }
+        seen.insert(key)
+    }
+}
+
+/// Why a peer's TLS handshake was refused, as counted in `/metrics`. The discriminant is the
+/// index of its label in [`TLS_REFUSAL_REASONS`](super::TLS_REFUSAL_REASONS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Refusal {
     /// Its certificate does not chain to a trusted CA (or is malformed, or not for this use).
@@ -74,14 +95,7 @@ impl Refusal {
 
     /// The `reason` label.
     pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Self::Untrusted => "untrusted",
-            Self::Expired => "expired",
-            Self::NameMismatch => "name_mismatch",
-            Self::NoCertificate => "no_certificate",
-            Self::NotTls => "not_tls",
-            Self::Other => "other",
-        }
+        super::TLS_REFUSAL_REASONS[self as usize]
     }
 
     /// The reason a rustls error stands for.
@@ -115,11 +129,11 @@ pub(super) struct Tls {
     settings: ClusterTlsSettings,
     current: RwLock<Arc<Configs>>,
     /// The file bytes [`Self::current`] was built from.
-    loaded: Mutex<Vec<Vec<u8>>>,
-    /// (peer host, reason) pairs already logged at WARN.
-    logged: Mutex<HashSet<(IpAddr, Refusal)>>,
-    /// Peers whose TLS alert was already logged at WARN.
-    alerted: Mutex<HashSet<String>>,
+    loaded: Mutex<TlsFiles>,
+    /// (peer host, reason) pairs already logged.
+    refusals: LogOnce<(IpAddr, Refusal)>,
+    /// Peers whose TLS alert was already logged.
+    alerts: LogOnce<String>,
     /// The last reload error logged, so a broken file is reported once, not every interval.
     last_reload_error: Mutex<Option<String>>,
 }
@@ -137,9 +151,8 @@ impl Tls {
     /// # Errors
     /// A file no longer loads, named by its key.
     pub(super) fn new(settings: ClusterTlsSettings) -> Result<Self, SettingsError> {
-        let material = settings.load()?;
-        let loaded = material.fingerprint.clone();
-        let configs = Configs::build(material).map_err(|e| {
+        let loaded = settings.read()?;
+        let configs = Configs::build(settings.parse(&loaded)?).map_err(|e| {
             SettingsError::new(
                 "cluster.tls.cert_path",
                 format!("{:?}", settings.cert_path),
@@ -150,8 +163,8 @@ impl Tls {
             settings,
             current: RwLock::new(Arc::new(configs)),
             loaded: Mutex::new(loaded),
-            logged: Mutex::new(HashSet::new()),
-            alerted: Mutex::new(HashSet::new()),
+            refusals: LogOnce::new(),
+            alerts: LogOnce::new(),
             last_reload_error: Mutex::new(None),
         })
     }
@@ -183,7 +196,7 @@ impl Tls {
                 None
             }
             Err(_) => {
-                super::stats::inc(&counters.handshake_failures);
+                inc(&counters.handshake_failures);
                 tracing::warn!(%peer, ?timeout, "closing connection: no TLS handshake within handshake_timeout");
                 None
             }
@@ -213,14 +226,7 @@ impl Tls {
     /// peer: it is how a node learns that a peer refused its own certificate.
     pub(super) fn note_closed(&self, peer: &str, error: &io::Error) {
         if let Some(rustls::Error::AlertReceived(alert)) = rustls_error(error) {
-            let first = {
-                let mut alerted = self.alerted.lock().unwrap_or_else(PoisonError::into_inner);
-                if alerted.len() >= MAX_LOGGED_REFUSALS {
-                    alerted.clear();
-                }
-                alerted.insert(peer.to_owned())
-            };
-            if !first {
+            if !self.alerts.first(peer.to_owned()) {
                 tracing::debug!(peer, alert = ?alert, "a peer closed the TLS connection with an alert");
                 return;
             }
@@ -233,15 +239,8 @@ impl Tls {
     }
 
     fn refuse(&self, host: IpAddr, reason: Refusal, error: &rustls::Error, counters: &Counters) {
-        counters.tls_refused(reason);
-        let first = {
-            let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
-            if logged.len() >= MAX_LOGGED_REFUSALS {
-                logged.clear();
-            }
-            logged.insert((host, reason))
-        };
-        if first {
+        inc(&counters.tls_refused[reason as usize]);
+        if self.refusals.first((host, reason)) {
             tracing::warn!(peer = %host, reason = %reason.as_str(), error = %error, "refused a TLS peer");
         } else {
             tracing::debug!(peer = %host, reason = %reason.as_str(), error = %error, "refused a TLS peer");
@@ -263,23 +262,24 @@ impl Tls {
             let settings = self.settings.clone();
             let loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner).clone();
             let reloaded = tokio::task::spawn_blocking(move || {
-                if settings.fingerprint() == loaded {
-                    return None;
-                }
-                Some(settings.load().map_err(|e| e.to_string()).and_then(|material| {
-                    let fingerprint = material.fingerprint.clone();
-                    Configs::build(material).map(|c| (c, fingerprint)).map_err(|e| e.to_string())
-                }))
+                let files = match settings.read() {
+                    Ok(files) if files == loaded => return None,
+                    Ok(files) => files,
+                    Err(e) => return Some(Err(e.to_string())),
+                };
+                let material = settings.parse(&files).map_err(|e| e.to_string());
+                let configs = material.and_then(|m| Configs::build(m).map_err(|e| e.to_string()));
+                Some(configs.map(|c| (c, files)))
             })
             .await;
             match reloaded {
                 Ok(None) | Err(_) => {}
-                Ok(Some(Ok((configs, fingerprint)))) => {
+                Ok(Some(Ok((configs, files)))) => {
                     *self.current.write().unwrap_or_else(PoisonError::into_inner) =
                         Arc::new(configs);
-                    *self.loaded.lock().unwrap_or_else(PoisonError::into_inner) = fingerprint;
+                    *self.loaded.lock().unwrap_or_else(PoisonError::into_inner) = files;
                     *self.last_reload_error.lock().unwrap_or_else(PoisonError::into_inner) = None;
-                    super::stats::inc(&counters.tls_reloads);
+                    inc(&counters.tls_reloads);
                     tracing::info!("cluster TLS files changed; new connections use them");
                 }
                 Ok(Some(Err(error))) => {

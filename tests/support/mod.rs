@@ -166,3 +166,15 @@ pub async fn start_cluster(settings: &Settings, n: usize) -> Vec<Node> {
     join_through_first(&nodes).await;
     nodes
 }
+
+/// Resident memory of this process, in bytes.
+pub fn vm_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .expect("a VmRSS line");
+    kb * 1024
+}
