@@ -166,6 +166,11 @@ impl Control {
         self.snapshots.borrow().state.clone()
     }
 
+    /// The current snapshot, shared (a new one is published on every change).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshots.borrow().clone()
+    }
+
     /// A receiver of every new snapshot (state and gossip).
     pub fn watch(&self) -> watch::Receiver<Arc<Snapshot>> {
         self.snapshots.clone()

@@ -117,6 +117,7 @@ fn register_transport(registry: &mut Registry, stats: &TransportStats) {
         counter_family(registry, "dropped_frames", "Frames dropped by the transport, by reason");
     for (reason, n) in [
         ("outbound_queue_full", stats.dropped_outbound),
+        ("superseded", stats.superseded_outbound),
         ("inbound", stats.dropped_inbound),
         ("bad_frame", stats.closed_bad_frame),
         ("oversized_outbound", stats.oversized_outbound),

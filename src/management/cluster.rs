@@ -2,9 +2,13 @@
 //! Management answers with (README, "Management API").
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use axum::Json;
 use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use convoke_membership::member::UpNumber;
 use convoke_membership::{Address, CurrentClusterState, Member};
 use serde::{Deserialize, Serialize};
@@ -12,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::error::{ApiError, Message};
 use super::form::Form;
+use crate::control::Snapshot;
 
 /// `GET /cluster/members`.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -115,8 +120,35 @@ pub fn find<'a>(state: &'a CurrentClusterState, given: &str) -> Option<&'a Membe
     })
 }
 
-pub(super) async fn get_members(State(app): State<AppState>) -> Json<ClusterMembers> {
-    Json(ClusterMembers::of(&app.node.control.state()))
+/// The serialized `/cluster/members` body of one snapshot, kept until the next one: monitoring
+/// polls the route far more often than the membership changes, so most requests cost a copy of a
+/// reference rather than a table built and serialized.
+#[derive(Debug, Default)]
+pub(super) struct BodyCache {
+    // Held weakly: a weak reference keeps its allocation, so no later snapshot takes its address.
+    last: Mutex<Option<(Weak<Snapshot>, Bytes)>>,
+}
+
+impl BodyCache {
+    fn body(&self, snapshot: &Arc<Snapshot>) -> Bytes {
+        let last = || self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((s, body)) = last().as_ref()
+            && std::ptr::eq(s.as_ptr(), Arc::as_ptr(snapshot))
+        {
+            return body.clone();
+        }
+        let body = Bytes::from(
+            serde_json::to_vec(&ClusterMembers::of(&snapshot.state))
+                .expect("the members view serializes"),
+        );
+        *last() = Some((Arc::downgrade(snapshot), body.clone()));
+        body
+    }
+}
+
+pub(super) async fn get_members(State(app): State<AppState>) -> Response {
+    let body = app.members_body.body(&app.node.control.snapshot());
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 pub(super) async fn get_member(

@@ -115,6 +115,8 @@ pub struct AppState {
     open_paths: Arc<std::collections::BTreeSet<String>>,
     /// Set once `/alive` has logged that the join deadline passed, so it logs that once.
     join_deadline_logged: Arc<std::sync::atomic::AtomicBool>,
+    /// The `/cluster/members` body of the latest snapshot served.
+    members_body: Arc<cluster::BodyCache>,
 }
 
 fn with_405(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
@@ -130,6 +132,7 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
         settings: Arc::new(settings.clone()),
         open_paths: Arc::new(auth::open_paths(settings.auth.as_ref())),
         join_deadline_logged: Arc::default(),
+        members_body: Arc::default(),
     };
     let hc = &settings.health_checks;
     let timed = Router::new()

@@ -102,7 +102,8 @@ pub struct TransportSettings {
     pub max_decompressed_size: usize,
     /// Most inbound connections at once.
     pub max_connections: usize,
-    /// Messages queued per peer before the oldest non-heartbeat one is dropped.
+    /// Messages queued per peer before the oldest non-heartbeat one is dropped (a newer gossip or
+    /// gossip status replaces a queued one rather than queueing behind it).
     pub outbound_queue_size: usize,
     /// Time a new connection has to complete the handshake.
     #[serde(with = "text::duration")]

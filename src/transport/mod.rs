@@ -48,8 +48,11 @@
 //! `max_reconnect_backoff`; the backoff starts over once a connection has stayed up for
 //! `max_reconnect_backoff`. Host names are resolved on every attempt with
 //! [`tokio::net::lookup_host`] and each resolved address is tried in turn. A stream with nothing
-//! to send closes its connection after half of `idle_timeout`, before the peer's idle timeout
-//! could cut it in the middle of a write, and its task ends after `idle_timeout` without traffic.
+//! to send closes its connection before the peer's idle timeout could cut it in the middle of a
+//! write: a control stream after half of `idle_timeout`, an ordinary or application stream after
+//! 5 s or that, whichever is shorter (gossip picks a random member each round, so an idle
+//! connection is seldom reused, and each open one holds a socket at both ends). Its task ends
+//! after `idle_timeout` without traffic.
 //! When a peer stays unreachable and nothing new has been queued for it for `idle_timeout`, the
 //! queue is dropped and counted.
 //!
@@ -76,7 +79,10 @@
 //! - `handshake_timeout`: an inbound connection must deliver its handshake within this time.
 //! - `idle_timeout`: an inbound connection without a complete frame for this long is closed, which
 //!   also bounds how slowly a frame may trickle in.
-//! - `outbound_queue_size`: messages queued per peer on the ordinary stream. When it is full, the
+//! - `outbound_queue_size`: messages queued per peer on the ordinary stream. A gossip replaces a
+//!   queued gossip to the same incarnation, and a gossip status a queued status (each is the whole
+//!   state or its digest; counted in [`TransportStats::superseded_outbound`]), so a peer that is
+//!   slow or unreachable holds one of each, not one per version. When the queue is full, the
 //!   oldest non-heartbeat message is dropped and counted. The control stream holds at most
 //!   `min(outbound_queue_size, 64)` heartbeats, and drops its oldest (a stale heartbeat is
 //!   worthless) when full. The application stream also holds `outbound_queue_size` frames, but
@@ -215,6 +221,8 @@ struct Shared {
     application_tx: mpsc::Sender<ApplicationInbound>,
     application_rx: Mutex<Option<mpsc::Receiver<ApplicationInbound>>>,
     counters: Counters,
+    /// Compresses each gossip version once, whichever lanes send it.
+    encoder: convoke_membership::wire::GossipEncoder,
     /// Outbound queues by peer address. Lock order: this map, then a lane's queue.
     lanes: Mutex<HashMap<Address, PeerLanes>>,
     /// Cancelled when shutdown begins: stop accepting and reading, flush and close outbound.
@@ -273,6 +281,7 @@ impl Transport {
             local_addr,
             tls,
             counters: Counters::default(),
+            encoder: convoke_membership::wire::GossipEncoder::default(),
             lanes: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
             closed: CancellationToken::new(),

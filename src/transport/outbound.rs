@@ -29,6 +29,11 @@ use super::tls::Io;
 
 /// The most heartbeats queued for one peer.
 pub(super) const CONTROL_QUEUE_LIMIT: usize = 64;
+/// An ordinary or application connection with nothing to send for this long is closed (sooner if
+/// half of `idle_timeout` is shorter). Gossip goes to a random member each round, so at a few
+/// dozen members a connection kept for a longer while is seldom used again, and every open one
+/// costs a socket at both ends: at 250 members a node would hold hundreds of idle connections.
+const IDLE_CLOSE: Duration = Duration::from_secs(5);
 /// The first reconnection delay (before jitter).
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// The smallest reconnection delay, whatever the settings say: no busy reconnect loop.
@@ -76,10 +81,27 @@ impl Outgoing {
         }
     }
 
-    fn encode(self) -> Bytes {
+    fn encode(self, encoder: &wire::GossipEncoder) -> Bytes {
         match self {
-            Self::Cluster(m) => Bytes::from(wire::encode(&m)),
+            Self::Cluster(m) => Bytes::from(encoder.encode(&m)),
             Self::Application(payload) => payload,
+        }
+    }
+
+    /// Whether `newer`, queued after this message, makes it worthless: a gossip is the whole
+    /// state, so a newer gossip to the same incarnation supersedes an older one, and a newer
+    /// gossip status an older status.
+    fn superseded_by(&self, newer: &Outgoing) -> bool {
+        match (self, newer) {
+            (
+                Self::Cluster(Message::Gossip { to: old, .. }),
+                Self::Cluster(Message::Gossip { to: new, .. }),
+            ) => old == new,
+            (
+                Self::Cluster(Message::GossipStatus { .. }),
+                Self::Cluster(Message::GossipStatus { .. }),
+            ) => true,
+            _ => false,
         }
     }
 }
@@ -134,10 +156,20 @@ impl Lane {
         true
     }
 
-    /// Queues `message`; when full, first drops the oldest non-heartbeat message (the oldest
-    /// message when all are heartbeats).
+    /// Queues `message`. A queued message it supersedes (an older gossip or gossip status) is
+    /// replaced in place, so a peer that cannot keep up, or cannot be reached, holds at most one
+    /// gossip per incarnation however long it lasts. When full, first drops the oldest
+    /// non-heartbeat message (the oldest message when all are heartbeats).
     pub(super) fn push(&self, counters: &Counters, message: Outgoing) {
         let mut q = self.queue();
+        if let Some(old) = q.messages.iter_mut().find(|m| m.superseded_by(&message)) {
+            *old = message;
+            q.last_push = Instant::now();
+            drop(q);
+            inc(&counters.superseded_outbound);
+            self.notify.notify_one();
+            return;
+        }
         if q.messages.len() >= self.capacity {
             let victim = q.messages.iter().position(|m| !m.is_heartbeat()).unwrap_or(0);
             if let Some(dropped) = q.messages.remove(victim) {
@@ -353,13 +385,19 @@ async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
     }
     let _open = stats::open(&shared.counters.open_outbound);
     tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), "connected");
-    // Close before the peer's idle timeout can cut the connection during a write.
-    let idle = shared.settings.idle_timeout / 2;
+    // Close before the peer's idle timeout can cut the connection during a write; heartbeats
+    // keep a control connection busy, the others close sooner (see `IDLE_CLOSE`).
+    let idle = match lane.stream {
+        StreamKind::Control => shared.settings.idle_timeout / 2,
+        StreamKind::Ordinary | StreamKind::Application => {
+            (shared.settings.idle_timeout / 2).min(IDLE_CLOSE)
+        }
+    };
     let mut probe = [0u8; 1];
     loop {
         while let Some(message) = lane.pop() {
             let kind = message.kind();
-            let payload = message.encode();
+            let payload = message.encode(&shared.encoder);
             if payload.len() > max_frame_size {
                 inc(&shared.counters.oversized_outbound);
                 tracing::warn!(
@@ -468,6 +506,47 @@ mod tests {
         let left: Vec<Message> = left.into_iter().map(cluster).collect();
         assert_eq!(left, [heartbeat(1), join(3), join(4)]);
         assert_eq!(counters.snapshot().dropped_outbound, 2);
+    }
+
+    #[test]
+    fn a_newer_gossip_or_status_replaces_the_queued_one_in_place() {
+        use convoke_membership::gossip::Gossip;
+        use convoke_membership::vclock::VectorClock;
+        let counters = Counters::default();
+        let lane = Lane::new(address(), StreamKind::Ordinary, 1024);
+        let node = |n| UniqueAddress::new(address(), Uid::new(n).unwrap());
+        let versions: Vec<Arc<Gossip>> = (0..=100).map(|_| Arc::new(Gossip::empty())).collect();
+        let gossip = |to: u64, v: usize| Message::Gossip {
+            from: node(1),
+            to: node(to),
+            gossip: versions[v].clone(),
+        };
+        let status = |v: u8| Message::GossipStatus {
+            from: node(1),
+            version: VectorClock::new(),
+            seen_digest: vec![v],
+        };
+        // A peer that cannot be reached while a hundred versions are made holds the last one.
+        lane.push(&counters, Outgoing::Cluster(join(7)));
+        for v in 1..=100usize {
+            lane.push(&counters, Outgoing::Cluster(gossip(2, v)));
+            lane.push(&counters, Outgoing::Cluster(status(v as u8)));
+        }
+        // Another incarnation at the same address is not superseded by it.
+        lane.push(&counters, Outgoing::Cluster(gossip(3, 1)));
+        let left: Vec<Message> = std::iter::from_fn(|| lane.pop()).map(cluster).collect();
+        assert_eq!(left.len(), 4, "{left:?}");
+        assert_eq!(left[0], join(7));
+        assert!(
+            matches!(&left[1], Message::Gossip { to, gossip, .. }
+            if to == &node(2) && Arc::ptr_eq(gossip, &versions[100])),
+            "{:?}",
+            left[1]
+        );
+        assert_eq!(left[2], status(100));
+        assert!(matches!(&left[3], Message::Gossip { to, .. } if to == &node(3)));
+        let stats = counters.snapshot();
+        assert_eq!((stats.superseded_outbound, stats.dropped_outbound), (198, 0));
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct TransportStats {
     /// Messages dropped before sending: the oldest when a queue was full, and what was still
     /// queued when a peer stayed unreachable or the transport shut down.
     pub dropped_outbound: u64,
+    /// Queued gossips and gossip statuses replaced by a newer one before they were sent (see
+    /// [`Transport`](super::Transport): a queue holds one gossip per peer incarnation).
+    pub superseded_outbound: u64,
     /// Messages received but not delivered because the receiver was gone.
     pub dropped_inbound: u64,
     /// Messages not sent because their frame exceeded `max_frame_size`.
@@ -56,6 +59,7 @@ pub struct TransportStats {
 #[derive(Debug, Default)]
 pub(super) struct Counters {
     pub(super) dropped_outbound: AtomicU64,
+    pub(super) superseded_outbound: AtomicU64,
     pub(super) dropped_inbound: AtomicU64,
     pub(super) oversized_outbound: AtomicU64,
     pub(super) rejected_connections: AtomicU64,
@@ -117,6 +121,7 @@ impl Counters {
             frames_out: load(&self.frames_out),
             bytes_out: load(&self.bytes_out),
             dropped_outbound: load(&self.dropped_outbound),
+            superseded_outbound: load(&self.superseded_outbound),
             dropped_inbound: load(&self.dropped_inbound),
             oversized_outbound: load(&self.oversized_outbound),
             rejected_connections: load(&self.rejected_connections),

@@ -6,7 +6,7 @@ use std::time::Instant;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use super::{Cluster, ShutdownReason, Timer};
+use super::{Cluster, GOSSIP_TO_RANDOM_NODES, ShutdownReason, Timer};
 use crate::address::UniqueAddress;
 use crate::config::TargetPreference;
 use crate::gossip::Gossip;
@@ -235,6 +235,16 @@ impl Cluster {
             }
         };
         winner.add_seen(&me);
+        // A member this node did not know to be unreachable: the news is passed on to a few
+        // random members at once rather than in the next gossip rounds, so it reaches every
+        // member in a few hops of a round trip each instead of several gossip rounds of a second
+        // each. Each node passes on a given failure once (later gossips hold nothing new).
+        let news_of_failure = winner
+            .reachability()
+            .all_unreachable()
+            .difference(&local.reachability().all_unreachable())
+            .next()
+            .is_some();
         self.heard_from_member(now);
         let was_down = self.self_status() == MemberStatus::Down;
         for m in winner.members().filter(|m| !local.has_member(m.node())) {
@@ -251,6 +261,9 @@ impl Cluster {
         }
         if talk_back && self.shutdown.is_none() {
             self.gossip_to(&from);
+        }
+        if news_of_failure && self.shutdown.is_none() {
+            self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         }
     }
 

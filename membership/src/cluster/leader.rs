@@ -149,24 +149,34 @@ impl Cluster {
             return;
         }
         let me = self.self_node.clone();
-        let mut g = Gossip::clone(&self.latest);
-        let mut changed = false;
-        let dc_members: Vec<UniqueAddress> =
-            self.membership().dc_members().map(|m| m.node().clone()).collect();
-        for n in dc_members.iter().filter(|n| **n != me) {
-            let status = g.reachability().status_by(&me, n);
+        // Decided on the current gossip, which is copied only when something changed: this runs
+        // every second on every node, and a copy costs a member table.
+        let mut became_unreachable = Vec::new();
+        let mut became_reachable = Vec::new();
+        for n in self.membership().dc_members().map(Member::node).filter(|n| **n != me) {
+            let status = self.latest.reachability().status_by(&me, n);
             let available = self.heartbeat.is_available(&n.address, now);
             if status == ReachabilityStatus::Reachable && !available {
-                g.reachability_mut().unreachable(&me, n);
-                changed = true;
+                became_unreachable.push(n.clone());
             } else if status == ReachabilityStatus::Unreachable && available {
-                g.reachability_mut().reachable(&me, n);
-                changed = true;
+                became_reachable.push(n.clone());
             }
         }
-        if changed {
-            self.update_latest_gossip(g);
-            self.publish(now);
+        if became_unreachable.is_empty() && became_reachable.is_empty() {
+            return;
+        }
+        let mut g = Gossip::clone(&self.latest);
+        for n in &became_unreachable {
+            g.reachability_mut().unreachable(&me, n);
+        }
+        for n in &became_reachable {
+            g.reachability_mut().reachable(&me, n);
+        }
+        self.update_latest_gossip(g);
+        self.publish(now);
+        if !became_unreachable.is_empty() {
+            // News of a failure is not left to the next gossip rounds (see `on_gossip`).
+            self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         }
     }
 

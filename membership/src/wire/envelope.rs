@@ -16,6 +16,14 @@ use crate::message::{ConfigCheck, Message};
 use crate::version::AppVersion;
 
 pub(super) fn to_pb(msg: &Message) -> pb::Envelope {
+    to_pb_with(msg, &mut |g| encode_gossip(g))
+}
+
+/// Like [`to_pb`], with the gossip payloads made by `payload` (which may reuse an earlier one).
+pub(super) fn to_pb_with(
+    msg: &Message,
+    payload: &mut dyn FnMut(&Arc<Gossip>) -> Vec<u8>,
+) -> pb::Envelope {
     let kind = match msg {
         Message::InitJoin { config } => Kind::InitJoin(pb::InitJoin { config: config.clone() }),
         Message::InitJoinAck { address, config_check } => Kind::InitJoinAck(pb::InitJoinAck {
@@ -30,14 +38,13 @@ pub(super) fn to_pb(msg: &Message) -> pb::Envelope {
             roles: roles.iter().cloned().collect(),
             app_version: app_version.as_str().to_owned(),
         }),
-        Message::Welcome { from, gossip } => Kind::Welcome(pb::Welcome {
-            from: Some(unique_to_pb(from)),
-            gossip: encode_gossip(gossip),
-        }),
+        Message::Welcome { from, gossip } => {
+            Kind::Welcome(pb::Welcome { from: Some(unique_to_pb(from)), gossip: payload(gossip) })
+        }
         Message::Gossip { from, to, gossip } => Kind::Gossip(pb::GossipEnvelope {
             from: Some(unique_to_pb(from)),
             to: Some(unique_to_pb(to)),
-            gossip: encode_gossip(gossip),
+            gossip: payload(gossip),
         }),
         Message::GossipStatus { from, version, seen_digest } => {
             let mut nodes = NodeTable::new();

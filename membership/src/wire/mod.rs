@@ -21,10 +21,13 @@ mod pb;
 #[cfg(test)]
 mod tests;
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
 use prost::Message as _;
 
 use crate::address::AddressError;
-use crate::gossip::InvalidGossip;
+use crate::gossip::{Gossip, InvalidGossip};
 use crate::message::Message;
 
 pub use payload::{decode_gossip, decode_gossip_with_limits, encode_gossip, gossip_sizes};
@@ -118,6 +121,51 @@ pub enum DecodeError {
 /// Encodes one message as one frame (an `Envelope`).
 pub fn encode(msg: &Message) -> Vec<u8> {
     envelope::to_pb(msg).encode_to_vec()
+}
+
+/// How many recent gossip versions a [`GossipEncoder`] keeps the payload of.
+const RECENT_GOSSIP_PAYLOADS: usize = 4;
+
+/// Encodes messages as [`encode`] does, but compresses each gossip version once.
+///
+/// A node sends one gossip version (one `Arc<Gossip>`) to many peers, and compressing the
+/// payload is most of the cost of encoding a Gossip or Welcome. The encoder keeps the payloads of
+/// the last few versions it encoded, recognised by pointer, so every further send of a version
+/// costs a copy instead of a compression. The bytes are the same as [`encode`]'s.
+///
+/// Versions are held weakly: the encoder never keeps an old gossip's members alive, and a weak
+/// reference keeps its allocation, so no later version can take the same address.
+#[derive(Debug, Default)]
+pub struct GossipEncoder {
+    recent: Mutex<VecDeque<Payload>>,
+}
+
+/// A gossip version, held weakly, and its compressed payload.
+type Payload = (Weak<Gossip>, Arc<[u8]>);
+
+impl GossipEncoder {
+    /// Encodes one message as one frame, reusing the compressed payload of a recent version.
+    pub fn encode(&self, msg: &Message) -> Vec<u8> {
+        envelope::to_pb_with(msg, &mut |g| self.payload(g).to_vec()).encode_to_vec()
+    }
+
+    fn payload(&self, gossip: &Arc<Gossip>) -> Arc<[u8]> {
+        let recent = || self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let same = |(g, _): &&Payload| std::ptr::eq(g.as_ptr(), Arc::as_ptr(gossip));
+        if let Some((_, bytes)) = recent().iter().find(same) {
+            return bytes.clone();
+        }
+        // Compressed outside the lock: two writers may both compress a new version once.
+        let bytes: Arc<[u8]> = encode_gossip(gossip).into();
+        let mut recent = recent();
+        if !recent.iter().any(|e| same(&e)) {
+            if recent.len() == RECENT_GOSSIP_PAYLOADS {
+                recent.pop_front();
+            }
+            recent.push_back((Arc::downgrade(gossip), bytes.clone()));
+        }
+        bytes
+    }
 }
 
 /// Decodes one frame with the [default limits](DecodeLimits::DEFAULT).
