@@ -473,8 +473,8 @@ def tick_label(value: float) -> str:
 
 def svg_line_chart(title: str, y_label: str, xs: list[int],
                    series: list[tuple[str, dict[int, float]]], x_label: str = "nodes (N)") -> str:
-    """A ~600x360 SVG line chart: one line with point markers per (name, {x: y}) series."""
-    width, height = 600, 360
+    """A ~640x360 SVG line chart: one line with point markers per (name, {x: y}) series."""
+    width, height = 640, 360
     left, right, top, bottom = 70, 440, 44, 300  # the plot area; the legend sits to its right
     xs = sorted(set(xs))
     values = [y for _, points in series for y in points.values()]
