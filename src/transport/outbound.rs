@@ -162,7 +162,12 @@ impl Lane {
     /// non-heartbeat message (the oldest message when all are heartbeats).
     pub(super) fn push(&self, counters: &Counters, message: Outgoing) {
         let mut q = self.queue();
-        if let Some(old) = q.messages.iter_mut().find(|m| m.superseded_by(&message)) {
+        // Only a gossip or a status can supersede: heartbeats and the rest skip the scan.
+        let supersedes = matches!(
+            &message,
+            Outgoing::Cluster(Message::Gossip { .. } | Message::GossipStatus { .. })
+        );
+        if let Some(old) = q.messages.iter_mut().find(|m| supersedes && m.superseded_by(&message)) {
             *old = message;
             q.last_push = Instant::now();
             drop(q);

@@ -151,30 +151,33 @@ impl Cluster {
         let me = self.self_node.clone();
         // Decided on the current gossip, which is copied only when something changed: this runs
         // every second on every node, and a copy costs a member table.
-        let mut became_unreachable = Vec::new();
-        let mut became_reachable = Vec::new();
-        for n in self.membership().dc_members().map(Member::node).filter(|n| **n != me) {
-            let status = self.latest.reachability().status_by(&me, n);
-            let available = self.heartbeat.is_available(&n.address, now);
-            if status == ReachabilityStatus::Reachable && !available {
-                became_unreachable.push(n.clone());
-            } else if status == ReachabilityStatus::Unreachable && available {
-                became_reachable.push(n.clone());
-            }
-        }
-        if became_unreachable.is_empty() && became_reachable.is_empty() {
+        let changes: Vec<(UniqueAddress, bool)> = (self.membership().dc_members())
+            .map(Member::node)
+            .filter(|n| **n != me)
+            .filter_map(|n| {
+                let reachable = self.latest.reachability().status_by(&me, n);
+                let available = self.heartbeat.is_available(&n.address, now);
+                match reachable {
+                    ReachabilityStatus::Reachable if !available => Some((n.clone(), false)),
+                    ReachabilityStatus::Unreachable if available => Some((n.clone(), true)),
+                    _ => None,
+                }
+            })
+            .collect();
+        if changes.is_empty() {
             return;
         }
         let mut g = Gossip::clone(&self.latest);
-        for n in &became_unreachable {
+        // Unreachable rows first, then reachable ones, each in member order.
+        for (n, _) in changes.iter().filter(|(_, available)| !available) {
             g.reachability_mut().unreachable(&me, n);
         }
-        for n in &became_reachable {
+        for (n, _) in changes.iter().filter(|(_, available)| *available) {
             g.reachability_mut().reachable(&me, n);
         }
         self.update_latest_gossip(g);
         self.publish(now);
-        if !became_unreachable.is_empty() {
+        if changes.iter().any(|(_, available)| !available) {
             // News of a failure is not left to the next gossip rounds (see `on_gossip`).
             self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         }

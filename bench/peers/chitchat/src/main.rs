@@ -42,7 +42,7 @@ use chitchat::{
     Chitchat, ChitchatConfig, ChitchatEnvelope, ChitchatHandle, ChitchatId, FailureDetectorConfig,
     ProtocolVersion, spawn_chitchat,
 };
-use peers_common::{Args, Report};
+use peers_common::{Args, Report, steady_rate};
 
 /// The chitchat version measured; Cargo.toml pins exactly this one.
 const VERSION: &str = "0.13.0";
@@ -195,16 +195,11 @@ async fn run(args: Args, report: &mut Report) -> Result<(), String> {
     );
 
     // 2. Count what every node sends while nothing changes.
-    if args.steady_secs > 0 {
-        tokio::time::sleep(peers_common::SETTLE).await;
-        let before = sent.load(Ordering::Relaxed);
-        let steady_start = Instant::now();
-        tokio::time::sleep(Duration::from_secs(args.steady_secs)).await;
-        let bytes = sent.load(Ordering::Relaxed) - before;
-        let secs = steady_start.elapsed().as_secs_f64();
-        let per_node = bytes as f64 / secs / n as f64;
-        report.steady_bytes_per_s_per_node = Some(per_node);
-        eprintln!("chitchat: steady traffic {per_node:.0} B/s per node ({bytes} B in {secs:.1} s)");
+    // On a worker of the multi-threaded runtime, which lets the other workers run meanwhile.
+    report.steady_bytes_per_s_per_node =
+        tokio::task::block_in_place(|| steady_rate(&args, || sent.load(Ordering::Relaxed)));
+    if let Some(rate) = report.steady_bytes_per_s_per_node {
+        eprintln!("chitchat: steady traffic {rate:.0} B/s per node");
     }
 
     // 3. Stop the last node abruptly, then wait until every survivor holds it dead.

@@ -33,7 +33,7 @@ use memberlist::metrics::{
 use memberlist::net::NetTransportOptions;
 use memberlist::proto::MaybeResolvedAddress;
 use memberlist::tokio::{TokioNetTransport, TokioSocketAddrResolver, TokioTcp};
-use peers_common::{Args, Report, vm_rss};
+use peers_common::{Args, Report, steady_rate, vm_rss};
 use smol_str::SmolStr;
 
 /// The memberlist version this harness pins in its Cargo.toml.
@@ -104,15 +104,11 @@ async fn run(args: Args, report: &mut Report) -> Result<(), String> {
     );
 
     // Steady traffic: the bytes all nodes send while nothing changes.
-    if args.steady_secs > 0 {
-        tokio::time::sleep(peers_common::SETTLE).await;
-        let before = SENT_BYTES.load(Ordering::Relaxed);
-        let window = Instant::now();
-        tokio::time::sleep(Duration::from_secs(args.steady_secs)).await;
-        let bytes = SENT_BYTES.load(Ordering::Relaxed) - before;
-        let per_node = bytes as f64 / window.elapsed().as_secs_f64() / n as f64;
-        report.steady_bytes_per_s_per_node = Some(per_node);
-        eprintln!("memberlist: steady traffic {per_node:.0} B/s per node");
+    // On a worker of the multi-threaded runtime, which lets the other workers run meanwhile.
+    report.steady_bytes_per_s_per_node =
+        tokio::task::block_in_place(|| steady_rate(&args, || SENT_BYTES.load(Ordering::Relaxed)));
+    if let Some(rate) = report.steady_bytes_per_s_per_node {
+        eprintln!("memberlist: steady traffic {rate:.0} B/s per node");
     }
 
     // Failure: stop the last node without leaving; wait until every survivor marks it dead.
