@@ -138,6 +138,12 @@ fn register_transport(registry: &mut Registry, stats: &TransportStats) {
         "Times changed cluster TLS files were loaded for new connections",
     );
     reloads.get_or_create(&Labels::new()).inc_by(stats.tls_reloads);
+    let restarts = counter_family(
+        registry,
+        "transport_peer_restarts",
+        "Times a peer restarted at an address with connections open to it, which were made again",
+    );
+    restarts.get_or_create(&Labels::new()).inc_by(stats.peer_restarts);
 }
 
 fn register_messaging(registry: &mut Registry, stats: &MessagingStats) {

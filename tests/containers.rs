@@ -228,6 +228,12 @@ impl Suite {
 
 impl Drop for Suite {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A failed scenario is diagnosed from the nodes' own account of it.
+            for i in 0..NODES {
+                eprintln!("---- logs of {} ----\n{}", self.name(i), self.logs(i));
+            }
+        }
         let names: Vec<String> = (0..NODES).map(|i| self.name(i)).collect();
         let mut args = vec!["rm", "-f"];
         args.extend(names.iter().map(String::as_str));

@@ -482,6 +482,39 @@ async fn the_sender_reconnects_after_the_peer_restarts_on_the_same_port() {
     assert_eq!((back.from, back.message), (b2.id.clone(), tagged(4)));
 }
 
+/// A peer that vanished without closing its connections (its host cut off the network) and came
+/// back as a new process at the same address: the old connection looks open, and what is written
+/// to it goes nowhere. Here the old connection is a socket that is accepted and never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_incarnation_introducing_itself_replaces_a_connection_to_the_vanished_one() {
+    let mut a = Node::start(settings()).await;
+    let old_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = old_listener.local_addr().unwrap().port();
+    let old = UniqueAddress::new(address(port), next_uid());
+    // The old incarnation introduces itself to A, and A heartbeats it.
+    let mut introduction = TcpStream::connect(a.transport.local_addr()).await.unwrap();
+    introduction
+        .write_all(&handshake_frame(&Handshake::new(old.clone(), StreamKind::Control)))
+        .await
+        .unwrap();
+    introduction.write_all(&message_frame(&heartbeat(&old, 1))).await.unwrap();
+    assert_eq!(a.recv().await.from, old);
+    a.transport.send(&old.address, heartbeat(&a.id, 1));
+    let (black_hole, handshake) = accept_with_handshake(&old_listener).await;
+    assert_eq!(handshake.from, a.id);
+    // The old process is gone but its connection is not; the new one listens at the address.
+    drop(old_listener);
+    let mut new = Node::start_on(SocketAddr::from(([127, 0, 0, 1], port)), settings()).await;
+    new.transport.send(&a.address(), heartbeat(&new.id, 1));
+    assert_eq!(a.recv().await.from, new.id);
+    assert_eq!(a.stats().peer_restarts, 1);
+
+    a.transport.send(&new.address(), heartbeat(&a.id, 2));
+    let inbound = new.recv().await;
+    assert_eq!((inbound.from, inbound.message), (a.id.clone(), heartbeat(&a.id, 2)));
+    drop(black_hole);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_above_max_frame_size_is_not_sent_and_is_counted() {
     let a = Node::start(TransportSettings { max_frame_size: 64 * 1024, ..settings() }).await;

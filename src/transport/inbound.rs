@@ -105,6 +105,7 @@ async fn serve(
         return;
     };
     tracing::debug!(%peer, node = %from, stream = stream.as_str(), "inbound connection");
+    shared.introduced(&from);
     frames.decoder_mut().set_max_frame_size(shared.settings.max_frame_size);
     let queue = match stream {
         StreamKind::Control => queues.control,

@@ -56,6 +56,14 @@
 //! When a peer stays unreachable and nothing new has been queued for it for `idle_timeout`, the
 //! queue is dropped and counted.
 //!
+//! A peer that restarts at the same address introduces itself with a new uid on its first
+//! connection to this node. The connections this node has open to that address are then dropped
+//! and made again (counted in [`TransportStats::peer_restarts`]): they may lead to the old
+//! process, and a host that vanished without closing its sockets (cut off the network, powered
+//! off) leaves them looking open until TCP gives up on unacknowledged data, seconds to minutes
+//! in which every heartbeat and gossip written to them is lost while the new incarnation waits
+//! for them.
+//!
 //! # TLS
 //!
 //! With `[cluster.tls] enabled`, every connection of every kind is a mutual TLS 1.3 session before
@@ -115,7 +123,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use convoke_membership::wire::DecodeLimits;
-use convoke_membership::{Address, Message, UniqueAddress};
+use convoke_membership::{Address, Message, Uid, UniqueAddress};
 use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
@@ -133,6 +141,9 @@ use stats::{Counters, inc};
 const CONTROL_INBOUND_QUEUE: usize = 64;
 const ORDINARY_INBOUND_QUEUE: usize = 64;
 const DELIVERY_QUEUE: usize = 16;
+/// Past this many remembered peer incarnations, those of addresses without open lanes are
+/// forgotten (they matter only while there are connections to drop).
+const INCARNATIONS_KEPT: usize = 1024;
 
 /// What a transport needs besides its listener and identity.
 #[derive(Clone, Debug, PartialEq)]
@@ -223,8 +234,11 @@ struct Shared {
     counters: Counters,
     /// Compresses each gossip version once, whichever lanes send it.
     encoder: convoke_membership::wire::GossipEncoder,
-    /// Outbound queues by peer address. Lock order: this map, then a lane's queue.
+    /// Outbound queues by peer address. Lock order: this map, then `incarnations` or a lane's
+    /// queue.
     lanes: Mutex<HashMap<Address, PeerLanes>>,
+    /// The incarnation each peer address last introduced itself as (see `Shared::introduced`).
+    incarnations: Mutex<HashMap<Address, Uid>>,
     /// Cancelled when shutdown begins: stop accepting and reading, flush and close outbound.
     stopping: CancellationToken,
     /// Cancelled when the shutdown grace ends: every task returns at once.
@@ -283,6 +297,7 @@ impl Transport {
             counters: Counters::default(),
             encoder: convoke_membership::wire::GossipEncoder::default(),
             lanes: Mutex::new(HashMap::new()),
+            incarnations: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
             closed: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -418,6 +433,33 @@ impl Shared {
             StreamKind::Control => &self.handshakes[1],
             StreamKind::Application => &self.handshakes[2],
         }
+    }
+
+    /// Notes the incarnation `peer` introduced itself as on an inbound connection. When another
+    /// incarnation did so before from the same address, the peer restarted there, and the
+    /// connections open to the address may lead to the old process: a host that vanished without
+    /// closing its sockets (a container cut off the network, a machine that lost power) leaves
+    /// them looking open until TCP gives up on unacknowledged data, which takes seconds to
+    /// minutes while everything written to them is lost. They are dropped, and the lanes
+    /// reconnect to the incarnation listening now.
+    fn introduced(&self, peer: &UniqueAddress) {
+        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut incarnations = self.incarnations.lock().unwrap_or_else(PoisonError::into_inner);
+        let previous = incarnations.insert(peer.address.clone(), peer.uid);
+        if incarnations.len() > INCARNATIONS_KEPT {
+            // Addresses of peers that restarted elsewhere pile up; only open lanes need one.
+            incarnations.retain(|address, _| lanes.contains_key(address));
+        }
+        drop(incarnations);
+        if previous.is_none_or(|uid| uid == peer.uid) {
+            return;
+        }
+        if let Some(lanes) = lanes.get_mut(&peer.address) {
+            lanes.peer_replaced();
+        }
+        drop(lanes);
+        inc(&self.counters.peer_restarts);
+        tracing::info!(peer = %peer, "the peer restarted at its address; reconnecting to the new incarnation");
     }
 
     /// Where application frames go: the channel, as long as its receiver exists.

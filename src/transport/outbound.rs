@@ -59,6 +59,14 @@ impl PeerLanes {
     fn is_empty(&self) -> bool {
         self.ordinary.is_none() && self.control.is_none() && self.application.is_none()
     }
+
+    /// Drops every open connection of these lanes, which then reconnect: the peer restarted
+    /// (see `Shared::introduced`).
+    pub(super) fn peer_replaced(&self) {
+        for lane in [&self.ordinary, &self.control, &self.application].into_iter().flatten() {
+            lane.replaced.notify_waiters();
+        }
+    }
 }
 
 /// One queued frame: a membership message, encoded when written, or an application payload,
@@ -115,6 +123,9 @@ pub(super) struct Lane {
     queue: Mutex<Queue>,
     /// Wakes the lane's task; it is the only waiter.
     notify: Notify,
+    /// Tells a connected task that the peer restarted (see [`PeerLanes::peer_replaced`]); wakes only
+    /// a task that is connected, so a later connection is not dropped for an old restart.
+    replaced: Notify,
 }
 
 #[derive(Debug)]
@@ -135,6 +146,7 @@ impl Lane {
             capacity: capacity.max(1),
             queue: Mutex::new(queue),
             notify: Notify::new(),
+            replaced: Notify::new(),
         }
     }
 
@@ -253,6 +265,8 @@ enum End {
     Stopped,
     /// Nothing to send for a while; closed cleanly.
     Idle,
+    /// Another incarnation of the peer introduced itself: dropped, to reconnect at once.
+    Replaced,
     /// Closed by the peer or by an error.
     Failed(String),
 }
@@ -278,12 +292,17 @@ pub(super) async fn run(shared: Arc<Shared>, lane: Arc<Lane>) {
                 let end = tokio::select! {
                     biased;
                     () = shared.closed.cancelled() => return,
+                    () = lane.replaced.notified() => End::Replaced,
                     end = write(&shared, &lane, socket) => end,
                 };
                 match end {
                     End::Stopped => return,
                     End::Idle => {
                         tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), "closed an idle connection");
+                        continue;
+                    }
+                    End::Replaced => {
+                        tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), "dropped a connection to an earlier incarnation");
                         continue;
                     }
                     End::Failed(reason) => {

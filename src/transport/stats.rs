@@ -48,6 +48,9 @@ pub struct TransportStats {
     pub tls_refused: BTreeMap<&'static str, u64>,
     /// Times changed TLS files were loaded and used for new connections.
     pub tls_reloads: u64,
+    /// Times a peer introduced itself as another incarnation at an address this node had
+    /// connections open to, which were then dropped and made again.
+    pub peer_restarts: u64,
     /// Per message kind ([`Message::kind`](convoke_membership::Message::kind)): frames and bytes
     /// received.
     pub messages_in: BTreeMap<&'static str, (u64, u64)>,
@@ -70,6 +73,7 @@ pub(super) struct Counters {
     pub(super) open_inbound: AtomicU64,
     pub(super) open_outbound: AtomicU64,
     pub(super) tls_reloads: AtomicU64,
+    pub(super) peer_restarts: AtomicU64,
     /// Indexed like [`TLS_REFUSAL_REASONS`](super::TLS_REFUSAL_REASONS).
     pub(super) tls_refused: [AtomicU64; super::TLS_REFUSAL_REASONS.len()],
     frames_in: AtomicU64,
@@ -136,6 +140,7 @@ impl Counters {
                 .zip(self.tls_refused.each_ref().map(load))
                 .collect(),
             tls_reloads: load(&self.tls_reloads),
+            peer_restarts: load(&self.peer_restarts),
             messages_in: map(&self.messages_in),
             messages_out: map(&self.messages_out),
         }
