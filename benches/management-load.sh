@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Requests/s and latency of `GET /cluster/members` on one node of a 10-node cluster, measured with
-# wrk, next to a trivial axum handler measured the same way in the same run. Each target is
+# wrk, next to a trivial axum handler measured the same way in the same run, both answering "ok"
+# and answering a body as large as the members view. Each target is
 # measured ROUNDS times, alternating; the medians are printed at the end.
 #
 #   bash benches/management-load.sh            # 10 nodes, 3 rounds of 10 s, 32 connections
@@ -34,9 +35,6 @@ for i in $(seq 1 "$NODES"); do
         --set "cluster.seed_nodes=[\"$seed\"]" 2>/dev/null &
     pids+=($!)
 done
-"$TRIVIAL" 8600 &
-pids+=($!)
-
 members=http://127.0.0.1:8601/cluster/members
 for _ in $(seq 1 120); do
     up=$(curl -sf "$members" | grep -o '"status":"Up"' | wc -l || true)
@@ -44,7 +42,13 @@ for _ in $(seq 1 120); do
     sleep 1
 done
 [ "$up" -eq "$NODES" ] || { echo "the cluster did not reach $NODES Up members"; exit 1; }
-echo "cluster of $NODES Up; response size $(curl -sf "$members" | wc -c) bytes"
+size=$(curl -sf "$members" | wc -c)
+echo "cluster of $NODES Up; response size $size bytes"
+# The trivial server's /sized answers a body of the same size: it tells the cost of the bytes
+# (writing, and wrk reading them on the same cores) from the cost of the route.
+"$TRIVIAL" 8600 "$size" &
+pids+=($!)
+for _ in $(seq 1 50); do curl -sf http://127.0.0.1:8600/ >/dev/null && break; sleep 0.1; done
 
 # Prints "requests/s p50_ms p99_ms" for one wrk run.
 measure() {
@@ -61,9 +65,11 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 : >/tmp/convoke-load-members
 : >/tmp/convoke-load-trivial
+: >/tmp/convoke-load-sized
 for round in $(seq 1 "$ROUNDS"); do
     m=$(measure "$members"); echo "round $round  /cluster/members  $m"; echo "$m" >>/tmp/convoke-load-members
     t=$(measure http://127.0.0.1:8600/); echo "round $round  trivial axum      $t"; echo "$t" >>/tmp/convoke-load-trivial
+    z=$(measure http://127.0.0.1:8600/sized); echo "round $round  trivial, same size $z"; echo "$z" >>/tmp/convoke-load-sized
 done
 
 report() {
@@ -74,3 +80,7 @@ echo
 echo "medians of $ROUNDS rounds, wrk -t1 -c$CONNECTIONS -d$DURATION, $NODES-node cluster:"
 report "GET /cluster/members" /tmp/convoke-load-members
 report "trivial axum GET /" /tmp/convoke-load-trivial
+report "trivial, $size bytes" /tmp/convoke-load-sized
+ratio() { awk -v a="$(cut -d' ' -f1 "$1" | median)" -v b="$(cut -d' ' -f1 "$2" | median)" 'BEGIN { printf "%.2f", a / b }'; }
+echo "GET /cluster/members / trivial: $(ratio /tmp/convoke-load-members /tmp/convoke-load-trivial)x;" \
+    "/ trivial with a body of the same size: $(ratio /tmp/convoke-load-members /tmp/convoke-load-sized)x"

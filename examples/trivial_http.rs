@@ -1,12 +1,25 @@
-//! A trivial axum server (`GET /` answers "ok"), the baseline the management API's load figures
-//! are compared with (`benches/management-load.sh`). Usage: `trivial_http <port>`.
+//! A trivial axum server, the baseline the management API's load figures are compared with
+//! (`benches/management-load.sh`): `GET /` answers "ok", and `GET /sized` answers a fixed JSON
+//! body of `bytes` bytes (default 2), so that the cost of the body's size can be told apart from
+//! the cost of the route. Usage: `trivial_http <port> [bytes]`.
 
 use axum::Router;
+use axum::http::header;
 use axum::routing::get;
+use bytes::Bytes;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let port: u16 = std::env::args().nth(1).and_then(|p| p.parse().ok()).unwrap_or(8600);
+    let mut args = std::env::args().skip(1);
+    let port: u16 = args.next().and_then(|p| p.parse().ok()).unwrap_or(8600);
+    let size: usize = args.next().and_then(|b| b.parse().ok()).unwrap_or(2);
+    // A JSON string of `size` bytes, quotes included.
+    let body = Bytes::from(format!("\"{}\"", "x".repeat(size.saturating_sub(2))));
+    let sized = get(move || {
+        let body = body.clone();
+        async move { ([(header::CONTENT_TYPE, "application/json")], body) }
+    });
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    axum::serve(listener, Router::new().route("/", get(|| async { "ok" }))).await
+    axum::serve(listener, Router::new().route("/", get(|| async { "ok" })).route("/sized", sized))
+        .await
 }

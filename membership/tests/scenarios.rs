@@ -3,6 +3,7 @@
 
 mod net;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use convoke_membership::MemberStatus::*;
@@ -325,12 +326,12 @@ fn node_churn_gossip_size_does_not_grow_across_rounds_of_joins_leaves_and_downs(
         assert!(net.run_until(SECS(30), |n| n.all_up(&[1, 2, 3])), "round {round} removal");
         net.run_for(SECS(3));
         let g = net.core(1).gossip();
-        sizes.push((
-            g.len(),
-            g.version().len(),
-            g.tombstones().len(),
-            g.reachability().nodes().len(),
-        ));
+        // What the departed leave behind: nothing. The survivors may keep their own reachability
+        // versions (an observer's version outlives its rows, as it must to win merges), which
+        // are bounded by the members, not by the churn.
+        let members: BTreeSet<_> = g.members().map(|m| m.node().clone()).collect();
+        assert!(g.reachability().nodes().is_subset(&members), "round {round}: {g:?}");
+        sizes.push((g.len(), g.version().len(), g.tombstones().len()));
     }
     assert!(sizes.iter().all(|s| *s == sizes[0]), "gossip grew across churn: {sizes:?}");
     assert_eq!(sizes[0].2, 0, "tombstones were pruned");

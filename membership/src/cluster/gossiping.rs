@@ -265,6 +265,9 @@ impl Cluster {
         if news_of_failure && self.shutdown.is_none() {
             self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         }
+        if self.shutdown.is_none() {
+            self.remove_on_convergence(now);
+        }
     }
 
     /// A joiner (Joining or WeaklyUp) whose gossip holds a Down member and no other member that

@@ -56,6 +56,26 @@ impl Cluster {
         self.publish(now);
     }
 
+    /// After a gossip: a leader that now sees convergence while a Down member waits to be
+    /// removed removes it at once rather than at its next tick (`docs/benchmarks.md`, "Failover").
+    pub(super) fn remove_on_convergence(&mut self, now: Instant) {
+        if !self.latest.members().any(|m| m.status().is_down_or_exiting()) {
+            return;
+        }
+        let state = self.membership();
+        if !state.is_leader(&self.self_node) {
+            return;
+        }
+        let unreachable = state.dc_reachability().all_unreachable_or_terminated();
+        let pending = state
+            .dc_members()
+            .any(|m| m.status().is_down_or_exiting() && unreachable.contains(m.node()));
+        if pending && state.convergence(&self.exiting_confirmed) {
+            self.leader_action_counter = 0;
+            self.leader_actions_on_convergence(now);
+        }
+    }
+
     fn leader_actions_on_convergence(&mut self, now: Instant) {
         let state = self.membership();
         let unreachable = state.dc_reachability().all_unreachable_or_terminated();
@@ -111,6 +131,11 @@ impl Cluster {
         }
         self.update_latest_gossip(g);
         self.publish(now);
+        if !removed.is_empty() {
+            // A removal is news every member acts on (a singleton moves once its owner is
+            // gone): spread at once, as a failure is.
+            self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
+        }
         if !exiting.is_empty() {
             for target in self.exiting_gossip_targets(&exiting) {
                 self.gossip_to(&target);

@@ -1594,15 +1594,18 @@ fn leave_marks_the_member_leaving_and_gossips_at_once() {
 }
 
 #[test]
-fn down_of_another_member_marks_it_down_and_sends_it_the_full_gossip() {
+fn down_of_another_member_marks_it_down_sends_it_the_full_gossip_and_spreads_it_at_once() {
     let t = t0();
     let (mut c, _) = three_up(cfg(), t);
     c.down(t, &a(2));
     assert_eq!(status_of(&c, 2), Some(Down));
     assert!(!c.gossip().seen_by(&n(2)));
-    assert_eq!(
-        transmits(&mut c),
-        [Transmit { to: a(2), message: gossip_msg(1, n(2), c.gossip()) }]
+    let sent = transmits(&mut c);
+    assert_eq!(sent[0], Transmit { to: a(2), message: gossip_msg(1, n(2), c.gossip()) });
+    // The other member hears of it now, not in a later gossip round.
+    assert!(
+        sent[1..].contains(&Transmit { to: a(3), message: gossip_msg(1, n(3), c.gossip()) }),
+        "{sent:?}"
     );
     assert_eq!(event_names(&events(&mut c)), ["MemberDowned"]);
 }
