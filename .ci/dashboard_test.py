@@ -11,7 +11,7 @@ import threading
 import time
 
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -97,6 +97,21 @@ def rows(driver, selector):
     return driver.find_elements(By.CSS_SELECTOR, selector)
 
 
+def click(driver, selector):
+    """Clicks what `selector` finds. The page redraws its tables on every membership change, so
+    the element may be replaced between finding and clicking it; a click on a replaced element
+    does not happen, and the new one is found and clicked instead."""
+
+    def attempt(d):
+        try:
+            d.find_element(By.CSS_SELECTOR, selector).click()
+            return True
+        except StaleElementReferenceException:
+            return False
+
+    WebDriverWait(driver, 10, poll_frequency=0.1).until(attempt)
+
+
 def cluster_check(driver):
     a = Node(["management.read_only=false"])
     a.join(a.address)
@@ -125,8 +140,7 @@ def cluster_check(driver):
         wait(driver, "the killed node gone from the members table", lambda d: not rows(d, "#members tbody tr" + victim))
         wait(driver, "two Up rows", lambda d: len(rows(d, '#members tbody tr[data-status="Up"]')) == 2)
         # A write action asks for confirmation naming the member, then shows the API's answer.
-        leave = driver.find_element(By.CSS_SELECTOR, f'#members tr[data-node="{b.address}"] button[data-operation=leave]')
-        leave.click()
+        click(driver, f'#members tr[data-node="{b.address}"] button[data-operation=leave]')
         alert = WebDriverWait(driver, 10).until(expected_conditions.alert_is_present())
         question = alert.text
         assert b.address in question, f"the confirmation names the member: {question!r}"

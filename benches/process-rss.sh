@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Resident memory of each `convoke run` process in a cluster of NODES processes on 127.0.0.1
+# (default 30, default settings: management server on), read from /proc once every node sees all
+# NODES Up and the cluster has then run SETTLE seconds (default 10) without changes. Prints the
+# smallest, median and largest VmRSS, and the same for its anonymous and file-backed parts.
+#
+#   bash benches/process-rss.sh            # 30 processes
+#   NODES=10 SETTLE=30 bash benches/process-rss.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+NODES=${NODES:-30}
+SETTLE=${SETTLE:-10}
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+
+cargo build --release --locked --bin convoke
+BIN=$TARGET_DIR/release/convoke
+
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+seed="convoke://convoke@127.0.0.1:25701"
+for i in $(seq 1 "$NODES"); do
+    RUST_LOG=warn "$BIN" run \
+        --set "cluster.port=$((25700 + i))" \
+        --set "management.port=$((8700 + i))" \
+        --set "cluster.seed_nodes=[\"$seed\"]" 2>/dev/null &
+    pids+=($!)
+done
+
+# Every node's own view must show all NODES Up.
+all_up() {
+    for i in $(seq 1 "$NODES"); do
+        up=$(curl -sf "http://127.0.0.1:$((8700 + i))/cluster/members" | grep -o '"status":"Up"' | wc -l || true)
+        [ "$up" -eq "$NODES" ] || return 1
+    done
+}
+for _ in $(seq 1 180); do
+    all_up && break
+    sleep 1
+done
+all_up || { echo "the cluster did not reach $NODES Up members on every node"; exit 1; }
+echo "all $NODES processes see $NODES Up; letting the cluster run ${SETTLE}s"
+sleep "$SETTLE"
+
+# The binary's own pages (RssFile) are shared between the processes; RssAnon is each one's own.
+for field in VmRSS RssAnon RssFile; do
+    for pid in "${pids[@]}"; do
+        awk -v f="$field:" '$1 == f { print $2 }' "/proc/$pid/status"
+    done | sort -n | awk -v n="$NODES" -v f="$field" '
+        { v[NR] = $1 }
+        END { printf "%-7s per process over %d processes: min %.1f MiB, median %.1f MiB, max %.1f MiB\n",
+              f, n, v[1] / 1024, v[int((NR + 1) / 2)] / 1024, v[NR] / 1024 }'
+done
