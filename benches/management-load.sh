@@ -23,18 +23,9 @@ cargo build --release --locked --bin convoke --example trivial_http
 BIN=$TARGET_DIR/release/convoke
 TRIVIAL=$TARGET_DIR/release/examples/trivial_http
 
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-seed="convoke://convoke@127.0.0.1:25601"
-for i in $(seq 1 "$NODES"); do
-    RUST_LOG=warn "$BIN" run \
-        --set "cluster.port=$((25600 + i))" \
-        --set "management.port=$((8600 + i))" \
-        --set "cluster.seed_nodes=[\"$seed\"]" 2>/dev/null &
-    pids+=($!)
-done
+# shellcheck source=benches/local-cluster.sh
+source benches/local-cluster.sh
+start_local_cluster "$BIN" "$NODES" 25600 8600
 members=http://127.0.0.1:8601/cluster/members
 for _ in $(seq 1 120); do
     up=$(curl -sf "$members" | grep -o '"status":"Up"' | wc -l || true)

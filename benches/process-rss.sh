@@ -16,18 +16,9 @@ TARGET_DIR=${CARGO_TARGET_DIR:-target}
 cargo build --release --locked --bin convoke
 BIN=$TARGET_DIR/release/convoke
 
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-seed="convoke://convoke@127.0.0.1:25701"
-for i in $(seq 1 "$NODES"); do
-    RUST_LOG=warn "$BIN" run \
-        --set "cluster.port=$((25700 + i))" \
-        --set "management.port=$((8700 + i))" \
-        --set "cluster.seed_nodes=[\"$seed\"]" 2>/dev/null &
-    pids+=($!)
-done
+# shellcheck source=benches/local-cluster.sh
+source benches/local-cluster.sh
+start_local_cluster "$BIN" "$NODES" 25700 8700
 
 # Every node's own view must show all NODES Up.
 all_up() {
