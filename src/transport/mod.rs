@@ -443,18 +443,26 @@ impl Shared {
     /// minutes while everything written to them is lost. They are dropped, and the lanes
     /// reconnect to the incarnation listening now.
     fn introduced(&self, peer: &UniqueAddress) {
-        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut incarnations = self.incarnations.lock().unwrap_or_else(PoisonError::into_inner);
-        let previous = incarnations.insert(peer.address.clone(), peer.uid);
-        if incarnations.len() > INCARNATIONS_KEPT {
-            // Addresses of peers that restarted elsewhere pile up; only open lanes need one.
-            incarnations.retain(|address, _| lanes.contains_key(address));
-        }
-        drop(incarnations);
-        if previous.is_none_or(|uid| uid == peer.uid) {
+        // Every inbound connection passes here; the usual answer (the incarnation already
+        // known) takes one lock and no copy.
+        let previous = {
+            let mut known = self.incarnations.lock().unwrap_or_else(PoisonError::into_inner);
+            match known.get_mut(&peer.address) {
+                Some(uid) if *uid == peer.uid => return,
+                Some(uid) => Some(std::mem::replace(uid, peer.uid)),
+                None => known.insert(peer.address.clone(), peer.uid),
+            }
+        };
+        let lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        if previous.is_none() {
+            let mut known = self.incarnations.lock().unwrap_or_else(PoisonError::into_inner);
+            if known.len() > INCARNATIONS_KEPT {
+                // Addresses of peers that restarted elsewhere pile up; only open lanes need one.
+                known.retain(|address, _| lanes.contains_key(address));
+            }
             return;
         }
-        if let Some(lanes) = lanes.get_mut(&peer.address) {
+        if let Some(lanes) = lanes.get(&peer.address) {
             lanes.peer_replaced();
         }
         drop(lanes);

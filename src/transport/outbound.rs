@@ -179,7 +179,7 @@ impl Lane {
             &message,
             Outgoing::Cluster(Message::Gossip { .. } | Message::GossipStatus { .. })
         );
-        if let Some(old) = q.messages.iter_mut().find(|m| supersedes && m.superseded_by(&message)) {
+        if supersedes && let Some(old) = q.messages.iter_mut().find(|m| m.superseded_by(&message)) {
             *old = message;
             q.last_push = Instant::now();
             drop(q);

@@ -59,31 +59,35 @@ impl Cluster {
     /// After a gossip: a leader that now sees convergence while a Down member waits to be
     /// removed removes it at once rather than at its next tick (`docs/benchmarks.md`, "Failover").
     pub(super) fn remove_on_convergence(&mut self, now: Instant) {
+        // Runs on every gossip received: most find no member Down or Exiting and stop here.
         if !self.latest.members().any(|m| m.status().is_down_or_exiting()) {
             return;
         }
         let state = self.membership();
-        if !state.is_leader(&self.self_node) {
-            return;
-        }
-        let unreachable = state.dc_reachability().all_unreachable_or_terminated();
-        let pending = state
-            .dc_members()
-            .any(|m| m.status().is_down_or_exiting() && unreachable.contains(m.node()));
-        if pending && state.convergence(&self.exiting_confirmed) {
+        if state.is_leader(&self.self_node)
+            && !self.unreachable_down_or_exiting().is_empty()
+            && state.convergence(&self.exiting_confirmed)
+        {
             self.leader_action_counter = 0;
             self.leader_actions_on_convergence(now);
         }
     }
 
-    fn leader_actions_on_convergence(&mut self, now: Instant) {
+    /// The Down or Exiting members of this data center that are unreachable: the leader removes
+    /// them on convergence.
+    fn unreachable_down_or_exiting(&self) -> BTreeSet<UniqueAddress> {
         let state = self.membership();
         let unreachable = state.dc_reachability().all_unreachable_or_terminated();
-        let mut removed: BTreeSet<UniqueAddress> = state
+        state
             .dc_members()
             .filter(|m| m.status().is_down_or_exiting() && unreachable.contains(m.node()))
             .map(|m| m.node().clone())
-            .collect();
+            .collect()
+    }
+
+    fn leader_actions_on_convergence(&mut self, now: Instant) {
+        let mut removed = self.unreachable_down_or_exiting();
+        let state = self.membership();
         removed.extend(
             state
                 .dc_members()
@@ -176,33 +180,34 @@ impl Cluster {
         let me = self.self_node.clone();
         // Decided on the current gossip, which is copied only when something changed: this runs
         // every second on every node, and a copy costs a member table.
-        let changes: Vec<(UniqueAddress, bool)> = (self.membership().dc_members())
-            .map(Member::node)
-            .filter(|n| **n != me)
-            .filter_map(|n| {
-                let reachable = self.latest.reachability().status_by(&me, n);
-                let available = self.heartbeat.is_available(&n.address, now);
-                match reachable {
-                    ReachabilityStatus::Reachable if !available => Some((n.clone(), false)),
-                    ReachabilityStatus::Unreachable if available => Some((n.clone(), true)),
-                    _ => None,
-                }
-            })
-            .collect();
-        if changes.is_empty() {
+        let (became_reachable, became_unreachable): (Vec<_>, Vec<_>) =
+            (self.membership().dc_members())
+                .map(Member::node)
+                .filter(|n| **n != me)
+                .filter_map(|n| {
+                    let reachable = self.latest.reachability().status_by(&me, n);
+                    let available = self.heartbeat.is_available(&n.address, now);
+                    match reachable {
+                        ReachabilityStatus::Reachable if !available => Some((n.clone(), false)),
+                        ReachabilityStatus::Unreachable if available => Some((n.clone(), true)),
+                        _ => None,
+                    }
+                })
+                .partition(|(_, available)| *available);
+        if became_reachable.is_empty() && became_unreachable.is_empty() {
             return;
         }
         let mut g = Gossip::clone(&self.latest);
         // Unreachable rows first, then reachable ones, each in member order.
-        for (n, _) in changes.iter().filter(|(_, available)| !available) {
+        for (n, _) in &became_unreachable {
             g.reachability_mut().unreachable(&me, n);
         }
-        for (n, _) in changes.iter().filter(|(_, available)| *available) {
+        for (n, _) in &became_reachable {
             g.reachability_mut().reachable(&me, n);
         }
         self.update_latest_gossip(g);
         self.publish(now);
-        if changes.iter().any(|(_, available)| !available) {
+        if !became_unreachable.is_empty() {
             // News of a failure is not left to the next gossip rounds (see `on_gossip`).
             self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         }
