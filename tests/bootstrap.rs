@@ -275,3 +275,87 @@ async fn nodes_that_see_different_subsets_at_first_form_one_cluster_late_never_t
         formed - healed
     );
 }
+
+/// `--set` arguments of the node on `ip` with every setting at its default except those that put
+/// it on its own address and the stable margin, discovering its peers in `ips` through `method`:
+/// `"dns"` (the DNS server `dns`) or `"config"`.
+fn default_sets(
+    ip: IpAddr,
+    ips: &[IpAddr],
+    method: &str,
+    dns: std::net::SocketAddr,
+) -> Vec<String> {
+    let mut sets = vec![
+        format!("cluster.hostname=\"{ip}\""),
+        format!("management.hostname=\"{ip}\""),
+        format!("management.port={MANAGEMENT_PORT}"),
+        format!("bootstrap.required_contact_point_nr={}", ips.len()),
+        "bootstrap.stable_margin=\"2s\"".to_owned(),
+        format!("discovery.method=\"{method}\""),
+    ];
+    if method == "dns" {
+        sets.push(format!("bootstrap.service_name=\"{SERVICE}\""));
+        sets.push(format!("discovery.dns.nameservers=[\"{dns}\"]"));
+    } else {
+        // A `--set` key is dotted, so the configured service's name has no dot of its own.
+        sets.push("bootstrap.service_name=\"formation\"".to_owned());
+        let endpoints: Vec<String> =
+            ips.iter().map(|ip| format!("{{host=\"{ip}\", port={MANAGEMENT_PORT}}}")).collect();
+        sets.push(format!(
+            "discovery.config.services.formation.endpoints=[{}]",
+            endpoints.join(", ")
+        ));
+    }
+    sets
+}
+
+/// Formation time with default settings and a stable margin of 2 s: five processes started
+/// together (in random order within 100 ms) until every one reports the same five Up members,
+/// ten times with config discovery and ten times with DNS discovery; prints each run and the
+/// medians. A measurement, listed in `docs/benchmarks.md`:
+/// `cargo test --release -p convoke --test bootstrap measure_formation -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: about two minutes"]
+async fn measure_formation_with_default_settings_and_a_stable_margin_of_2s() {
+    let _live = support::live().await;
+    let runs: usize =
+        std::env::var("FORMATION_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let ips: Vec<IpAddr> = (1..=5).map(|h| ip(4, h)).collect();
+    let (_dns, dns) =
+        TestDnsServer::start(DnsRecords::new().addresses(SERVICE, ips.clone())).await.unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let mut summary = Vec::new();
+    for method in ["config", "dns"] {
+        let mut times = Vec::new();
+        for run_nr in 0..runs {
+            let mut order = ips.clone();
+            order.shuffle(&mut rng);
+            let started = Instant::now();
+            let mut procs = Vec::new();
+            for ip in order {
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..=20))).await;
+                procs.push(Proc::run(25520, &default_sets(ip, &ips, method, dns)));
+            }
+            let formed = wait_one_cluster(&ips, 5, T, &procs.iter().collect::<Vec<_>>()).await;
+            assert_eq!(self_joins(&procs), 1, "{method} run {run_nr}: exactly one node forms");
+            let took = formed - started;
+            eprintln!("{method} run {run_nr}: one cluster of 5, all Up everywhere, after {took:?}");
+            if std::env::var_os("FORMATION_LOGS").is_some() {
+                for p in &procs {
+                    eprintln!("---\n{}", p.log().join("\n"));
+                }
+            }
+            times.push(took);
+            drop(procs);
+            wait_ports_free(&ips).await;
+        }
+        times.sort();
+        summary.push(format!(
+            "{method}: median {:?}, min {:?}, max {:?} over {runs} runs",
+            times[times.len() / 2],
+            times[0],
+            times[times.len() - 1]
+        ));
+    }
+    eprintln!("formation with stable margin 2 s, default settings:\n{}", summary.join("\n"));
+}

@@ -110,6 +110,11 @@ impl Coordinator {
         let mut tick = tokio::time::interval(self.settings.contact_point.probe_interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut last_reason = String::new();
+        // The contact point expected to form the cluster, whose prober then asks more often.
+        let (hurry, hurry_rx) = watch::channel(None::<ContactPoint>);
+        // When the discovered set will have been stable for the margin: the decider runs then
+        // rather than at the next tick (`docs/benchmarks.md`, "Formation").
+        let mut margin_at: Option<Instant> = None;
 
         loop {
             let mut decide_now = false;
@@ -165,6 +170,7 @@ impl Coordinator {
                                         events_tx.clone(),
                                         self.settings.contact_point.clone(),
                                         self.rng.random(),
+                                        hurry_rx.clone(),
                                     ));
                                     probers.insert(target.clone(), handle);
                                 }
@@ -179,6 +185,7 @@ impl Coordinator {
                                     s.contact_points.entry(t.clone()).or_default();
                                 }
                             });
+                            margin_at = Some(changed_at + self.settings.stable_margin).filter(|at| *at > now);
                             observation = Some((changed_at, targets));
                             failures = 0;
                             next_lookup = now + self.backoff(0);
@@ -186,6 +193,7 @@ impl Coordinator {
                         Err(error) => {
                             tracing::warn!(%lookup, %error, "bootstrap: lookup failed; no decision until a lookup succeeds");
                             observation = None;
+                            margin_at = None;
                             failures = failures.saturating_add(1);
                             next_lookup = now + self.backoff(failures);
                             self.status.send_modify(|s| {
@@ -240,6 +248,10 @@ impl Coordinator {
                     }
                 }
                 _ = tick.tick() => decide_now = true,
+                () = tokio::time::sleep_until(margin_at.unwrap_or_else(Instant::now)), if margin_at.is_some() => {
+                    margin_at = None;
+                    decide_now = true;
+                }
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             }
             if !decide_now {
@@ -251,6 +263,7 @@ impl Coordinator {
                     decision: Decision::KeepProbing,
                     reason: "no current discovery observation (no lookup has succeeded since the last failure)".into(),
                     self_in_contact_points: false,
+                    expecting: None,
                 },
                 Some((changed_at, targets)) => {
                     let fresh: BTreeMap<ContactPoint, Observation> = seeds
@@ -294,6 +307,11 @@ impl Coordinator {
                 }
                 last_reason.clone_from(&verdict.reason);
             }
+            hurry.send_if_modified(|h| {
+                let changed = *h != verdict.expecting;
+                h.clone_from(&verdict.expecting);
+                changed
+            });
             let decision = verdict.decision.clone();
             self.status.send_modify(|s| {
                 s.phase = match decision {
@@ -374,8 +392,14 @@ fn list(targets: &BTreeSet<ContactPoint>) -> String {
     targets.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
+/// The probe interval towards the contact point expected to form the cluster: a tenth of the
+/// configured one, and no less than this.
+const HURRIED_PROBE_INTERVAL_MIN: Duration = Duration::from_millis(100);
+
 /// Probes one target until its deadline passes without an answer. The request timeout is shorter
-/// than the deadline, so a slow answer costs one attempt, not the whole prober.
+/// than the deadline, so a slow answer costs one attempt, not the whole prober. While `hurry`
+/// names this target (the decider expects it to form the cluster), it is probed ten times as
+/// often, so that this node learns within a fraction of the interval that the cluster exists.
 async fn probe_loop(
     target: ContactPoint,
     url: String,
@@ -383,6 +407,7 @@ async fn probe_loop(
     events: mpsc::Sender<ProbeEvent>,
     settings: ContactPointSettings,
     seed: u64,
+    mut hurry: watch::Receiver<Option<ContactPoint>>,
 ) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut deadline = Instant::now() + settings.probing_failure_timeout;
@@ -404,12 +429,19 @@ async fn probe_loop(
             let _ = events.send(ProbeEvent::GaveUp(target)).await;
             return;
         }
-        tokio::time::sleep(jitter(
-            &mut rng,
-            settings.probe_interval,
-            settings.probe_interval_jitter,
-        ))
-        .await;
+        let hurried = hurry.borrow_and_update().as_ref() == Some(&target);
+        let interval = if hurried {
+            (settings.probe_interval / 10)
+                .max(HURRIED_PROBE_INTERVAL_MIN)
+                .min(settings.probe_interval)
+        } else {
+            settings.probe_interval
+        };
+        tokio::select! {
+            () = tokio::time::sleep(jitter(&mut rng, interval, settings.probe_interval_jitter)) => {}
+            // Named as the one expected to form the cluster: probed at once.
+            Ok(()) = hurry.changed(), if !hurried => {}
+        }
     }
 }
 

@@ -73,6 +73,9 @@ pub struct Verdict {
     pub reason: String,
     /// Whether this node's contact point is among the discovered ones.
     pub self_in_contact_points: bool,
+    /// The contact point expected to form the cluster (rule 6): its prober asks more often, so
+    /// that this node joins soon after it formed.
+    pub expecting: Option<ContactPoint>,
 }
 
 /// Decides, in the order of the module documentation. Of the settings it reads
@@ -84,7 +87,12 @@ pub fn decide(
     me: &SelfContactPoint,
 ) -> Verdict {
     let self_in_contact_points = info.contact_points.iter().any(|t| me.matches(t));
-    let verdict = |decision, reason: String| Verdict { decision, reason, self_in_contact_points };
+    let verdict = |decision, reason: String| Verdict {
+        decision,
+        reason,
+        self_in_contact_points,
+        expecting: None,
+    };
     let not_found = || {
         if self_in_contact_points {
             String::new()
@@ -162,13 +170,16 @@ pub fn decide(
         return verdict(Decision::KeepProbing, "no contact point has answered".into());
     };
     if !me.matches(lowest) {
-        return verdict(
-            Decision::KeepProbing,
-            format!(
-                "this node ({me}) is not the lowest-address contact point; expecting {lowest} to form the cluster{}",
-                not_found()
-            ),
-        );
+        return Verdict {
+            expecting: Some(lowest.clone()),
+            ..verdict(
+                Decision::KeepProbing,
+                format!(
+                    "this node ({me}) is not the lowest-address contact point; expecting {lowest} to form the cluster{}",
+                    not_found()
+                ),
+            )
+        };
     }
     if !settings.new_cluster_enabled {
         return verdict(
@@ -357,6 +368,9 @@ mod tests {
         assert_eq!(v.decision, Decision::KeepProbing);
         assert!(v.reason.contains("expecting 10.0.0.1:8558 to form the cluster"), "{}", v.reason);
         assert!(!v.reason.contains("WARNING"), "{}", v.reason);
+        assert_eq!(v.expecting.map(|t| t.host), Some("10.0.0.1".to_owned()));
+        let lowest = case.decide_after(MARGIN, &settings("10.0.0.1"));
+        assert_eq!(lowest.expecting, None, "the node forming the cluster expects no one");
     }
 
     #[test]

@@ -219,10 +219,41 @@ async fn the_lowest_node_forms_a_cluster_once_the_set_has_been_stable_for_the_ma
     let start = Instant::now();
     assert_eq!(coordinator.run().await, Decision::JoinSelf);
     let took = start.elapsed();
-    assert!(took >= Duration::from_secs(5) && took <= Duration::from_secs(7), "{took:?}");
+    // At the margin itself, not at the next probe tick after it.
+    assert!(took >= Duration::from_secs(5) && took < Duration::from_millis(5_050), "{took:?}");
     let status = status.borrow();
     assert_eq!(status.phase, Phase::FormingNew);
     assert!(status.verdict.as_ref().unwrap().1.self_in_contact_points);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_expecting_another_to_form_probes_that_one_more_often_and_joins_it_soon_after() {
+    let discovery = ScriptedDiscovery::new(|_, _| Ok(vec![cp(1), cp(2), cp(3)]));
+    let start = Instant::now();
+    // 10.0.0.1 forms its cluster 300 ms after the margin.
+    let formed_at = Duration::from_millis(5_300);
+    let prober = ScriptedProber::new(move |url| {
+        if url.contains("10.0.0.1:") && start.elapsed() >= formed_at {
+            Answer::Cluster
+        } else {
+            Answer::NoCluster
+        }
+    });
+    let (coordinator, _status) = Coordinator::new(&settings(), local(2), discovery, prober.clone());
+    let decision = coordinator.run().await;
+    let took = start.elapsed();
+    assert!(matches!(decision, Decision::JoinOthers(_)), "{decision:?}");
+    // Probed every 100 ms (+ up to 20 % jitter) once the margin passed, not every second.
+    assert!(took >= formed_at && took <= formed_at + Duration::from_millis(120), "{took:?}");
+    let probes = prober.probes.lock().unwrap();
+    let after_margin = |host: &str| {
+        probes
+            .iter()
+            .filter(|(at, url)| url.contains(host) && *at - start >= Duration::from_secs(5))
+            .count()
+    };
+    assert!(after_margin("10.0.0.1:") >= 3, "{probes:?}");
+    assert!(after_margin("10.0.0.3:") <= 1, "only the expected one is hurried: {probes:?}");
 }
 
 #[tokio::test(start_paused = true)]
