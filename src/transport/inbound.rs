@@ -116,7 +116,7 @@ async fn serve(
     };
     while let Some(frame) = next_frame(&shared, &mut frames, peer, &from).await {
         let received_at = Instant::now();
-        let message = match wire::decode_with_limits(&frame, &shared.limits) {
+        let message = match wire::decode_on_connection(&frame, &shared.limits, &from) {
             Ok(m) => m,
             Err(e) => {
                 inc(&shared.counters.closed_bad_frame);

@@ -91,7 +91,7 @@ impl Outgoing {
 
     fn encode(self, encoder: &wire::GossipEncoder) -> Bytes {
         match self {
-            Self::Cluster(m) => Bytes::from(encoder.encode(&m)),
+            Self::Cluster(m) => Bytes::from(encoder.encode_on_connection(&m)),
             Self::Application(payload) => payload,
         }
     }

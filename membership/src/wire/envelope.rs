@@ -11,19 +11,30 @@ use super::payload::{decode_gossip_with_limits, encode_gossip};
 use super::pb::envelope::Kind;
 use super::pb::init_join_ack::{self, ConfigCheck as PbConfigCheck};
 use super::{DecodeError, DecodeLimits, pb};
+use crate::address::UniqueAddress;
 use crate::gossip::Gossip;
 use crate::message::{ConfigCheck, Message};
 use crate::version::AppVersion;
 
 pub(super) fn to_pb(msg: &Message) -> pb::Envelope {
-    to_pb_with(msg, &mut |g| encode_gossip(g))
+    to_pb_with(msg, Sender::Included, &mut |g| encode_gossip(g))
+}
+
+/// Whether the messages that name their own sender (heartbeats, their responses and gossip
+/// status) carry it, or leave it to the connection whose handshake names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Sender {
+    Included,
+    LeftToConnection,
 }
 
 /// Like [`to_pb`], with the gossip payloads made by `payload` (which may reuse an earlier one).
 pub(super) fn to_pb_with(
     msg: &Message,
+    sender: Sender,
     payload: &mut dyn FnMut(&Arc<Gossip>) -> Vec<u8>,
 ) -> pb::Envelope {
+    let from_pb = |from| (sender == Sender::Included).then(|| unique_to_pb(from));
     let kind = match msg {
         Message::InitJoin { config } => Kind::InitJoin(pb::InitJoin { config: config.clone() }),
         Message::InitJoinAck { address, config_check } => Kind::InitJoinAck(pb::InitJoinAck {
@@ -51,7 +62,7 @@ pub(super) fn to_pb_with(
             let version = vclock_to_pb(version, &mut nodes);
             let (all_systems, all_addresses) = nodes.finish();
             Kind::GossipStatus(pb::GossipStatus {
-                from: Some(unique_to_pb(from)),
+                from: from_pb(from),
                 all_systems,
                 all_addresses,
                 version,
@@ -60,14 +71,14 @@ pub(super) fn to_pb_with(
         }
         Message::Heartbeat { from, sequence_nr, creation_time_nanos } => {
             Kind::Heartbeat(pb::Heartbeat {
-                from: Some(unique_to_pb(from)),
+                from: from_pb(from),
                 sequence_nr: *sequence_nr,
                 creation_time_nanos: *creation_time_nanos,
             })
         }
         Message::HeartbeatRsp { from, sequence_nr, creation_time_nanos } => {
             Kind::HeartbeatRsp(pb::HeartbeatRsp {
-                from: Some(unique_to_pb(from)),
+                from: from_pb(from),
                 sequence_nr: *sequence_nr,
                 creation_time_nanos: *creation_time_nanos,
             })
@@ -92,7 +103,17 @@ fn config_check_to_pb(c: &ConfigCheck) -> PbConfigCheck {
     }
 }
 
-pub(super) fn from_pb(env: pb::Envelope, limits: &DecodeLimits) -> Result<Message, DecodeError> {
+/// Decodes an envelope. `connection` is the sender named by the handshake of the connection the
+/// envelope came on, if any: it stands in for a sender the message leaves out.
+pub(super) fn from_pb(
+    env: pb::Envelope,
+    limits: &DecodeLimits,
+    connection: Option<&UniqueAddress>,
+) -> Result<Message, DecodeError> {
+    let sender = |from: Option<pb::UniqueAddress>, field| match (from, connection) {
+        (None, Some(c)) => Ok(c.clone()),
+        (from, _) => unique_from_pb(from, field),
+    };
     let kind = env.kind.ok_or(DecodeError::MissingField("Envelope.kind"))?;
     Ok(match kind {
         Kind::InitJoin(m) => Message::InitJoin { config: m.config },
@@ -130,18 +151,18 @@ pub(super) fn from_pb(env: pb::Envelope, limits: &DecodeLimits) -> Result<Messag
             gossip: gossip(&m.gossip, "GossipEnvelope.gossip", limits)?,
         },
         Kind::GossipStatus(m) => {
-            let from = unique_from_pb(m.from, "GossipStatus.from")?;
+            let from = sender(m.from, "GossipStatus.from")?;
             let nodes = decode_node_table(&m.all_systems, m.all_addresses)?;
             let version = vclock_from_pb(m.version, &nodes)?;
             Message::GossipStatus { from, version, seen_digest: m.seen_digest }
         }
         Kind::Heartbeat(m) => Message::Heartbeat {
-            from: unique_from_pb(m.from, "Heartbeat.from")?,
+            from: sender(m.from, "Heartbeat.from")?,
             sequence_nr: m.sequence_nr,
             creation_time_nanos: m.creation_time_nanos,
         },
         Kind::HeartbeatRsp(m) => Message::HeartbeatRsp {
-            from: unique_from_pb(m.from, "HeartbeatRsp.from")?,
+            from: sender(m.from, "HeartbeatRsp.from")?,
             sequence_nr: m.sequence_nr,
             creation_time_nanos: m.creation_time_nanos,
         },

@@ -26,15 +26,17 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use prost::Message as _;
 
-use crate::address::AddressError;
+use crate::address::{AddressError, UniqueAddress};
 use crate::gossip::{Gossip, InvalidGossip};
 use crate::message::Message;
+use envelope::Sender;
 
 pub use payload::{decode_gossip, decode_gossip_with_limits, encode_gossip, gossip_sizes};
 
 /// The version of this wire format, exchanged in the transport handshake. Peers that speak another
-/// version are refused rather than misread.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// version are refused rather than misread. Version 2 lets heartbeats, their responses and gossip
+/// status leave their sender to the connection (see [`GossipEncoder::encode_on_connection`]).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Bounds on what a decoder accepts, so a peer cannot make a node allocate without limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,7 +148,17 @@ type Payload = (Weak<Gossip>, Arc<[u8]>);
 impl GossipEncoder {
     /// Encodes one message as one frame, reusing the compressed payload of a recent version.
     pub fn encode(&self, msg: &Message) -> Vec<u8> {
-        envelope::to_pb_with(msg, &mut |g| self.payload(g).to_vec()).encode_to_vec()
+        envelope::to_pb_with(msg, Sender::Included, &mut |g| self.payload(g).to_vec())
+            .encode_to_vec()
+    }
+
+    /// Encodes one message for a connection whose handshake names the sender: a heartbeat, a
+    /// heartbeat response or a gossip status leaves its sender out (a third of a heartbeat's
+    /// frame otherwise, and heartbeats are most of a quiet cluster's traffic). The receiver
+    /// decodes it with [`decode_on_connection`].
+    pub fn encode_on_connection(&self, msg: &Message) -> Vec<u8> {
+        envelope::to_pb_with(msg, Sender::LeftToConnection, &mut |g| self.payload(g).to_vec())
+            .encode_to_vec()
     }
 
     fn payload(&self, gossip: &Arc<Gossip>) -> Arc<[u8]> {
@@ -181,8 +193,30 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
 /// # Errors
 /// When the bytes are not a valid message or exceed a limit; see [`DecodeError`].
 pub fn decode_with_limits(bytes: &[u8], limits: &DecodeLimits) -> Result<Message, DecodeError> {
+    decode_from(bytes, limits, None)
+}
+
+/// Decodes one frame within `limits` that came on a connection whose handshake named `sender`: a
+/// message that leaves its sender out (see [`GossipEncoder::encode_on_connection`]) gets
+/// `sender`; one that names its sender keeps the name it carries.
+///
+/// # Errors
+/// As [`decode_with_limits`].
+pub fn decode_on_connection(
+    bytes: &[u8],
+    limits: &DecodeLimits,
+    sender: &UniqueAddress,
+) -> Result<Message, DecodeError> {
+    decode_from(bytes, limits, Some(sender))
+}
+
+fn decode_from(
+    bytes: &[u8],
+    limits: &DecodeLimits,
+    connection: Option<&UniqueAddress>,
+) -> Result<Message, DecodeError> {
     if bytes.len() > limits.max_frame_bytes {
         return Err(DecodeError::FrameTooLarge { len: bytes.len(), limit: limits.max_frame_bytes });
     }
-    envelope::from_pb(pb::Envelope::decode(bytes)?, limits)
+    envelope::from_pb(pb::Envelope::decode(bytes)?, limits, connection)
 }

@@ -315,6 +315,23 @@ proptest! {
     }
 
     #[test]
+    fn every_message_round_trips_on_a_connection_that_names_its_sender(msg in arb_message()) {
+        // The sender a message leaves out is the one the connection's handshake names.
+        let sender = match &msg {
+            Message::Heartbeat { from, .. }
+            | Message::HeartbeatRsp { from, .. }
+            | Message::GossipStatus { from, .. } => from.clone(),
+            _ => UniqueAddress::new(Address::new("s", "h", 1).unwrap(), Uid::new(7).unwrap()),
+        };
+        let bytes = GossipEncoder::default().encode_on_connection(&msg);
+        let back = decode_on_connection(&bytes, &DecodeLimits::DEFAULT, &sender).unwrap();
+        prop_assert!(same_message(&msg, &back), "{msg:?}\n!=\n{back:?}");
+        // A message that names its sender keeps that name on any connection.
+        let named = decode_on_connection(&encode(&msg), &DecodeLimits::DEFAULT, &n("other", 9));
+        prop_assert!(same_message(&msg, &named.unwrap()));
+    }
+
+    #[test]
     fn every_gossip_round_trips_through_the_compressed_payload(g in arb_gossip()) {
         let back = decode_gossip(&encode_gossip(&g)).unwrap();
         prop_assert!(same_gossip(&g, &back), "{g:?}\n!=\n{back:?}");
@@ -520,6 +537,47 @@ fn missing_fields_are_named() {
         decode(&frame(pb::envelope::Kind::InitJoinAck(ack))),
         Err(DecodeError::MissingField("InitJoinAck.config_check"))
     );
+}
+
+#[test]
+fn on_a_connection_heartbeats_and_gossip_status_leave_their_sender_out() {
+    let from = n("10.0.0.1", 42);
+    let encoder = GossipEncoder::default();
+    let hb =
+        Message::Heartbeat { from: from.clone(), sequence_nr: 7, creation_time_nanos: 1 << 40 };
+    let rsp = Message::HeartbeatRsp { from: from.clone(), sequence_nr: 7, creation_time_nanos: 9 };
+    let status = Message::GossipStatus {
+        from: from.clone(),
+        version: VectorClock::new(),
+        seen_digest: vec![],
+    };
+    for msg in [&hb, &rsp, &status] {
+        let short = encoder.encode_on_connection(msg);
+        let full = encode(msg);
+        assert!(
+            short.len() * 2 < full.len(),
+            "{}: {} of {} bytes",
+            msg.kind(),
+            short.len(),
+            full.len()
+        );
+        let other = n("10.0.0.2", 43);
+        let back = decode_on_connection(&short, &DecodeLimits::DEFAULT, &other).unwrap();
+        let (Message::Heartbeat { from: got, .. }
+        | Message::HeartbeatRsp { from: got, .. }
+        | Message::GossipStatus { from: got, .. }) = back
+        else {
+            panic!("{back:?}")
+        };
+        assert_eq!(got, other, "the sender is the connection's");
+        // Without a connection to name it, the missing sender is an error naming the field.
+        assert!(
+            matches!(decode(&short), Err(DecodeError::MissingField(f)) if f.ends_with(".from"))
+        );
+    }
+    // Every other message is encoded as `encode` does.
+    let join = Message::ExitingConfirmed { node: from };
+    assert_eq!(encoder.encode_on_connection(&join), encode(&join));
 }
 
 #[test]
