@@ -346,7 +346,7 @@ async fn heartbeats_get_through_while_the_ordinary_stream_is_stalled_by_large_fr
     let (mut control, second) = accept_with_handshake(&peer).await;
     assert_eq!(second.stream, StreamKind::Control);
     for seq in 1..=3 {
-        assert_eq!(read_message(&mut control).await, heartbeat(&a.id, seq));
+        assert_eq!(read_message(&mut control, &second.from).await, heartbeat(&a.id, seq));
     }
 
     // Large messages were still waiting in the queue when the heartbeats arrived.
@@ -358,7 +358,7 @@ async fn heartbeats_get_through_while_the_ordinary_stream_is_stalled_by_large_fr
         stats.dropped_outbound
     );
     // And they were only delayed: the stalled stream still delivers once read.
-    assert!(matches!(read_message(&mut ordinary).await, Message::InitJoin { .. }));
+    assert!(matches!(read_message(&mut ordinary, &first.from).await, Message::InitJoin { .. }));
 }
 
 async fn accept_with_handshake(listener: &TcpListener) -> (TcpStream, Handshake) {
@@ -379,8 +379,10 @@ async fn read_frame(socket: &mut TcpStream) -> Vec<u8> {
     .expect("no frame within the deadline")
 }
 
-async fn read_message(socket: &mut TcpStream) -> Message {
-    wire::decode(&read_frame(socket).await).unwrap()
+/// Reads one message from a connection whose handshake named `sender`.
+async fn read_message(socket: &mut TcpStream, sender: &UniqueAddress) -> Message {
+    wire::decode_on_connection(&read_frame(socket).await, &wire::DecodeLimits::DEFAULT, sender)
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
