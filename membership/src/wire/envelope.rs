@@ -34,7 +34,7 @@ pub(super) fn to_pb_with(
     sender: Sender,
     payload: &mut dyn FnMut(&Arc<Gossip>) -> Vec<u8>,
 ) -> pb::Envelope {
-    let from_pb = |from| (sender == Sender::Included).then(|| unique_to_pb(from));
+    let sender_pb = |from| (sender == Sender::Included).then(|| unique_to_pb(from));
     let kind = match msg {
         Message::InitJoin { config } => Kind::InitJoin(pb::InitJoin { config: config.clone() }),
         Message::InitJoinAck { address, config_check } => Kind::InitJoinAck(pb::InitJoinAck {
@@ -62,7 +62,7 @@ pub(super) fn to_pb_with(
             let version = vclock_to_pb(version, &mut nodes);
             let (all_systems, all_addresses) = nodes.finish();
             Kind::GossipStatus(pb::GossipStatus {
-                from: from_pb(from),
+                from: sender_pb(from),
                 all_systems,
                 all_addresses,
                 version,
@@ -71,14 +71,14 @@ pub(super) fn to_pb_with(
         }
         Message::Heartbeat { from, sequence_nr, creation_time_nanos } => {
             Kind::Heartbeat(pb::Heartbeat {
-                from: from_pb(from),
+                from: sender_pb(from),
                 sequence_nr: *sequence_nr,
                 creation_time_nanos: *creation_time_nanos,
             })
         }
         Message::HeartbeatRsp { from, sequence_nr, creation_time_nanos } => {
             Kind::HeartbeatRsp(pb::HeartbeatRsp {
-                from: from_pb(from),
+                from: sender_pb(from),
                 sequence_nr: *sequence_nr,
                 creation_time_nanos: *creation_time_nanos,
             })
