@@ -112,7 +112,12 @@ impl Cluster {
     pub(super) fn on_init_join(&mut self, from: UniqueAddress, theirs: &BTreeMap<String, String>) {
         let address = self.self_node.address.clone();
         let status = self.self_status();
-        if !self.is_initialized() || status.is_down_or_exiting() {
+        // After a long pause this node's view may be stale (the others may have removed it), so it
+        // points no one at itself until it hears from a member.
+        if !self.is_initialized()
+            || status.is_down_or_exiting()
+            || self.awaiting_contact_after.is_some()
+        {
             self.send(from.address, Message::InitJoinNack { address });
             return;
         }
@@ -191,6 +196,7 @@ impl Cluster {
             roles: self.self_roles.clone(),
             app_version: self.app_version.clone(),
         };
+        self.asked_to_join = true;
         self.send(address, join);
         Ok(())
     }
@@ -229,6 +235,11 @@ impl Cluster {
             return;
         }
         if self.latest.has_member(&self.self_node) && self.self_status().is_down_or_exiting() {
+            return;
+        }
+        // A member that resumed from a long pause admits no one until it hears from a member: it
+        // may have been removed meanwhile and would lead a second cluster (see `on_init_join`).
+        if node != self.self_node && self.awaiting_contact_after.is_some() {
             return;
         }
         // A removed incarnation never comes back (reliability S5): it must restart with a new uid.

@@ -46,6 +46,11 @@ pub enum ShutdownReason {
     JoinUnsuccessful,
     /// The cluster's configuration is incompatible with this node's.
     IncompatibleConfig(String),
+    /// This node asked to join and then did not run for longer than
+    /// `split_brain_resolver.stable_after` before it was welcomed. The cluster may have admitted
+    /// and then removed it meanwhile, and a removed incarnation is never let back in, so it stops;
+    /// restarted, it joins with a new incarnation.
+    PausedWhileJoining,
 }
 
 impl std::fmt::Display for ShutdownReason {
@@ -60,6 +65,10 @@ impl std::fmt::Display for ShutdownReason {
             Self::IncompatibleConfig(why) => {
                 write!(f, "the cluster's configuration is incompatible: {why}")
             }
+            Self::PausedWhileJoining => f.write_str(
+                "this node did not run for longer than split_brain_resolver.stable_after \
+                 after asking to join; the cluster may have removed it meanwhile",
+            ),
         }
     }
 }
@@ -214,6 +223,8 @@ pub struct Cluster {
     /// After such a pause, the heartbeat sequence number then: an answer to a later heartbeat,
     /// like a merged gossip, is word from a member (see [`SplitBrainResolver::handle_resumed`]).
     awaiting_contact_after: Option<u64>,
+    /// Whether this node has sent Join to another node (see [`Self::note_input`]).
+    asked_to_join: bool,
     timers: Timers,
     transmits: VecDeque<Transmit>,
     events: VecDeque<ClusterEvent>,
@@ -293,6 +304,7 @@ impl Cluster {
             sbr,
             last_input: None,
             awaiting_contact_after: None,
+            asked_to_join: false,
             timers,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -601,12 +613,18 @@ impl Cluster {
 
     /// Notes an input at `now`. The driver calls in at least every second (the resolver's tick),
     /// so a longer gap means the process did not run; one longer than `stable_after` is a pause
-    /// the resolver must know of.
+    /// the resolver must know of. A node that asked to join and was not welcomed before such a
+    /// pause stops: it may have been admitted, downed and removed meanwhile, and then no member
+    /// would ever let this incarnation in again.
     fn note_input(&mut self, now: Instant) {
         let gap = self.last_input.map(|last| now.saturating_duration_since(last));
         self.last_input = Some(self.last_input.map_or(now, |last| last.max(now)));
         let stable_after = self.config.split_brain_resolver.stable_after;
         let Some(paused_for) = gap.filter(|g| *g > stable_after) else { return };
+        if self.asked_to_join && !self.is_initialized() {
+            self.request_shutdown(ShutdownReason::PausedWhileJoining);
+            return;
+        }
         if let Some(sbr) = self.sbr.as_mut() {
             sbr.handle_resumed(now, paused_for);
             if sbr.contact_deadline().is_some() {

@@ -1975,6 +1975,68 @@ fn a_gap_shorter_than_stable_after_is_no_pause() {
     assert_eq!(c.split_brain_resolver().unwrap().contact_deadline(), None);
 }
 
+#[test]
+fn after_a_long_pause_a_member_sends_no_one_to_join_it_until_it_hears_from_a_member() {
+    let (mut c, t) = member_about_to_pause();
+    let resumed = t + secs(30);
+    c.handle_timeout(resumed);
+    drain(&mut c);
+    // Perhaps the others removed it meanwhile: it must not become a second cluster's seed.
+    c.handle_message(resumed, n(7), init_join(&c.config().clone()));
+    assert_eq!(of_kind(&transmits(&mut c), "InitJoinNack").len(), 1);
+    c.handle_message(resumed, n(7), join_msg(n(7)));
+    assert_eq!(status_of(&c, 7), None);
+    assert!(of_kind(&transmits(&mut c), "Welcome").is_empty());
+
+    let sent = run_until(&mut c, resumed + secs(1));
+    let seq = sent
+        .iter()
+        .find_map(|(_, t)| match &t.message {
+            Message::Heartbeat { sequence_nr, .. } if t.to == a(2) => Some(*sequence_nr),
+            _ => None,
+        })
+        .expect("a heartbeat to node 2 after the pause");
+    c.handle_message(resumed + secs(1), n(2), heartbeat_rsp(2, seq));
+    drain(&mut c);
+    c.handle_message(resumed + secs(1), n(7), init_join(&c.config().clone()));
+    assert_eq!(of_kind(&transmits(&mut c), "InitJoinAck").len(), 1);
+    c.handle_message(resumed + secs(1), n(7), join_msg(n(7)));
+    assert_eq!(status_of(&c, 7), Some(Joining));
+    assert_eq!(of_kind(&transmits(&mut c), "Welcome").len(), 1);
+}
+
+#[test]
+fn a_node_that_asked_to_join_and_pauses_longer_than_stable_after_before_its_welcome_gives_up() {
+    let t = t0();
+    let mut config = cfg();
+    config.split_brain_resolver.stable_after = secs(5);
+    let mut c = new_core(2, config, t);
+    c.join(t, a(1)).unwrap();
+    assert_eq!(of_kind(&transmits(&mut c), "Join").len(), 1);
+    run_until(&mut c, t + secs(3));
+    assert!(c.shutdown_reason().is_none());
+    // Its Join may have been taken, and the cluster may have downed and removed it since.
+    c.handle_timeout(t + secs(30));
+    assert_eq!(c.shutdown_reason(), Some(&ShutdownReason::PausedWhileJoining));
+    assert!(ShutdownReason::PausedWhileJoining.to_string().contains("stable_after"));
+}
+
+#[test]
+fn a_node_that_never_asked_to_join_is_not_stopped_by_a_pause() {
+    let t = t0();
+    let mut config = cfg();
+    config.split_brain_resolver.stable_after = secs(5);
+    let mut c = new_core(2, config, t);
+    run_until(&mut c, t + secs(3));
+    c.handle_timeout(t + secs(30));
+    assert!(c.shutdown_reason().is_none());
+    // Nor is a node that joined itself.
+    let mut first = first_node(cfg(), t);
+    run_until(&mut first, t + secs(3));
+    first.handle_timeout(t + secs(300));
+    assert!(first.shutdown_reason().is_none());
+}
+
 // ---- a joiner the cluster forgot -------------------------------------------------------------
 
 /// Node 1 of a cluster of 1 and 3 that removed node 5.
