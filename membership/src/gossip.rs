@@ -237,8 +237,14 @@ impl Gossip {
     /// then brings it back, and a leader may move a downed incarnation Up (reliability S5). A kept
     /// Down member is removed by the leader like any other, once it is unreachable.
     pub fn merge(&self, that: &Gossip) -> Gossip {
+        // Two nodes may record one removal at different wall-clock times (each leader that
+        // removed it stamps its own). The later time is kept whichever side it comes from, so the
+        // merge is commutative and two merges of the same versions hold the same state.
         let mut tombstones = self.tombstones.clone();
-        tombstones.extend(that.tombstones.iter().map(|(k, v)| (k.clone(), *v)));
+        for (node, at) in &that.tombstones {
+            let kept = tombstones.entry(node.clone()).or_insert(*at);
+            *kept = (*kept).max(*at);
+        }
 
         let mut version = self.version.merge(&that.version);
         for node in tombstones.keys() {
@@ -490,7 +496,9 @@ pub(crate) mod tests {
                             let absent = present[view] == 0 && (*removed || !ever_gone);
                             if absent {
                                 if *removed {
-                                    g.tombstones.insert(n(id), WallMillis(id * 10));
+                                    // Each view records the removal at its own time.
+                                    let at = id * 10 + view as u64;
+                                    g.tombstones.insert(n(id), WallMillis(at));
                                 }
                                 continue;
                             }
