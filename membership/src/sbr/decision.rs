@@ -289,6 +289,17 @@ impl DowningModel {
             .filter(|m| self.is_unreachable(m.node()))
     }
 
+    /// The unreachable members with the strategy's role that are Down: downed, but not removed
+    /// yet.
+    fn unreachable_down_with_role(&self) -> impl Iterator<Item = &Member> {
+        let role = self.strategy.role();
+        self.members.values().filter(move |m| {
+            m.status() == MemberStatus::Down
+                && self.is_unreachable(m.node())
+                && role.is_none_or(|r| m.has_role(r))
+        })
+    }
+
     /// Whether every unreachable member that counts is Down or Exiting (which, as such members do
     /// not count, means none is left), or nothing is unreachable.
     pub fn is_all_unreachable_down_or_exiting(&self) -> bool {
@@ -427,12 +438,17 @@ impl DowningModel {
         }
         // A membership change may have happened on the other side during the partition: count
         // this side without Leaving members (they may be Exiting there) and the other side with
-        // Joining and WeaklyUp ones (they may be Up there). Only the same conclusion stands.
+        // Joining and WeaklyUp ones (they may be Up there), and with the unreachable members
+        // that are Down but not yet removed. Those were downed by an earlier decision that may
+        // not have reached them, taken on a view that may differ from theirs: they may have kept
+        // themselves and downed this side (README, "Split brain resolver").
+        // Only the same conclusion stands.
         let Some(lowest) = self.members_with_role(false, true).next() else {
             return Decision::DownAll;
         };
         let this_side = self.reachable_members_with_role(false, true).count();
-        let other_side = self.unreachable_members_with_role(true, false).count();
+        let other_side = self.unreachable_members_with_role(true, false).count()
+            + self.unreachable_down_with_role().count();
         match self.majority_decision(this_side, other_side, lowest) {
             Decision::DownUnreachable => Decision::DownUnreachable,
             _ => Decision::DownAll,

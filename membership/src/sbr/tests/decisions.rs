@@ -290,6 +290,24 @@ fn keep_majority_split_in_three_parts_without_a_majority_downs_every_part() {
 }
 
 #[test]
+fn keep_majority_counts_unreachable_members_downed_but_not_removed_on_the_other_side() {
+    // {A, D, E}: A, not yet seeing a fresh cut from D, kept {A, D} and downed E, while D kept
+    // {D, E} and downed A. Now A sees D unreachable too, and E (Down, unreachable) is not removed
+    // (D's unreachability blocks convergence). Alone against D, a tie that A's lowest address
+    // would win; but E may be running beside D, which is what happened: A downs all.
+    let (a, d, e) = (m('a'), m('d'), m('e'));
+    let ed = downed(&e);
+    let s = keep_majority(None).sides(&[&[&a], &[&d, &ed]]);
+    assert_eq!(s.decide(&s.side1), DownAll);
+    s.assert_downing_side(&s.side1, &[&a, &d]);
+    // Once E is removed, the tie keeps A as before.
+    keep_majority(None).sides(&[&[&a], &[&d]]).assert_downing(&[&d]);
+    // A Down member this side still reaches is on its way out and counts on neither side.
+    let s = keep_majority(None).sides(&[&[&a, &ed], &[&d]]);
+    assert_eq!(s.decide(&s.side1), DownUnreachable);
+}
+
+#[test]
 fn keep_majority_detects_members_moved_up_during_the_partition() {
     // {A, B, F', G'} | {C, D, E} => {A, B, F, G}
     let (a, b, c, d, e, f, g) = (m('a'), m('b'), m('c'), m('d'), m('e'), m('f'), m('g'));
@@ -800,7 +818,10 @@ fn keep_majority_two_nodes_that_each_saw_downed_members_unreachable_do_not_both_
     // unreachable. Each holds its own records and the other's about C, D, E, but not the other's
     // about itself. The reference takes the other for indirectly connected (it observes and is
     // observed) on both sides, and both stay. Without the records about Down members, it is a
-    // clean A | B, which keeps A on both sides.
+    // clean A | B; a tie by itself would keep A, but C, D and E are Down and not removed: an
+    // earlier decision downed them, which may not have reached them, so they may have kept
+    // themselves. Counted on the other side, they turn A's decision into down-all, and B downs
+    // itself: no cluster stays rather than two.
     let (a, b, c, d, e) = (m('a'), m('b'), m('c'), m('d'), m('e'));
     let (cd, dd, ed) = (downed(&c), downed(&d), downed(&e));
     let seen_from = |me: &Member, other: &Member| {
@@ -811,8 +832,8 @@ fn keep_majority_two_nodes_that_each_saw_downed_members_unreachable_do_not_both_
         ])
     };
     let from_a = seen_from(&a, &b);
-    assert_eq!(from_a.decide(&from_a.side1), DownUnreachable);
-    assert_eq!(from_a.nodes_to_down_for(&from_a.side1, DownUnreachable), nodes(&[&b]));
+    assert_eq!(from_a.decide(&from_a.side1), DownAll);
+    assert_eq!(from_a.nodes_to_down_for(&from_a.side1, DownAll), nodes(&[&a, &b]));
     let from_b = seen_from(&b, &a);
     assert_eq!(from_b.decide(&from_b.side1), DownReachable);
     assert_eq!(from_b.nodes_to_down_for(&from_b.side1, DownReachable), nodes(&[&b]));
