@@ -1926,6 +1926,20 @@ fn heartbeat_rsp(from: u64, sequence_nr: u64) -> Message {
     Message::HeartbeatRsp { from: n(from), sequence_nr, creation_time_nanos: 0 }
 }
 
+/// Runs `c` for a second from `resumed` and answers, a second after `resumed`, the first heartbeat
+/// it sent node 2 in that time.
+fn answer_next_heartbeat_to_2(c: &mut Cluster, resumed: Instant) {
+    let sent = run_until(c, resumed + secs(1));
+    let seq = sent
+        .iter()
+        .find_map(|(_, t)| match &t.message {
+            Message::Heartbeat { sequence_nr, .. } if t.to == a(2) => Some(*sequence_nr),
+            _ => None,
+        })
+        .expect("a heartbeat to node 2 after the pause");
+    c.handle_message(resumed + secs(1), n(2), heartbeat_rsp(2, seq));
+}
+
 #[test]
 fn a_node_that_hears_from_no_member_within_stable_after_of_a_long_pause_downs_itself() {
     let (mut c, t) = member_about_to_pause();
@@ -1952,15 +1966,7 @@ fn an_answer_to_a_heartbeat_sent_after_a_long_pause_is_word_from_a_member() {
     let (mut c, t) = member_about_to_pause();
     let resumed = t + secs(30);
     c.handle_timeout(resumed);
-    let sent = run_until(&mut c, resumed + secs(1));
-    let seq = sent
-        .iter()
-        .find_map(|(_, t)| match &t.message {
-            Message::Heartbeat { sequence_nr, .. } if t.to == a(2) => Some(*sequence_nr),
-            _ => None,
-        })
-        .expect("a heartbeat to node 2 after the pause");
-    c.handle_message(resumed + secs(1), n(2), heartbeat_rsp(2, seq));
+    answer_next_heartbeat_to_2(&mut c, resumed);
     assert_eq!(c.split_brain_resolver().unwrap().contact_deadline(), None);
     run_until(&mut c, resumed + secs(15));
     assert_eq!(status_of(&c, 1), Some(Up));
@@ -1988,15 +1994,7 @@ fn after_a_long_pause_a_member_sends_no_one_to_join_it_until_it_hears_from_a_mem
     assert_eq!(status_of(&c, 7), None);
     assert!(of_kind(&transmits(&mut c), "Welcome").is_empty());
 
-    let sent = run_until(&mut c, resumed + secs(1));
-    let seq = sent
-        .iter()
-        .find_map(|(_, t)| match &t.message {
-            Message::Heartbeat { sequence_nr, .. } if t.to == a(2) => Some(*sequence_nr),
-            _ => None,
-        })
-        .expect("a heartbeat to node 2 after the pause");
-    c.handle_message(resumed + secs(1), n(2), heartbeat_rsp(2, seq));
+    answer_next_heartbeat_to_2(&mut c, resumed);
     drain(&mut c);
     c.handle_message(resumed + secs(1), n(7), init_join(&c.config().clone()));
     assert_eq!(of_kind(&transmits(&mut c), "InitJoinAck").len(), 1);
