@@ -2003,12 +2003,17 @@ fn after_a_long_pause_a_member_sends_no_one_to_join_it_until_it_hears_from_a_mem
     assert_eq!(of_kind(&transmits(&mut c), "Welcome").len(), 1);
 }
 
+/// Node 2, not yet a member, with `stable_after` 5 s.
+fn not_yet_member_with_stable_after_5s(t: Instant) -> Cluster {
+    let mut config = cfg();
+    config.split_brain_resolver.stable_after = secs(5);
+    new_core(2, config, t)
+}
+
 #[test]
 fn a_node_that_asked_to_join_and_pauses_longer_than_stable_after_before_its_welcome_gives_up() {
     let t = t0();
-    let mut config = cfg();
-    config.split_brain_resolver.stable_after = secs(5);
-    let mut c = new_core(2, config, t);
+    let mut c = not_yet_member_with_stable_after_5s(t);
     c.join(t, a(1)).unwrap();
     assert_eq!(of_kind(&transmits(&mut c), "Join").len(), 1);
     run_until(&mut c, t + secs(3));
@@ -2022,9 +2027,7 @@ fn a_node_that_asked_to_join_and_pauses_longer_than_stable_after_before_its_welc
 #[test]
 fn a_node_that_never_asked_to_join_is_not_stopped_by_a_pause() {
     let t = t0();
-    let mut config = cfg();
-    config.split_brain_resolver.stable_after = secs(5);
-    let mut c = new_core(2, config, t);
+    let mut c = not_yet_member_with_stable_after_5s(t);
     run_until(&mut c, t + secs(3));
     c.handle_timeout(t + secs(30));
     assert!(c.shutdown_reason().is_none());

@@ -264,9 +264,13 @@ impl DowningModel {
         including_possibly_up: bool,
         excluding_possibly_exiting: bool,
     ) -> impl Iterator<Item = &Member> {
-        let role = self.strategy.role();
         self.members(including_possibly_up, excluding_possibly_exiting)
-            .filter(move |m| role.is_none_or(|r| m.has_role(r)))
+            .filter(|m| self.has_strategy_role(m))
+    }
+
+    /// Whether `m` has the strategy's role, or the strategy has none.
+    fn has_strategy_role(&self, m: &Member) -> bool {
+        self.strategy.role().is_none_or(|r| m.has_role(r))
     }
 
     /// The reachable ones of [`members_with_role`](Self::members_with_role).
@@ -292,11 +296,10 @@ impl DowningModel {
     /// The unreachable members with the strategy's role that are Down: downed, but not removed
     /// yet.
     fn unreachable_down_with_role(&self) -> impl Iterator<Item = &Member> {
-        let role = self.strategy.role();
-        self.members.values().filter(move |m| {
+        self.members.values().filter(|m| {
             m.status() == MemberStatus::Down
                 && self.is_unreachable(m.node())
-                && role.is_none_or(|r| m.has_role(r))
+                && self.has_strategy_role(m)
         })
     }
 
