@@ -149,6 +149,19 @@ impl Cluster {
         }
     }
 
+    /// Sends the full gossip to up to `n` random valid members other than `skip` (who hears of
+    /// it anyway) that have not seen it.
+    pub(super) fn gossip_unseen_n(&mut self, n: usize, skip: &UniqueAddress) {
+        let latest = self.latest.clone();
+        let mut unseen = self.valid_targets(&latest);
+        unseen.retain(|t| !latest.seen_by(t) && *t != skip);
+        let targets: Vec<UniqueAddress> =
+            unseen.choose_multiple(&mut self.rng, n).map(|t| (*t).clone()).collect();
+        for t in targets {
+            self.gossip_to(&t);
+        }
+    }
+
     pub(super) fn on_gossip_status(
         &mut self,
         from: &UniqueAddress,
@@ -245,6 +258,13 @@ impl Cluster {
             .difference(&local.reachability().all_unreachable())
             .next()
             .is_some();
+        // A new version while members are joining, taken in by the leader: news of a joiner (or
+        // of a joiner's acknowledgement) is passed on at once to members that have not seen it,
+        // so the acknowledgements the leader needs to move joiners Up come back within a round
+        // trip instead of over several gossip rounds (see docs/benchmarks.md, "Formation").
+        let admitting = winner.version() != local.version()
+            && winner.members().any(|m| m.status().is_joining())
+            && MembershipState::new(&winner, &me, &self.config.data_center).is_leader(&me);
         self.heard_from_member(now);
         let was_down = self.self_status() == MemberStatus::Down;
         for m in winner.members().filter(|m| !local.has_member(m.node())) {
@@ -264,6 +284,9 @@ impl Cluster {
         }
         if news_of_failure && self.shutdown.is_none() {
             self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
+        }
+        if admitting && self.shutdown.is_none() {
+            self.gossip_unseen_n(GOSSIP_TO_RANDOM_NODES, &from);
         }
         if self.shutdown.is_none() {
             self.remove_on_convergence(now);

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Cluster, JoinError, Phase, ShutdownReason, Timer};
+use super::{Cluster, GOSSIP_TO_RANDOM_NODES, JoinError, Phase, ShutdownReason, Timer};
 use crate::address::{Address, UniqueAddress};
 use crate::compat::check_compat;
 use crate::gossip::Gossip;
@@ -286,6 +286,9 @@ impl Cluster {
                     }
                 } else {
                     self.send_welcome(&node);
+                    // The other members hear of the joiner at once, not in the next rounds:
+                    // the leader moves it Up only once every member has seen it.
+                    self.gossip_unseen_n(GOSSIP_TO_RANDOM_NODES, &node);
                 }
             }
         }

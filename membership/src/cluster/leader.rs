@@ -123,6 +123,7 @@ impl Cluster {
         let exiting: Vec<Member> =
             changed.iter().filter(|m| m.status() == MemberStatus::Exiting).cloned().collect();
         let any_change = !changed.is_empty() || !removed.is_empty();
+        let moved_up = changed.iter().any(|m| m.status() == MemberStatus::Up);
         g.update(changed);
         for n in &removed {
             g.remove(n, wall);
@@ -135,9 +136,10 @@ impl Cluster {
         }
         self.update_latest_gossip(g);
         self.publish(now);
-        if !removed.is_empty() {
+        if !removed.is_empty() || moved_up {
             // A removal is news every member acts on (a singleton moves once its owner is
-            // gone): spread at once, as a failure is.
+            // gone), and members moved Up are what a forming cluster waits for: spread at once,
+            // as a failure is.
             self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         }
         if !exiting.is_empty() {

@@ -958,9 +958,84 @@ fn concurrent_gossip_is_merged_and_talked_back() {
     assert_eq!(*g.version(), local.version().merge(remote.version()), "merged, not bumped");
     assert_eq!(g.seen(), &BTreeSet::from([n(1)]));
     let sent = transmits(&mut c);
-    assert_eq!(sent.len(), 1);
-    assert_eq!(sent[0].to, a(2));
-    assert_eq!(sent_gossip(&sent[0]), &**c.gossip());
+    assert!(sent.iter().all(|s| sent_gossip(s) == &**c.gossip()), "{sent:?}");
+    // Talks back to the sender; and, as the leader taking in news of a joiner, passes it on to
+    // the members that have not seen it.
+    let to: BTreeSet<Address> = sent.iter().map(|s| s.to.clone()).collect();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(to, BTreeSet::from([a(2), a(3), a(4)]));
+}
+
+/// Who of `sent` got a full gossip.
+fn gossip_targets(sent: &[Transmit]) -> BTreeSet<Address> {
+    sent.iter()
+        .filter(|s| matches!(s.message, Message::Gossip { .. }))
+        .map(|s| s.to.clone())
+        .collect()
+}
+
+#[test]
+fn a_member_that_admits_a_joiner_passes_the_news_to_members_that_have_not_seen_it() {
+    let t = t0();
+    let g = gossip((1..=8).map(|i| up(i, u32::try_from(i).unwrap())), &[2]);
+    let mut c = member_core(1, cfg(), t, 2, g);
+    c.handle_message(t, n(9), join_msg(n(9)));
+    let sent = transmits(&mut c);
+    assert_eq!(of_kind(&sent, "Welcome").len(), 1, "{sent:?}");
+    // Five of the seven other members, none of them the joiner, which has its Welcome.
+    let to = gossip_targets(&sent);
+    assert_eq!(to.len(), 5, "{sent:?}");
+    assert!(to.iter().all(|t| (2..=8).map(a).any(|m| m == *t)), "{to:?}");
+    assert!(sent.iter().all(|s| s.message.kind() != "Gossip" || sent_gossip(s).has_member(&n(9))));
+}
+
+#[test]
+fn a_leader_passes_news_of_a_joiner_to_five_members_that_have_not_seen_it() {
+    let t = t0();
+    let base = gossip((1..=8).map(|i| up(i, u32::try_from(i).unwrap())), &[1, 2]);
+    let mut remote = bumped(&base, 2, &[2]);
+    remote.update([joining(9)]);
+
+    // Node 1 is the leader: it talks back to the sender and tells five of the others.
+    let mut leader = member_core(1, cfg(), t, 2, base.clone());
+    leader.handle_message(t, n(2), gossip_msg(2, n(1), &remote));
+    let to = gossip_targets(&transmits(&mut leader));
+    assert_eq!(to.len(), 6, "{to:?}");
+    assert!(to.contains(&a(2)));
+
+    // Node 3 is not: it only talks back.
+    let mut other = member_core(3, cfg(), t, 2, base);
+    other.handle_message(t, n(2), gossip_msg(2, n(3), &remote));
+    assert_eq!(gossip_targets(&transmits(&mut other)), BTreeSet::from([a(2)]));
+
+    // The same version again, now seen by the leader, is no news.
+    let mut again = Gossip::clone(leader.gossip());
+    again.add_seen(&n(4));
+    leader.handle_message(t, n(4), gossip_msg(4, n(1), &again));
+    assert!(gossip_targets(&transmits(&mut leader)).is_empty());
+}
+
+#[test]
+fn a_leader_that_moves_members_up_sends_the_result_to_five_members_at_once() {
+    let t = t0();
+    let mut g = gossip((1..=8).map(|i| up(i, u32::try_from(i).unwrap())), &[]);
+    g.update([joining(9)]);
+    for i in 1..=9 {
+        g.add_seen(&n(i));
+    }
+    let mut c = member_core(1, no_reaper(), t, 2, g);
+    assert!(c.convergence());
+    let sent: Vec<Transmit> = run_until(&mut c, t + secs(1)).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(status_of(&c, 9), Some(Up));
+    let moved: Vec<&Transmit> = sent
+        .iter()
+        .filter(|s| {
+            matches!(s.message, Message::Gossip { .. })
+                && sent_gossip(s).member(&n(9)).map(Member::status) == Some(Up)
+        })
+        .collect();
+    // Five at once, besides whatever the gossip tick sends.
+    assert!(moved.len() >= 5, "{sent:?}");
 }
 
 #[test]

@@ -197,12 +197,54 @@ impl DowningModel {
     /// itself, passes for indirectly connected. Two nodes cut off from each other can then each
     /// take the other for the indirectly connected one and keep themselves: two live clusters.)
     pub fn set_reachability(&mut self, r: &Reachability) {
+        self.set_reachability_seen_from(r, None);
+    }
+
+    /// [`set_reachability`](Self::set_reachability) as `self_node` sees it: without the records
+    /// of an observer that is cut off from `self_node`'s whole side — `self_node` and every
+    /// member it reaches observe that observer as unreachable.
+    ///
+    /// Such records crossed before the cut (no path is left for fresher ones), and nothing on
+    /// this side can tell whether they still hold. Where a partition cut its sides in steps, a
+    /// record of the far side about this node can cross before the cut is complete: with this
+    /// node's own record about the far node it forms a cycle, and the two would be taken for
+    /// indirectly connected although the partition is clean. The node deciding would then down
+    /// itself and the far node, decide on the rest counting both on its side, and keep a part
+    /// that the far side (which saw no cycle) gave up: two live clusters (README, "Split brain
+    /// resolver"). An observer that some member of this side still reaches keeps its records:
+    /// that is an indirect connection (the reference keeps every record).
+    pub fn set_reachability_seen_from(
+        &mut self,
+        r: &Reachability,
+        self_node: Option<&UniqueAddress>,
+    ) {
+        let unreachable_from = |observer: &UniqueAddress, subject: &UniqueAddress| {
+            r.records().any(|rec| {
+                rec.observer == *observer
+                    && rec.subject == *subject
+                    && rec.status != ReachabilityStatus::Reachable
+            })
+        };
+        let cut_off: BTreeSet<UniqueAddress> = match self_node {
+            None => BTreeSet::new(),
+            Some(me) => {
+                let side: Vec<&UniqueAddress> = (self.members.keys())
+                    .filter(|m| *m == me || (self.is_active(m) && !unreachable_from(me, m)))
+                    .collect();
+                (self.members.keys())
+                    .filter(|o| unreachable_from(me, o))
+                    .filter(|o| side.iter().all(|m| *m == *o || unreachable_from(m, o)))
+                    .cloned()
+                    .collect()
+            }
+        };
         let records: Vec<_> = r
             .records()
             .filter(|rec| {
                 rec.status != ReachabilityStatus::Reachable
                     && self.is_active(&rec.observer)
                     && self.is_active(&rec.subject)
+                    && !cut_off.contains(&rec.observer)
             })
             .collect();
         let versions: Vec<_> = records.iter().map(|rec| (rec.observer.clone(), 1)).collect();
@@ -322,18 +364,26 @@ impl DowningModel {
             .collect()
     }
 
-    /// Whether every downable member but `self_node` is indirectly connected while `self_node`
-    /// itself observes some of them unreachable. Downing them would keep this node alone though it
-    /// is cut off from part of them — only the others' records, possibly stale, make them the
-    /// indirectly connected ones and not it. Another node can reach the same conclusion about
-    /// everyone but itself: each keeps itself, and two clusters grow from the two survivors. (A
-    /// node that reaches all the others, their links to each other broken, is kept as usual.)
-    pub fn alone_among_indirectly_connected(&self, self_node: &UniqueAddress) -> bool {
+    /// Whether `decision`, on an indirect connection, would keep `self_node` alone (with joiners
+    /// at most, which count on no side) while `self_node` itself observes one of the indirectly
+    /// connected members as unreachable. Its own link to them is broken, and only the others'
+    /// records, possibly stale, make them the indirectly connected ones and not it; the members
+    /// it still reaches it downs too, as the strategy's decision on the rest. Another node can
+    /// reach the same conclusion about everyone but itself, or the members it gave up can keep
+    /// themselves: each keeps itself, and two clusters grow from the survivors. (A node that
+    /// reaches all the indirectly connected ones, their links to each other broken, is kept as
+    /// usual, even alone.)
+    pub fn keeps_itself_alone(&self, decision: Decision, self_node: &UniqueAddress) -> bool {
         let indirect = self.indirectly_connected();
-        let others: Vec<UniqueAddress> =
-            self.downable().into_iter().filter(|n| n != self_node).collect();
-        let observes_unreachable = self.reachability.records().any(|r| r.observer == *self_node);
-        observes_unreachable && !others.is_empty() && others.iter().all(|n| indirect.contains(n))
+        let observes_indirect = (self.reachability.records())
+            .any(|r| r.observer == *self_node && indirect.contains(&r.subject));
+        let Ok(downs) = self.nodes_to_down(decision, self_node) else { return false };
+        let others: Vec<&UniqueAddress> =
+            self.members(false, false).map(Member::node).filter(|n| *n != self_node).collect();
+        observes_indirect
+            && !downs.contains(self_node)
+            && !others.is_empty()
+            && others.iter().all(|n| downs.contains(*n))
     }
 
     fn indirectly_connected_from_cycles(&self) -> BTreeSet<UniqueAddress> {

@@ -278,7 +278,7 @@ impl SplitBrainResolver {
     /// The reachability of the current gossip.
     pub fn handle_reachability(&mut self, reachability: &Reachability) {
         if self.accepts(|| Input::Reachability(reachability.clone())) {
-            self.model.set_reachability(reachability);
+            self.model.set_reachability_seen_from(reachability, Some(&self.self_node));
         }
     }
 
@@ -476,7 +476,7 @@ impl SplitBrainResolver {
                 Decision::DownIndirectlyConnected
                     | Decision::AcquireLeaseAndDownIndirectlyConnected { .. }
             );
-            if indirect && self.model.alone_among_indirectly_connected(&self.self_node) {
+            if indirect && self.model.keeps_itself_alone(decision, &self.self_node) {
                 decision = Decision::DownAll;
             }
             if decision.acquire_delay().is_some() {

@@ -9,6 +9,13 @@
 //! after the step). A decision to down everyone, or a node downing itself because it was
 //! quarantined, is not about them.
 //!
+//! Records of an observer that the deciding node and every member it reaches observe as
+//! unreachable are left out, as the resolver leaves them out: nothing that node can reach still
+//! talks to that observer, so its records crossed before a cut and may be stale (README, "Split
+//! brain resolver"). Such an observer is on the far side of the decider's view; a decision that
+//! keeps the decider's side downs it anyway, and one that downs the decider's side leaves it to
+//! its own side.
+//!
 //! The resolver ticks after the leader actions and the reaper. When the leader moved a member in
 //! the same step (Joining to WeaklyUp or Up, Leaving to Exiting, a removal: seen in the statuses
 //! before and after the step, or in the core's events when the decision then downed the moved
@@ -46,17 +53,44 @@ fn is_active(g: &Gossip, node: &UniqueAddress) -> bool {
     g.member(node).is_some_and(|m| !m.status().is_down_or_exiting())
 }
 
-/// The indirectly connected members of `g` with the reachability table `table`: from cycles, and
-/// with `seen_evidence` also from records whose subject has seen `g`.
+/// The members whose records `decider` sets aside: those it observes as unreachable, and so does
+/// every active member it does not observe as unreachable.
+fn cut_off_from(
+    g: &Gossip,
+    table: &Reachability,
+    decider: &UniqueAddress,
+) -> BTreeSet<UniqueAddress> {
+    let observes = |o: &UniqueAddress, s: &UniqueAddress| {
+        table.records().any(|r| {
+            r.observer == *o && r.subject == *s && r.status != ReachabilityStatus::Reachable
+        })
+    };
+    let side: Vec<&UniqueAddress> = g
+        .members()
+        .map(|m| m.node())
+        .filter(|m| *m == decider || (is_active(g, m) && !observes(decider, m)))
+        .collect();
+    g.members()
+        .map(|m| m.node())
+        .filter(|o| observes(decider, o) && side.iter().all(|m| m == o || observes(m, o)))
+        .cloned()
+        .collect()
+}
+
+/// The indirectly connected members of `g` with the reachability table `table`, as `decider`
+/// sees them: from cycles, and with `seen_evidence` also from records whose subject has seen `g`.
 fn indirectly_connected_by(
     g: &Gossip,
     table: &Reachability,
+    decider: &UniqueAddress,
     seen_evidence: bool,
 ) -> BTreeSet<UniqueAddress> {
+    let cut_off = cut_off_from(g, table, decider);
     let records: Vec<_> = table
         .records()
         .filter(|r| r.status != ReachabilityStatus::Reachable)
         .filter(|r| is_active(g, &r.observer) && is_active(g, &r.subject))
+        .filter(|r| !cut_off.contains(&r.observer))
         .collect();
     let observers: BTreeSet<&UniqueAddress> = records.iter().map(|r| &r.observer).collect();
     let subjects: BTreeSet<&UniqueAddress> = records.iter().map(|r| &r.subject).collect();
@@ -90,7 +124,7 @@ impl Invariant for IndirectlyConnectedDowned {
             let table = obs.after.reachability();
             let reaped = obs.before.reachability() != table;
             let seen = !reaped && !obs.leader_moved && !leader_acted(obs.before, obs.after);
-            let indirect = indirectly_connected_by(obs.before, table, seen);
+            let indirect = indirectly_connected_by(obs.before, table, obs.self_node, seen);
             let kept = indirect.iter().find(|n| {
                 let downable =
                     obs.before.member(n).is_some_and(|m| !m.status().is_down_or_exiting());

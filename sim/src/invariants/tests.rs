@@ -401,6 +401,24 @@ fn s3_fires_when_a_decision_keeps_an_indirectly_connected_node() {
 }
 
 #[test]
+fn s3_sets_aside_the_records_of_an_observer_cut_off_from_the_deciders_side() {
+    use DecisionTrigger::Stable;
+    let members = [(a(), Up), (b(), Up), (c(), Up), (d(), Up)];
+    // d, b and c all observe a unreachable; a's record about d crossed before the cut. d downs a
+    // and keeps itself: a's stale record makes no cycle of {a, d}.
+    let cut = [(d(), a()), (b(), a()), (c(), a()), (a(), d())];
+    let g = gossip(&members, &[d()], &cut, &[(a(), 1)], &[]);
+    let downs_a = decision(Decision::DownUnreachable, Stable, &[a()]);
+    let ok = deciding(d(), downs_a.clone(), g.clone(), g).check(&mut IndirectlyConnectedDowned);
+    assert_eq!(ok, Ok(()));
+    // c still reaches a: a's record about d may hold, and d, kept, is indirectly connected.
+    let through_c = [(d(), a()), (b(), a()), (a(), d())];
+    let g = gossip(&members, &[d()], &through_c, &[(a(), 1)], &[]);
+    let err = deciding(d(), downs_a, g.clone(), g).check(&mut IndirectlyConnectedDowned);
+    assert!(err.unwrap_err().contains("kept convoke://convoke@sim:10003"));
+}
+
+#[test]
 fn s3_counts_seen_evidence_unless_the_leader_gave_the_gossip_a_new_version_in_the_same_step() {
     use DecisionTrigger::Stable;
     // b sees c unreachable and c has seen the gossip: both are indirectly connected.

@@ -85,6 +85,11 @@ impl Harness {
     fn reachability_changed(&mut self, records: &[(&Member, &Member)]) {
         let subjects: Vec<&Member> = records.iter().map(|(_, to)| *to).collect();
         self.unreachable(&subjects);
+        self.records(records);
+    }
+
+    /// The reachability holds exactly these records; no member changes its reachability.
+    fn records(&mut self, records: &[(&Member, &Member)]) {
         let r = Reachability::from_parts(
             records.iter().map(|(from, to)| Record {
                 observer: from.node().clone(),
@@ -451,6 +456,66 @@ fn a_node_does_not_keep_itself_alone_by_downing_everyone_else_as_indirectly_conn
     h.reachability_changed(&[(&a, &b), (&b, &a), (&c, &d), (&d, &c), (&e, &a), (&e, &c)]);
     h.tick();
     h.expect_down_called(&[&a, &b, &c, &d, &e]);
+    let decision = h.sbr.poll_decision().expect("a decision");
+    assert_eq!(decision.decision, Decision::DownAll);
+    assert!(decision.downs_self);
+}
+
+#[test]
+fn a_record_of_a_member_cut_off_from_this_whole_side_makes_no_indirect_connection() {
+    let (a, b, c, d, _) = abcde();
+    // {A, C} | {B, D}, cut in steps: A's record about B crossed before the cut. B and D both
+    // observe A (and C) unreachable, so nothing on B's side still hears from A: A's record is
+    // set aside, and B sees the clean partition that A sees. On a tie the side with the lowest
+    // address, A's, stays.
+    let mut h = Harness::keep_majority(Duration::ZERO, &b);
+    h.member_up(&[&a, &b, &c, &d]);
+    h.leader(&b);
+    h.unreachable(&[&a, &c]);
+    h.records(&[(&b, &a), (&b, &c), (&d, &a), (&d, &c), (&a, &b)]);
+    h.tick();
+    h.expect_down_called(&[&b, &d]);
+    assert_eq!(h.sbr.poll_decision().map(|d| d.decision), Some(Decision::DownReachable));
+
+    // Were D still to hear from A, A's record could hold: A and B are indirectly connected.
+    let mut h = Harness::keep_majority(Duration::ZERO, &b);
+    h.member_up(&[&a, &b, &c, &d]);
+    h.leader(&b);
+    h.unreachable(&[&a, &c]);
+    h.records(&[(&b, &a), (&b, &c), (&d, &c), (&a, &b)]);
+    h.tick();
+    let decision = h.sbr.poll_decision().expect("a decision");
+    assert_eq!(decision.decision, Decision::DownIndirectlyConnected);
+    assert_eq!(decision.indirectly_connected, nodes(&[&a, &b]));
+}
+
+#[test]
+fn a_node_cut_off_from_an_indirectly_connected_member_does_not_keep_itself_alone() {
+    let (a, b, c, d, e) = abcde();
+    let mut h = Harness::keep_majority(Duration::ZERO, &a);
+    h.member_up(&[&a, &b, &c, &d, &e]);
+    h.leader(&a);
+    // B's links to C and E are cut, and A's to C and D. The reference downs B, C and E as
+    // indirectly connected, then, A, B and E against C and D, downs C and D: A stays alone,
+    // though only the others' records make C one of the indirectly connected and not A, which
+    // cannot reach C itself. A downs all.
+    h.reachability_changed(&[(&b, &c), (&c, &b), (&b, &e), (&e, &b), (&a, &c), (&a, &d)]);
+    h.tick();
+    h.expect_down_called(&[&a, &b, &c, &d, &e]);
+    assert_eq!(h.sbr.poll_decision().map(|d| d.decision), Some(Decision::DownAll));
+}
+
+#[test]
+fn a_joiner_does_not_keep_a_node_from_being_alone_among_the_indirectly_connected() {
+    let (a, b, c, d, e) = abcde();
+    let f = member('f');
+    let mut h = Harness::keep_majority(Duration::ZERO, &e);
+    h.member_up(&[&a, &b, &c, &d, &e]);
+    // F is joining through E: it counts on no side, and keeping E with F is keeping E alone.
+    h.event(ClusterEvent::MemberJoined(joining(&f)));
+    h.leader(&e);
+    h.reachability_changed(&[(&a, &b), (&b, &a), (&c, &d), (&d, &c), (&e, &a), (&e, &c)]);
+    h.tick();
     let decision = h.sbr.poll_decision().expect("a decision");
     assert_eq!(decision.decision, Decision::DownAll);
     assert!(decision.downs_self);
