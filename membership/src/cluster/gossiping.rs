@@ -136,30 +136,27 @@ impl Cluster {
         self.send(node.address.clone(), msg);
     }
 
-    /// Sends the full gossip to up to `n` random valid members.
-    pub(super) fn gossip_random_n(&mut self, n: usize) {
+    /// Sends the full gossip to up to `n` random valid members that `pick` accepts.
+    fn gossip_random_n_of(&mut self, n: usize, pick: impl Fn(&Gossip, &UniqueAddress) -> bool) {
         let latest = self.latest.clone();
-        let targets: Vec<UniqueAddress> = self
-            .valid_targets(&latest)
-            .choose_multiple(&mut self.rng, n)
-            .map(|n| (*n).clone())
-            .collect();
+        let mut candidates = self.valid_targets(&latest);
+        candidates.retain(|t| pick(&latest, t));
+        let targets: Vec<UniqueAddress> =
+            candidates.choose_multiple(&mut self.rng, n).map(|t| (*t).clone()).collect();
         for t in targets {
             self.gossip_to(&t);
         }
     }
 
+    /// Sends the full gossip to up to `n` random valid members.
+    pub(super) fn gossip_random_n(&mut self, n: usize) {
+        self.gossip_random_n_of(n, |_, _| true);
+    }
+
     /// Sends the full gossip to up to `n` random valid members other than `skip` (who hears of
     /// it anyway) that have not seen it.
     pub(super) fn gossip_unseen_n(&mut self, n: usize, skip: &UniqueAddress) {
-        let latest = self.latest.clone();
-        let mut unseen = self.valid_targets(&latest);
-        unseen.retain(|t| !latest.seen_by(t) && *t != skip);
-        let targets: Vec<UniqueAddress> =
-            unseen.choose_multiple(&mut self.rng, n).map(|t| (*t).clone()).collect();
-        for t in targets {
-            self.gossip_to(&t);
-        }
+        self.gossip_random_n_of(n, |g, t| !g.seen_by(t) && t != skip);
     }
 
     pub(super) fn on_gossip_status(
@@ -262,15 +259,16 @@ impl Cluster {
         // of a joiner's acknowledgement) is passed on at once to members that have not seen it,
         // so the acknowledgements the leader needs to move joiners Up come back within a round
         // trip instead of over several gossip rounds (see docs/benchmarks.md, "Formation").
-        let admitting = winner.version() != local.version()
-            && winner.members().any(|m| m.status().is_joining())
-            && MembershipState::new(&winner, &me, &self.config.data_center).is_leader(&me);
+        let new_version = winner.version() != local.version();
         self.heard_from_member(now);
         let was_down = self.self_status() == MemberStatus::Down;
         for m in winner.members().filter(|m| !local.has_member(m.node())) {
             self.heartbeat.forget(m.address());
         }
         self.set_latest(winner);
+        let admitting = new_version
+            && self.latest.members().any(|m| m.status().is_joining())
+            && self.membership().is_leader(&me);
         self.down_other_incarnations_of_self();
         self.down_self_if_joined_cluster_is_downed(now);
         self.publish(now);

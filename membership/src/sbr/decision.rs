@@ -218,26 +218,15 @@ impl DowningModel {
         r: &Reachability,
         self_node: Option<&UniqueAddress>,
     ) {
-        let unreachable_from = |observer: &UniqueAddress, subject: &UniqueAddress| {
-            r.records().any(|rec| {
-                rec.observer == *observer
-                    && rec.subject == *subject
-                    && rec.status != ReachabilityStatus::Reachable
-            })
-        };
-        let cut_off: BTreeSet<UniqueAddress> = match self_node {
-            None => BTreeSet::new(),
-            Some(me) => {
-                let side: Vec<&UniqueAddress> = (self.members.keys())
-                    .filter(|m| *m == me || (self.is_active(m) && !unreachable_from(me, m)))
-                    .collect();
-                (self.members.keys())
-                    .filter(|o| unreachable_from(me, o))
-                    .filter(|o| side.iter().all(|m| *m == *o || unreachable_from(m, o)))
-                    .cloned()
-                    .collect()
-            }
-        };
+        let cut_off: BTreeSet<UniqueAddress> = self_node.map_or_else(BTreeSet::new, |me| {
+            let observed = r.all_unreachable_from(me);
+            let side: Vec<&UniqueAddress> = (self.members.keys())
+                .filter(|m| *m == me || (self.is_active(m) && !observed.contains(*m)))
+                .collect();
+            (observed.into_iter())
+                .filter(|o| side.iter().all(|m| *m == o || !r.is_reachable_by(m, o)))
+                .collect()
+        });
         let records: Vec<_> = r
             .records()
             .filter(|rec| {
@@ -375,15 +364,16 @@ impl DowningModel {
     /// usual, even alone.)
     pub fn keeps_itself_alone(&self, decision: Decision, self_node: &UniqueAddress) -> bool {
         let indirect = self.indirectly_connected();
-        let observes_indirect = (self.reachability.records())
-            .any(|r| r.observer == *self_node && indirect.contains(&r.subject));
+        let observes_indirect = (self.reachability.all_unreachable_from(self_node))
+            .iter()
+            .any(|n| indirect.contains(n));
+        if !observes_indirect {
+            return false;
+        }
         let Ok(downs) = self.nodes_to_down(decision, self_node) else { return false };
-        let others: Vec<&UniqueAddress> =
-            self.members(false, false).map(Member::node).filter(|n| *n != self_node).collect();
-        observes_indirect
-            && !downs.contains(self_node)
-            && !others.is_empty()
-            && others.iter().all(|n| downs.contains(*n))
+        let mut others =
+            self.members(false, false).map(Member::node).filter(|n| *n != self_node).peekable();
+        !downs.contains(self_node) && others.peek().is_some() && others.all(|n| downs.contains(n))
     }
 
     fn indirectly_connected_from_cycles(&self) -> BTreeSet<UniqueAddress> {

@@ -60,19 +60,14 @@ fn cut_off_from(
     table: &Reachability,
     decider: &UniqueAddress,
 ) -> BTreeSet<UniqueAddress> {
-    let observes = |o: &UniqueAddress, s: &UniqueAddress| {
-        table.records().any(|r| {
-            r.observer == *o && r.subject == *s && r.status != ReachabilityStatus::Reachable
-        })
-    };
+    let observed = table.all_unreachable_from(decider);
     let side: Vec<&UniqueAddress> = g
         .members()
         .map(|m| m.node())
-        .filter(|m| *m == decider || (is_active(g, m) && !observes(decider, m)))
+        .filter(|m| *m == decider || (is_active(g, m) && !observed.contains(*m)))
         .collect();
-    g.members()
-        .map(|m| m.node())
-        .filter(|o| observes(decider, o) && side.iter().all(|m| m == o || observes(m, o)))
+    (observed.iter())
+        .filter(|o| side.iter().all(|m| m == o || !table.is_reachable_by(m, o)))
         .cloned()
         .collect()
 }
