@@ -35,7 +35,10 @@ struct Driver {
     metrics: Metrics,
     commands: mpsc::Receiver<Command>,
     network: Option<Network>,
-    events: broadcast::Sender<ClusterEvent>,
+    /// Created by the first subscription: until someone listens, events go nowhere, and the
+    /// channel's buffer (`EVENT_BUFFER` slots) is not worth holding (`docs/benchmarks.md`,
+    /// "Memory per node"). A subscription starts from the current state, so nothing is missed.
+    events: Option<broadcast::Sender<ClusterEvent>>,
     snapshots: watch::Sender<Arc<Snapshot>>,
     terminated: watch::Sender<Option<Termination>>,
     /// The lease of the lease-majority strategy, when it is active.
@@ -51,7 +54,6 @@ pub(crate) fn spawn(
     metrics: Metrics,
 ) -> Control {
     let (commands_tx, commands) = mpsc::channel(COMMAND_BUFFER);
-    let (events, _) = broadcast::channel(EVENT_BUFFER);
     let (snapshots_tx, snapshots) = watch::channel(snapshot(&core));
     let (terminated_tx, terminated) = watch::channel(None);
     let driver = Driver {
@@ -60,7 +62,7 @@ pub(crate) fn spawn(
         metrics,
         commands,
         network,
-        events,
+        events: None,
         snapshots: snapshots_tx,
         terminated: terminated_tx,
         lease,
@@ -148,7 +150,9 @@ impl Driver {
             Termination::Stopped => tracing::info!("cluster node stopped"),
         }
         // The last event subscribers see before their streams end.
-        let _ = self.events.send(ClusterEvent::ClusterShuttingDown);
+        if let Some(events) = &self.events {
+            let _ = events.send(ClusterEvent::ClusterShuttingDown);
+        }
         if let Some(lease) = &mut self.lease {
             lease.release_on_stop().await;
         }
@@ -179,7 +183,8 @@ impl Driver {
             Command::Down(address) => self.core.down(now, &address),
             Command::PrepareForFullShutdown => self.core.prepare_for_full_shutdown(now),
             Command::Subscribe(reply) => {
-                let _ = reply.send((self.core.initial_events(), self.events.subscribe()));
+                let events = self.events.get_or_insert_with(|| broadcast::channel(EVENT_BUFFER).0);
+                let _ = reply.send((self.core.initial_events(), events.subscribe()));
             }
             Command::Ping(reply) => {
                 let _ = reply.send(());
@@ -221,7 +226,9 @@ impl Driver {
         while let Some(e) = self.core.poll_event() {
             log_event(&e);
             changed = true;
-            let _ = self.events.send(e);
+            if let Some(events) = &self.events {
+                let _ = events.send(e);
+            }
         }
         let current = self.snapshots.borrow().gossip.clone();
         if changed || !Arc::ptr_eq(&current, self.core.gossip()) {
