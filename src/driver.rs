@@ -150,9 +150,7 @@ impl Driver {
             Termination::Stopped => tracing::info!("cluster node stopped"),
         }
         // The last event subscribers see before their streams end.
-        if let Some(events) = &self.events {
-            let _ = events.send(ClusterEvent::ClusterShuttingDown);
-        }
+        self.emit(ClusterEvent::ClusterShuttingDown);
         if let Some(lease) = &mut self.lease {
             lease.release_on_stop().await;
         }
@@ -160,6 +158,13 @@ impl Driver {
             network.transport.shutdown(Duration::from_secs(2)).await;
         }
         self.terminated.send_replace(Some(termination));
+    }
+
+    /// Hands `e` to the subscribers, if anyone has subscribed yet.
+    fn emit(&self, e: ClusterEvent) {
+        if let Some(events) = &self.events {
+            let _ = events.send(e);
+        }
     }
 
     fn record_round_trip(&self, now: std::time::Instant, creation_time_nanos: i64) {
@@ -226,9 +231,7 @@ impl Driver {
         while let Some(e) = self.core.poll_event() {
             log_event(&e);
             changed = true;
-            if let Some(events) = &self.events {
-                let _ = events.send(e);
-            }
+            self.emit(e);
         }
         let current = self.snapshots.borrow().gossip.clone();
         if changed || !Arc::ptr_eq(&current, self.core.gossip()) {
