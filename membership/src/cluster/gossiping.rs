@@ -207,6 +207,10 @@ impl Cluster {
             self.readmit_forgotten_joiner(now, &from, &remote);
             return;
         }
+        if !self.is_initialized() && *to == me {
+            self.on_gossip_while_joining(now, from, &remote);
+            return;
+        }
         if !self.is_initialized()
             || *to != me
             || !self.latest.reachability().is_reachable_by(&me, &from)

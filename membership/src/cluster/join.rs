@@ -301,15 +301,44 @@ impl Cluster {
     }
 
     pub(super) fn on_welcome(&mut self, now: Instant, from: UniqueAddress, gossip: Arc<Gossip>) {
-        let expected = match &self.phase {
-            Phase::Initialized => return,
+        if self.welcome_expected_from(&from) {
+            self.admitted(now, from, &gossip);
+        }
+    }
+
+    /// Gossip addressed to a node that asked to join and is not in yet. A member sends it only
+    /// once this incarnation is in its member table, so it stands for a Welcome that was lost:
+    /// without it, the joiner would wait a whole `retry_unsuccessful_join_after` (and another on
+    /// each further loss) while the rest of the cluster already counts it as a member. The same
+    /// senders are accepted as for a Welcome.
+    pub(super) fn on_gossip_while_joining(
+        &mut self,
+        now: Instant,
+        from: UniqueAddress,
+        gossip: &Gossip,
+    ) {
+        if self.asked_to_join && self.welcome_expected_from(&from) && gossip.has_member(&from) {
+            self.admitted(now, from, gossip);
+        }
+    }
+
+    /// Whether this node takes its first state from `from`: from anyone before it has asked a
+    /// node, then only from the node it asked last.
+    fn welcome_expected_from(&self, from: &UniqueAddress) -> bool {
+        match &self.phase {
+            Phase::Initialized => false,
             Phase::Uninitialized => true,
             Phase::TryingToJoin { join_with } => *join_with == from.address,
-        };
-        if !expected || !gossip.has_member(&self.self_node) || gossip.check_invariants().is_err() {
+        }
+    }
+
+    /// Takes `gossip` from member `from` as this node's first state, when it holds this
+    /// incarnation.
+    fn admitted(&mut self, now: Instant, from: UniqueAddress, gossip: &Gossip) {
+        if !gossip.has_member(&self.self_node) || gossip.check_invariants().is_err() {
             return;
         }
-        let mut g = Gossip::clone(&gossip);
+        let mut g = gossip.clone();
         g.add_seen(&self.self_node);
         self.set_latest(g);
         self.become_initialized(now);

@@ -558,6 +558,52 @@ fn any_welcome_is_accepted_while_uninitialized() {
 }
 
 #[test]
+fn a_joiner_whose_welcome_was_lost_takes_gossip_from_its_host_that_holds_it() {
+    let t = t0();
+    let mut c = new_core(2, cfg(), t);
+    c.join(t, a(1)).unwrap();
+    drain(&mut c);
+    let g = gossip([up(1, 1), up(3, 2), joining(2)], &[1, 3]);
+    c.handle_message(t + ms(50), n(1), gossip_msg(1, n(2), &g));
+    assert!(c.is_initialized());
+    assert_eq!(c.self_status(), Joining);
+    assert_eq!(c.gossip().version(), g.version(), "not a local change");
+    assert!(c.gossip().seen_by(&n(2)));
+    let sent = transmits(&mut c);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].to, a(1));
+    assert_eq!(sent_gossip(&sent[0]), &**c.gossip(), "the joiner gossips back to its host");
+    let later = run_until(&mut c, t + secs(25));
+    assert!(later.iter().all(|(_, tr)| tr.message.kind() != "Join"), "the join retry is off");
+}
+
+#[test]
+fn gossip_to_a_joiner_is_taken_only_from_its_host_and_only_when_it_holds_this_incarnation() {
+    let t = t0();
+    let g = gossip([up(1, 1), up(3, 2), joining(2)], &[1, 3]);
+    // Never asked to join: gossip does not make a member.
+    let mut c = new_core(2, cfg(), t);
+    c.handle_message(t, n(1), gossip_msg(1, n(2), &g));
+    assert!(!c.is_initialized());
+
+    c.join(t, a(1)).unwrap();
+    drain(&mut c);
+    // From a member other than the node asked.
+    c.handle_message(t, n(3), gossip_msg(3, n(2), &g));
+    assert!(!c.is_initialized());
+    // Holding another incarnation at this address.
+    let earlier = Member::joining(node("h2:2552", 77), dc_roles(), AppVersion::default());
+    let other = gossip([up(1, 1), up(3, 2), earlier], &[1, 3]);
+    c.handle_message(t, n(1), gossip_msg(1, n(2), &other));
+    assert!(!c.is_initialized());
+    // Addressed to someone else.
+    c.handle_message(t, n(1), gossip_msg(1, n(3), &g));
+    assert!(!c.is_initialized());
+    assert!(c.gossip().is_empty());
+    assert!(transmits(&mut c).iter().all(|tr| !is_gossip(tr)));
+}
+
+#[test]
 fn join_is_resent_after_retry_unsuccessful_join_after() {
     let t = t0();
     let mut c = new_core(2, cfg(), t);

@@ -2,7 +2,8 @@
 //!
 //! A node must not take in a gossip addressed to another incarnation (`to` ≠ its uid), from a
 //! sender it does not know or marks unreachable, that does not contain it, that waited in its
-//! inbox longer than `gossip_time_to_live`, or before it has joined. It must not admit a joiner of
+//! inbox longer than `gossip_time_to_live`, or before it has joined (except from a member that
+//! holds it: a joiner whose Welcome was lost takes that gossip in its place). It must not admit a joiner of
 //! another actor system, nor a new incarnation of an address while the old one is still a member.
 //! A step that changed the gossip after such an input is a violation.
 //!
@@ -35,7 +36,9 @@ impl Invariant for GossipAcceptance {
                 let reason = if to != me {
                     Some(format!("it was addressed to uid {}", to.uid))
                 } else if obs.before.is_empty() {
-                    Some("this node has not joined".to_owned())
+                    // A joiner whose Welcome was lost takes the gossip in its place.
+                    let welcome = gossip.has_member(me) && gossip.has_member(from);
+                    (!welcome).then(|| "this node has not joined".to_owned())
                 } else if !obs.before.has_member(from) {
                     let joiner = gossip.member(from);
                     let joining =
