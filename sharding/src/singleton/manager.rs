@@ -22,6 +22,8 @@ enum StopCause {
     HandOver,
     LeaseLost,
     Shutdown,
+    /// The node was frozen while the instance ran: the others may have removed it meanwhile.
+    Frozen,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,10 +40,12 @@ enum Timer {
     Retry,
     /// Ask for the lease again after a refusal.
     LeaseRetry,
+    /// Wake up every retry interval while the instance runs here, so that a freeze is noticed.
+    Watch,
 }
 
 #[derive(Clone, Debug, Default)]
-struct Timers([Option<Instant>; 2]);
+struct Timers([Option<Instant>; 3]);
 
 impl Timers {
     fn set(&mut self, t: Timer, at: Instant) {
@@ -123,7 +127,9 @@ struct View {
 /// start one, and no node it knows of was removed less than a removal margin ago. An input that
 /// arrives more than a retry interval after the deadline the manager asked for shows that the node
 /// was frozen; its view may be stale (the others may have removed it meanwhile), so it starts
-/// nothing until a removal margin later.
+/// nothing until a removal margin later, and stops an instance running here when another member
+/// could host it (while the instance runs, the manager asks to be woken every retry interval so
+/// that a freeze is noticed).
 #[derive(Debug)]
 pub struct SingletonManager {
     config: SingletonConfig,
@@ -313,8 +319,10 @@ impl SingletonManager {
                 _ => {}
             }
         }
-        // A refused lease is asked for again by `update`, once this timer is gone.
+        // A refused lease is asked for again by `update`, once this timer is gone; the watch is
+        // armed again there.
         self.timers.take_due(Timer::LeaseRetry, now);
+        self.timers.take_due(Timer::Watch, now);
         self.update(now);
     }
 
@@ -439,14 +447,28 @@ impl SingletonManager {
         }
         self.serve_requests(now);
         self.announce_release();
+        if self.instance != Instance::Running {
+            self.timers.clear(Timer::Watch);
+        } else if self.timers.get(Timer::Watch).is_none() {
+            self.timers.set(Timer::Watch, now + self.config.hand_over_retry_interval);
+        }
         self.expected = self.poll_timeout();
     }
 
-    /// Notes a freeze: `now` is more than a retry interval past the deadline asked for.
+    /// Notes a freeze: `now` is more than a retry interval past the deadline asked for. An
+    /// instance running here is stopped if another member could host it: while this node was
+    /// frozen the others may have removed it and, a removal margin later, started their own.
+    /// Its stop must not wait for the node's own membership to say so, which after a long
+    /// freeze takes the resolver another `stable_after`.
     fn observe(&mut self, now: Instant) {
         let late = self.expected.is_some_and(|d| now > d + self.config.hand_over_retry_interval);
-        if late && !self.shut_down {
-            self.hold_until = Some(now + self.config.removal_margin);
+        if !late || self.shut_down {
+            return;
+        }
+        self.hold_until = Some(now + self.config.removal_margin);
+        let others = self.view.statuses.keys().any(|n| *n != self.self_node);
+        if self.instance == Instance::Running && others {
+            self.stop_instance(StopCause::Frozen);
         }
     }
 
@@ -467,6 +489,7 @@ impl SingletonManager {
                 Phase::HandingOver
             }
             Instance::Stopping(StopCause::LeaseLost) if oldest => Phase::AcquiringLease,
+            Instance::Stopping(StopCause::Frozen) if oldest => Phase::WaitingForRemoval,
             Instance::Stopping(StopCause::Shutdown) => Phase::Stopped,
             Instance::Stopping(_) => Phase::HandingOver,
             Instance::Absent if oldest => self.try_start(),

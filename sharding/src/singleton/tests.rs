@@ -435,6 +435,40 @@ fn a_node_frozen_past_its_deadline_waits_a_margin_of_running_time_before_startin
 }
 
 #[test]
+fn a_host_frozen_while_running_stops_at_once_and_starts_again_a_margin_later() {
+    // While node 0 is frozen, the others may remove it and, a margin later, start their own
+    // instance; its resolver would need another stable_after to tell it so.
+    let mut net = three_up();
+    let retry = net.nodes[0].m.config().hand_over_retry_interval;
+    let margin = net.nodes[0].m.config().removal_margin;
+    // On time, the watch changes nothing.
+    net.advance(Duration::from_secs(30));
+    assert_eq!(net.log, ["start 0"]);
+    assert_eq!(net.nodes[0].m.poll_timeout(), Some(net.now + retry), "the watch is armed");
+
+    net.now += retry * 5;
+    net.timeout(0);
+    assert_eq!(net.log, ["start 0", "stop 0"]);
+    assert_eq!(net.phase(0), Phase::WaitingForRemoval);
+    net.stopped(0);
+    assert_eq!(net.phase(0), Phase::WaitingForRemoval);
+    net.starts_after(0, margin);
+    assert_eq!(net.phase(0), Phase::Running);
+}
+
+#[test]
+fn a_host_frozen_alone_in_its_cluster_keeps_its_instance() {
+    let mut net = Net::new(1);
+    net.view_all(&all(1, Up));
+    assert_eq!(net.running(), [0]);
+    let retry = net.nodes[0].m.config().hand_over_retry_interval;
+    net.now += retry * 5;
+    net.timeout(0);
+    assert_eq!(net.log, ["start 0"]);
+    assert_eq!(net.phase(0), Phase::Running);
+}
+
+#[test]
 fn the_recommended_removal_margin_covers_detection_and_stopping_on_the_other_side() {
     let cluster = convoke_membership::Config::default();
     let margin = SingletonConfig::removal_margin_for(&cluster, Duration::from_secs(2));
