@@ -17,7 +17,8 @@ use support::process::{Proc, address};
 const T: Duration = Duration::from_secs(90);
 
 /// The example's settings: fast failure detection, keep-majority after 2 s of stability and a
-/// 2 s stop allowance (so the removal margin is 2 + 3 + 0.6 + 2 = 7.6 s), and `extra`.
+/// 2 s stop allowance (so the removal margin is 2 + 4 + 3 + 0.6 + 2 = 11.6 s: `stable_after`,
+/// down-all-when-unstable, failure detection, stop), and `extra`.
 fn sets(extra: &[String]) -> Vec<String> {
     let mut sets = fast_sets();
     sets.extend([

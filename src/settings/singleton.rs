@@ -24,10 +24,10 @@ pub struct SingletonSettings {
     pub hand_over_timeout: Duration,
     /// After the previous host is removed, how long the next oldest waits before starting, so
     /// that a host on the other side of a partition has downed itself and stopped its instance
-    /// first. `"auto"`: the split-brain resolver's `stable_after`, plus the failure detector's
-    /// `acceptable_heartbeat_pause` and three heartbeat intervals (the other side may detect
-    /// the partition later), plus `hand_over_timeout` (its instance's time to stop): 36 s with
-    /// the defaults. See `docs/singleton.md`.
+    /// first. `"auto"`: the split-brain resolver's `stable_after` and `down_all_when_unstable`
+    /// delay, plus the failure detector's `acceptable_heartbeat_pause` and three heartbeat
+    /// intervals (the other side may detect the partition later), plus `hand_over_timeout` (its
+    /// instance's time to stop): 51 s with the defaults. See `docs/singleton.md`.
     #[serde(with = "auto_duration")]
     pub removal_margin: Option<Duration>,
     /// Asks a proxy holds while no instance runs (more are refused at once).

@@ -264,6 +264,14 @@ impl Cluster {
         // so the acknowledgements the leader needs to move joiners Up come back within a round
         // trip instead of over several gossip rounds (see docs/benchmarks.md, "Formation").
         let new_version = winner.version() != local.version();
+        // Members this node knew as joining that the leader has moved Up: passed on at once to
+        // members that have not seen it, as the leader itself does, so that a forming cluster
+        // learns it is all Up within a few round trips rather than a few gossip rounds.
+        let news_of_up = new_version
+            && winner.members().any(|m| {
+                m.status() == MemberStatus::Up
+                    && local.member(m.node()).is_some_and(|l| l.status().is_joining())
+            });
         self.heard_from_member(now);
         let was_down = self.self_status() == MemberStatus::Down;
         for m in winner.members().filter(|m| !local.has_member(m.node())) {
@@ -287,7 +295,7 @@ impl Cluster {
         if news_of_failure && self.shutdown.is_none() {
             self.gossip_random_n(GOSSIP_TO_RANDOM_NODES);
         }
-        if admitting && self.shutdown.is_none() {
+        if (admitting || news_of_up) && self.shutdown.is_none() {
             self.gossip_unseen_n(GOSSIP_TO_RANDOM_NODES, &from);
         }
         if self.shutdown.is_none() {

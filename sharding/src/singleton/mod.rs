@@ -70,21 +70,25 @@ impl SingletonConfig {
 
     /// A removal margin that covers the other side of a partition, for a cluster configured as
     /// `cluster` whose instances stop within `stop_timeout` once asked: the resolver's
-    /// `stable_after`, plus one failure-detection time (`acceptable_heartbeat_pause` and three
-    /// heartbeat intervals), plus `stop_timeout`.
+    /// `stable_after` and its `down_all_when_unstable` delay (when on), plus one failure-detection
+    /// time (`acceptable_heartbeat_pause` and three heartbeat intervals), plus `stop_timeout`.
     ///
     /// `stable_after` alone is not enough. The side that is cut off may start its resolver's wait
     /// up to one failure-detection time after this side decided: it detects the partition later,
     /// or a moment of healing just before this side's decision restarts its wait. It then waits
-    /// `stable_after`, downs itself, and still needs `stop_timeout` to end its instance. The
+    /// `stable_after`, downs itself, and still needs `stop_timeout` to end its instance. If its
+    /// reachability keeps changing meanwhile (the partition is not clean), its wait lasts until
+    /// down-all-when-unstable ends it, `down_all_when_unstable` after `stable_after`. The
     /// simulator finds runs in which `stable_after` alone lets two instances overlap by a few
-    /// seconds; with this margin it finds none.
+    /// seconds, and one in which a margin without the unstable delay lets them overlap by 7 s.
     pub fn removal_margin_for(
         cluster: &convoke_membership::Config,
         stop_timeout: Duration,
     ) -> Duration {
         let fd = &cluster.failure_detector;
-        cluster.split_brain_resolver.stable_after
+        let sbr = &cluster.split_brain_resolver;
+        sbr.stable_after
+            + sbr.down_all_when_unstable_after().unwrap_or_default()
             + fd.acceptable_heartbeat_pause
             + fd.heartbeat_interval * 3
             + stop_timeout

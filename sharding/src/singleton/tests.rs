@@ -472,8 +472,9 @@ fn a_host_frozen_alone_in_its_cluster_keeps_its_instance() {
 fn the_recommended_removal_margin_covers_detection_and_stopping_on_the_other_side() {
     let cluster = convoke_membership::Config::default();
     let margin = SingletonConfig::removal_margin_for(&cluster, Duration::from_secs(2));
-    // 20 s stable_after + 3 s acceptable pause + 3 × 1 s heartbeats + 2 s to stop.
-    assert_eq!(margin, Duration::from_secs(28));
+    // 20 s stable_after + 15 s down-all-when-unstable + 3 s acceptable pause + 3 × 1 s heartbeats
+    // + 2 s to stop.
+    assert_eq!(margin, Duration::from_secs(43));
 }
 
 #[test]
