@@ -266,12 +266,13 @@ impl Cluster {
         let new_version = winner.version() != local.version();
         // Members this node knew as joining that the leader has moved Up: passed on at once to
         // members that have not seen it, as the leader itself does, so that a forming cluster
-        // learns it is all Up within a few round trips rather than a few gossip rounds.
+        // learns it is all Up within a few round trips rather than a few gossip rounds. Only the
+        // local joiners are looked up: in a formed cluster there are none.
         let news_of_up = new_version
-            && winner.members().any(|m| {
-                m.status() == MemberStatus::Up
-                    && local.member(m.node()).is_some_and(|l| l.status().is_joining())
-            });
+            && local
+                .members()
+                .filter(|m| m.status().is_joining())
+                .any(|l| winner.member(l.node()).is_some_and(|m| m.status() == MemberStatus::Up));
         self.heard_from_member(now);
         let was_down = self.self_status() == MemberStatus::Down;
         for m in winner.members().filter(|m| !local.has_member(m.node())) {

@@ -3,8 +3,9 @@
 //! A node must not take in a gossip addressed to another incarnation (`to` ≠ its uid), from a
 //! sender it does not know or marks unreachable, that does not contain it, that waited in its
 //! inbox longer than `gossip_time_to_live`, or before it has joined (except from a member that
-//! holds it: a joiner whose Welcome was lost takes that gossip in its place). It must not admit a joiner of
-//! another actor system, nor a new incarnation of an address while the old one is still a member.
+//! holds it: a joiner whose Welcome was lost takes that gossip in its place). It must not admit a
+//! joiner of another actor system, nor a new incarnation of an address while the old one is still
+//! a member.
 //! A step that changed the gossip after such an input is a violation.
 //!
 //! One exception: gossip from a node that is not a member, that holds this node as a member and
