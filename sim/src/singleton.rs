@@ -52,7 +52,8 @@ pub fn linger(config: &SingletonConfig) -> Duration {
 #[serde(rename_all = "kebab-case")]
 pub enum Margin {
     /// [`SingletonConfig::removal_margin_for`] with [`MAX_STOP_DELAY`]: the resolver's
-    /// `stable_after`, a failure-detection time and the time an instance takes to stop.
+    /// `stable_after` and down-all-when-unstable delay, a failure-detection time and the time an
+    /// instance takes to stop.
     #[default]
     Recommended,
     /// The resolver's `stable_after` alone, which lets two instances overlap (see

@@ -59,14 +59,17 @@ fn the_singleton_layer_leaves_the_membership_run_as_it_was() {
     let run = |singleton: bool| {
         let mut opts = SimOptions::new(5, 5);
         opts.net.loss = 0.05;
+        let config = singleton::config(&opts.config, Margin::Recommended);
+        // Detection, the resolver's decision and the removal, then the margin.
+        let replaced_within = Duration::from_secs(32) + config.removal_margin;
         if singleton {
-            opts.singleton = Some(singleton::config(&opts.config, Margin::Recommended));
+            opts.singleton = Some(config);
         }
         let mut sim = Sim::new(opts);
         start_bulk(&mut sim, &[0, 1, 2, 3, 4]);
         sim.run_for(Duration::from_secs(20));
         sim.apply(Action::Crash(0));
-        sim.run_for(Duration::from_secs(60));
+        sim.run_for(replaced_within);
         sim.apply(Action::Leave(1));
         sim.run_for(Duration::from_secs(30));
         let starts = sim.singletons().map_or(0, |s| s.stats.starts);
