@@ -1,0 +1,776 @@
+//! The shard coordinator: [`Coordinator`], one per entity type, on the oldest member with the
+//! role (it runs as a cluster singleton).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::mem;
+use std::sync::Arc;
+use std::time::Instant;
+
+use convoke_membership::{Member, MemberStatus, UniqueAddress};
+
+use super::allocation::{LeastShardAllocation, RegionLoad};
+use super::state::{Ballot, CoordinatorState, ReplicaMsg, StateVersion};
+use super::timers::Timers;
+use super::{CoordinatorMsg, RegionMsg, ShardId, ShardingConfig};
+
+/// Homes per ShardHomes message sent to a region that registers.
+const HOMES_PER_MESSAGE: usize = 500;
+
+/// What the coordinator asks its driver to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CoordinatorOutput {
+    /// A message for the region of the entity type on node `to`.
+    ToRegion {
+        /// The region's node.
+        to: UniqueAddress,
+        /// The message.
+        msg: RegionMsg,
+    },
+    /// A message for the replica of the entity type on node `to` (possibly this node).
+    ToReplica {
+        /// The replica's node.
+        to: UniqueAddress,
+        /// The message.
+        msg: ReplicaMsg,
+    },
+}
+
+/// What the coordinator is doing, for the management API and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoordinatorStatus {
+    /// `recovering` (reading the replicas), `active`, or `fenced` (a newer coordinator wrote;
+    /// this one no longer acts).
+    pub phase: &'static str,
+    /// The version of the table last written to a majority.
+    pub version: Option<StateVersion>,
+    /// Each region with its number of shards, in the written table.
+    pub regions: Vec<(UniqueAddress, usize)>,
+    /// Shards being handed off.
+    pub handoffs: usize,
+    /// Whether a write is waiting for a majority.
+    pub writing: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Timer {
+    /// Re-send reads, writes and unanswered HostShard.
+    Retry,
+    /// Look for shards to move.
+    Rebalance,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Reading the replicas; the replies so far by node.
+    Recovering(BTreeMap<UniqueAddress, Option<(StateVersion, Arc<CoordinatorState>)>>),
+    Active,
+    /// A replica refused a write: a coordinator with a higher ballot exists.
+    Fenced,
+}
+
+/// Something to do once the change that called for it is on a majority.
+#[derive(Clone, Debug)]
+enum Effect {
+    /// HostShard to the region the shard was allocated to, if it is still there.
+    Host(ShardId, UniqueAddress),
+    /// RegisterAck and the known homes.
+    Welcome(UniqueAddress),
+    /// Answer the GetShardHome requests waiting for the shard; with `eager`, allocate it even if
+    /// nobody waits.
+    Settle { shard: ShardId, eager: bool },
+    /// HostShard to every allocated shard's region (after recovery).
+    HostAll,
+}
+
+#[derive(Debug)]
+struct Write {
+    version: StateVersion,
+    state: Arc<CoordinatorState>,
+    acks: BTreeSet<UniqueAddress>,
+    effects: Vec<Effect>,
+}
+
+#[derive(Debug)]
+struct Handoff {
+    from: UniqueAddress,
+    /// Regions and proxies that have not acknowledged BeginHandOff.
+    awaiting: BTreeSet<UniqueAddress>,
+    /// HandOff has been sent to `from`.
+    handing_off: bool,
+    deadline: Instant,
+}
+
+/// The shard coordinator of one entity type: a deterministic state machine with no IO.
+///
+/// # Call protocol
+/// 1. Build it with [`Coordinator::new`] when the singleton starts here; it begins by reading
+///    the replicas.
+/// 2. Feed it inputs, each with the current time `now` (never decreasing):
+///    - [`handle_members`](Self::handle_members) with the membership and the unreachable nodes
+///      whenever either changed;
+///    - [`handle_region_msg`](Self::handle_region_msg) for each [`CoordinatorMsg`] from a region;
+///    - [`handle_replica_msg`](Self::handle_replica_msg) for each reply from a replica;
+///    - [`handle_timeout`](Self::handle_timeout) once the deadline from
+///      [`poll_timeout`](Self::poll_timeout) has passed.
+/// 3. After every input, send everything [`poll_output`](Self::poll_output) gives, in order,
+///    and re-arm the timer with [`poll_timeout`](Self::poll_timeout).
+///
+/// Drop it when the singleton stops here.
+///
+/// # Guarantees
+/// No region hears of an allocation (HostShard, ShardHome, ShardHomes) before the table holding
+/// it has been accepted by a majority of the replicas. A shard is allocated anew only after its
+/// old home has answered ShardStopped, told it has stopped (RegionStopped), or has been gone from
+/// the membership for the removal margin. A coordinator that meets a higher ballot stops acting.
+#[derive(Debug)]
+pub struct Coordinator {
+    config: ShardingConfig,
+    rule: LeastShardAllocation,
+    self_node: UniqueAddress,
+    phase: Phase,
+    ballot: Ballot,
+    seq: u64,
+    /// The table last accepted by a majority.
+    committed: Arc<CoordinatorState>,
+    committed_version: Option<StateVersion>,
+    /// `committed` with the changes not yet on a majority.
+    proposed: CoordinatorState,
+    /// Effects of changes in `proposed` that are in no write yet.
+    queued: Vec<Effect>,
+    /// Whether `proposed` has changes in no write yet.
+    dirty: bool,
+    write: Option<Write>,
+    /// GetShardHome requesters waiting for a shard's allocation or handoff.
+    waiting: BTreeMap<ShardId, BTreeSet<UniqueAddress>>,
+    /// HostShard sent and not answered: region and when to send again (set by the next retry
+    /// pass when `None`).
+    hosting: BTreeMap<ShardId, (UniqueAddress, Option<Instant>)>,
+    handoffs: BTreeMap<ShardId, Handoff>,
+    proxies: BTreeSet<UniqueAddress>,
+    shutting_down: BTreeSet<UniqueAddress>,
+    /// Regions of the table whose node has left the membership, and when that was seen.
+    removed: BTreeMap<UniqueAddress, Instant>,
+    /// Every member's status.
+    members: BTreeMap<UniqueAddress, MemberStatus>,
+    /// Members that hold a replica.
+    replicas: BTreeSet<UniqueAddress>,
+    /// Nobody unreachable, joining or weakly up: rebalancing may start.
+    calm: bool,
+    timers: Timers<2>,
+    outputs: VecDeque<CoordinatorOutput>,
+}
+
+impl Coordinator {
+    /// A coordinator for `config`'s entity type on `self_node`, starting at `now` with the given
+    /// membership: it reads the replicas before it answers anything.
+    pub fn new(
+        config: ShardingConfig,
+        self_node: UniqueAddress,
+        members: &[Member],
+        unreachable: &BTreeSet<UniqueAddress>,
+        now: Instant,
+    ) -> Self {
+        let rule = config.allocation();
+        let ballot = Ballot { round: 1, node: self_node.clone() };
+        let mut c = Self {
+            config,
+            rule,
+            self_node,
+            phase: Phase::Recovering(BTreeMap::new()),
+            ballot,
+            seq: 0,
+            committed: Arc::default(),
+            committed_version: None,
+            proposed: CoordinatorState::default(),
+            queued: Vec::new(),
+            dirty: false,
+            write: None,
+            waiting: BTreeMap::new(),
+            hosting: BTreeMap::new(),
+            handoffs: BTreeMap::new(),
+            proxies: BTreeSet::new(),
+            shutting_down: BTreeSet::new(),
+            removed: BTreeMap::new(),
+            members: BTreeMap::new(),
+            replicas: BTreeSet::new(),
+            calm: false,
+            timers: Timers::default(),
+            outputs: VecDeque::new(),
+        };
+        c.read_view(members, unreachable);
+        c.send_reads(now);
+        c
+    }
+
+    /// The next message to send.
+    pub fn poll_output(&mut self) -> Option<CoordinatorOutput> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let handoff = self.handoffs.values().map(|h| h.deadline).min();
+        let margin = self.removed.values().min().map(|&at| at + self.config.removal_margin);
+        [self.timers.earliest(), handoff, margin].into_iter().flatten().min()
+    }
+
+    /// The table last written to a majority.
+    pub fn state(&self) -> &CoordinatorState {
+        &self.committed
+    }
+
+    /// What the coordinator is doing.
+    pub fn status(&self) -> CoordinatorStatus {
+        let phase = match self.phase {
+            Phase::Recovering(_) => "recovering",
+            Phase::Active => "active",
+            Phase::Fenced => "fenced",
+        };
+        CoordinatorStatus {
+            phase,
+            version: self.committed_version.clone(),
+            regions: self.committed.regions().map(|(r, s)| (r.clone(), s.len())).collect(),
+            handoffs: self.handoffs.len(),
+            writing: self.write.is_some(),
+        }
+    }
+
+    /// The membership changed (or the set of unreachable nodes did).
+    pub fn handle_members(
+        &mut self,
+        members: &[Member],
+        unreachable: &BTreeSet<UniqueAddress>,
+        now: Instant,
+    ) {
+        self.read_view(members, unreachable);
+        let gone: Vec<UniqueAddress> = self
+            .proposed
+            .regions()
+            .map(|(r, _)| r)
+            .filter(|r| !self.members.contains_key(*r) && !self.removed.contains_key(*r))
+            .cloned()
+            .collect();
+        for r in gone {
+            self.removed.insert(r, now);
+        }
+        let members = &self.members;
+        self.proxies.retain(|p| members.contains_key(p));
+        self.shutting_down.retain(|r| members.contains_key(r));
+        for h in self.handoffs.values_mut() {
+            h.awaiting.retain(|r| members.contains_key(r));
+        }
+        let pending: Vec<ShardId> = self.handoffs.keys().cloned().collect();
+        for s in pending {
+            self.maybe_hand_off(&s);
+        }
+        self.after_input(now);
+    }
+
+    /// A message from the region (or proxy) on node `from`.
+    pub fn handle_region_msg(&mut self, from: UniqueAddress, msg: CoordinatorMsg, now: Instant) {
+        if !matches!(self.phase, Phase::Active) {
+            // Regions retry everything they need answered.
+            return;
+        }
+        match msg {
+            CoordinatorMsg::Register => self.on_register(from),
+            CoordinatorMsg::RegisterProxy => {
+                if self.members.contains_key(&from) {
+                    self.proxies.insert(from.clone());
+                    self.welcome(&from);
+                }
+            }
+            CoordinatorMsg::GetShardHome(shard) => self.get_home(Some(from), shard),
+            CoordinatorMsg::ShardStarted(shard) => {
+                if self.hosting.get(&shard).is_some_and(|(r, _)| *r == from) {
+                    self.hosting.remove(&shard);
+                }
+            }
+            CoordinatorMsg::BeginHandOffAck(shard) => {
+                if let Some(h) = self.handoffs.get_mut(&shard) {
+                    h.awaiting.remove(&from);
+                }
+                self.maybe_hand_off(&shard);
+            }
+            CoordinatorMsg::ShardStopped(shard) => self.on_shard_stopped(&from, shard),
+            CoordinatorMsg::GracefulShutdownReq => self.on_graceful_shutdown(&from, now),
+            CoordinatorMsg::RegionStopped => {
+                self.proxies.remove(&from);
+                if self.proposed.has_region(&from) {
+                    // Shards it still had were allocated but never started there (it ignores
+                    // HostShard while shutting down): regions that were told that home forget it.
+                    let stranded: Vec<ShardId> = self.proposed.shards_of(&from).to_vec();
+                    for s in stranded {
+                        self.broadcast(&RegionMsg::BeginHandOff(s));
+                    }
+                    self.remove_region(&from);
+                }
+            }
+        }
+        self.after_input(now);
+    }
+
+    /// A reply from the replica on node `from`.
+    pub fn handle_replica_msg(&mut self, from: UniqueAddress, msg: ReplicaMsg, now: Instant) {
+        match msg {
+            ReplicaMsg::ReadReply { ballot, accepted } => {
+                if ballot != self.ballot {
+                    return;
+                }
+                if let Phase::Recovering(replies) = &mut self.phase {
+                    replies.insert(from, accepted);
+                    self.maybe_recovered(now);
+                }
+            }
+            ReplicaMsg::WriteAck { version } => {
+                if let Some(w) = &mut self.write
+                    && w.version == version
+                {
+                    w.acks.insert(from);
+                    self.maybe_committed();
+                }
+            }
+            ReplicaMsg::Rejected { promised } => {
+                if promised <= self.ballot {
+                    return;
+                }
+                match self.phase {
+                    Phase::Recovering(_) => {
+                        self.ballot =
+                            Ballot { round: promised.round + 1, node: self.self_node.clone() };
+                        self.phase = Phase::Recovering(BTreeMap::new());
+                        self.send_reads(now);
+                    }
+                    Phase::Active => self.fence(),
+                    Phase::Fenced => {}
+                }
+            }
+            ReplicaMsg::Read { .. } | ReplicaMsg::Write { .. } => {}
+        }
+        self.after_input(now);
+    }
+
+    /// A deadline from [`poll_timeout`](Self::poll_timeout) has passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.timers.take_due(Timer::Retry as usize, now) {
+            self.retry(now);
+        }
+        if self.timers.take_due(Timer::Rebalance as usize, now) {
+            self.rebalance(now);
+        }
+        let expired: Vec<ShardId> = self
+            .handoffs
+            .iter()
+            .filter(|(_, h)| h.deadline <= now)
+            .map(|(s, _)| s.clone())
+            .collect();
+        for s in expired {
+            // The shard stays where it was; the requests that waited for the move are answered
+            // with the old home. A region that is shutting down asks again.
+            self.handoffs.remove(&s);
+            self.settle(s, false);
+        }
+        let margin = self.config.removal_margin;
+        let due: Vec<UniqueAddress> = self
+            .removed
+            .iter()
+            .filter(|&(_, &at)| at + margin <= now)
+            .map(|(r, _)| r.clone())
+            .collect();
+        for r in due {
+            self.remove_region(&r);
+        }
+        self.after_input(now);
+    }
+
+    fn read_view(&mut self, members: &[Member], unreachable: &BTreeSet<UniqueAddress>) {
+        use MemberStatus::*;
+        let dc = members
+            .iter()
+            .find(|m| *m.node() == self.self_node)
+            .map_or_else(|| "default".to_owned(), |m| m.data_center().to_owned());
+        let role = self.config.role.as_deref();
+        let ours = |m: &&Member| m.data_center() == dc && role.is_none_or(|r| m.has_role(r));
+        self.members = members.iter().map(|m| (m.node().clone(), m.status())).collect();
+        self.replicas = members
+            .iter()
+            .filter(ours)
+            .filter(|m| {
+                matches!(
+                    m.status(),
+                    Up | Leaving | Exiting | PreparingForShutdown | ReadyForShutdown
+                )
+            })
+            .map(|m| m.node().clone())
+            .collect();
+        self.replicas.insert(self.self_node.clone());
+        self.calm = unreachable.is_empty()
+            && members.iter().all(|m| !matches!(m.status(), Joining | WeaklyUp));
+    }
+
+    fn majority(&self) -> usize {
+        self.replicas.len() / 2 + 1
+    }
+
+    fn send_reads(&mut self, now: Instant) {
+        let Phase::Recovering(replies) = &self.phase else { return };
+        let to: Vec<UniqueAddress> =
+            self.replicas.iter().filter(|r| !replies.contains_key(*r)).cloned().collect();
+        for r in to {
+            let msg = ReplicaMsg::Read { ballot: self.ballot.clone() };
+            self.outputs.push_back(CoordinatorOutput::ToReplica { to: r, msg });
+        }
+        self.timers.set(Timer::Retry as usize, now + self.config.retry_interval);
+    }
+
+    fn maybe_recovered(&mut self, now: Instant) {
+        let Phase::Recovering(replies) = &self.phase else { return };
+        let answered = replies.keys().filter(|r| self.replicas.contains(*r)).count();
+        if answered < self.majority() {
+            return;
+        }
+        let newest = replies.values().flatten().max_by(|a, b| a.0.cmp(&b.0)).cloned();
+        self.phase = Phase::Active;
+        // The newest table a majority returns may have reached only a minority: written again
+        // under this ballot, it is on a majority before anything is done with it.
+        self.proposed = newest.map(|(_, s)| (*s).clone()).unwrap_or_default();
+        for (r, _) in self.proposed.regions() {
+            if !self.members.contains_key(r) {
+                self.removed.insert(r.clone(), now);
+            }
+        }
+        self.dirty = true;
+        self.queued.push(Effect::HostAll);
+        self.timers.set(Timer::Rebalance as usize, now + self.config.rebalance_interval);
+    }
+
+    fn fence(&mut self) {
+        self.phase = Phase::Fenced;
+        self.write = None;
+        self.queued.clear();
+        self.dirty = false;
+        self.timers = Timers::default();
+        self.outputs.clear();
+    }
+
+    /// Starts the next write when none is in flight, and keeps the retry timer armed while
+    /// anything waits for an answer.
+    fn after_input(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Active) && self.write.is_none() && self.dirty {
+            self.seq += 1;
+            let version = StateVersion { ballot: self.ballot.clone(), seq: self.seq };
+            let state = Arc::new(self.proposed.clone());
+            let effects = mem::take(&mut self.queued);
+            self.dirty = false;
+            for r in &self.replicas {
+                let msg = ReplicaMsg::Write { version: version.clone(), state: Arc::clone(&state) };
+                self.outputs.push_back(CoordinatorOutput::ToReplica { to: r.clone(), msg });
+            }
+            self.write = Some(Write { version, state, acks: BTreeSet::new(), effects });
+        }
+        let waiting = self.write.is_some() || !self.hosting.is_empty();
+        if waiting || matches!(self.phase, Phase::Recovering(_)) {
+            self.timers.set_at_most(Timer::Retry as usize, now + self.config.retry_interval);
+        }
+    }
+
+    fn maybe_committed(&mut self) {
+        let Some(w) = &self.write else { return };
+        if w.acks.iter().filter(|r| self.replicas.contains(*r)).count() < self.majority() {
+            return;
+        }
+        let Some(w) = self.write.take() else { return };
+        self.committed = w.state;
+        self.committed_version = Some(w.version);
+        for effect in w.effects {
+            self.apply(effect);
+        }
+    }
+
+    fn apply(&mut self, effect: Effect) {
+        match effect {
+            Effect::Host(shard, region) => {
+                if self.committed.home(&shard) == Some(&region) {
+                    self.host(shard, region);
+                }
+            }
+            Effect::Welcome(r) => self.welcome(&r),
+            Effect::Settle { shard, eager } => self.settle(shard, eager),
+            Effect::HostAll => {
+                let all: Vec<(ShardId, UniqueAddress)> =
+                    self.committed.allocations().map(|(s, r)| (s.clone(), r.clone())).collect();
+                for (s, r) in all {
+                    self.host(s, r);
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, to: UniqueAddress, msg: RegionMsg) {
+        self.outputs.push_back(CoordinatorOutput::ToRegion { to, msg });
+    }
+
+    /// Sends HostShard and remembers to send it again if no ShardStarted comes.
+    fn host(&mut self, shard: ShardId, region: UniqueAddress) {
+        self.send(region.clone(), RegionMsg::HostShard(shard.clone()));
+        self.hosting.insert(shard, (region, None));
+    }
+
+    fn retry(&mut self, now: Instant) {
+        match self.phase {
+            Phase::Recovering(_) => self.send_reads(now),
+            Phase::Fenced => {}
+            Phase::Active => {
+                if let Some(w) = &self.write {
+                    let to: Vec<UniqueAddress> =
+                        self.replicas.iter().filter(|r| !w.acks.contains(*r)).cloned().collect();
+                    for r in to {
+                        let msg = ReplicaMsg::Write {
+                            version: w.version.clone(),
+                            state: Arc::clone(&w.state),
+                        };
+                        self.outputs.push_back(CoordinatorOutput::ToReplica { to: r, msg });
+                    }
+                    // The replica set may have shrunk to what has already acknowledged.
+                    self.maybe_committed();
+                }
+                let timeout = self.config.shard_start_timeout;
+                let mut again = Vec::new();
+                for (s, (r, next)) in &mut self.hosting {
+                    match next {
+                        None => *next = Some(now + timeout),
+                        Some(at) if *at <= now => {
+                            *next = Some(now + timeout);
+                            again.push((r.clone(), s.clone()));
+                        }
+                        Some(_) => {}
+                    }
+                }
+                for (r, s) in again {
+                    self.send(r, RegionMsg::HostShard(s));
+                }
+            }
+        }
+        self.timers.set(Timer::Retry as usize, now + self.config.retry_interval);
+    }
+
+    /// The home to give out for `shard` now: written to a majority, not about to change.
+    fn settled_home(&self, shard: &ShardId) -> Option<&UniqueAddress> {
+        let home = self.committed.home(shard)?;
+        let stable = self.proposed.home(shard) == Some(home)
+            && !self.handoffs.contains_key(shard)
+            && !self.removed.contains_key(home);
+        stable.then_some(home)
+    }
+
+    fn get_home(&mut self, requester: Option<UniqueAddress>, shard: ShardId) {
+        if let Some(home) = self.settled_home(&shard).cloned() {
+            if let Some(r) = requester {
+                self.send(r, RegionMsg::ShardHome { shard, region: home });
+            }
+            return;
+        }
+        if let Some(r) = requester.clone() {
+            if !self.members.contains_key(&r) {
+                return;
+            }
+            if self.handoffs.contains_key(&shard) || self.proposed.home(&shard).is_some() {
+                // Answered when the move ends, or when the allocation is written.
+                self.waiting.entry(shard).or_default().insert(r);
+                return;
+            }
+        }
+        if self.proposed.home(&shard).is_some() {
+            return;
+        }
+        let Some(region) = self.choose_region() else { return };
+        self.proposed.allocate(shard.clone(), region.clone());
+        if let Some(r) = requester {
+            self.waiting.entry(shard.clone()).or_default().insert(r);
+        }
+        self.queued.push(Effect::Host(shard.clone(), region));
+        self.queued.push(Effect::Settle { shard, eager: false });
+        self.dirty = true;
+    }
+
+    /// Where a new shard goes, or `None` while too few regions are registered.
+    fn choose_region(&self) -> Option<UniqueAddress> {
+        let alive: Vec<(&UniqueAddress, &[ShardId])> =
+            self.proposed.regions().filter(|(r, _)| !self.removed.contains_key(*r)).collect();
+        if alive.len() < usize::try_from(self.config.min_regions).unwrap_or(usize::MAX) {
+            return None;
+        }
+        let loads: Vec<RegionLoad<'_>> = alive
+            .into_iter()
+            .filter(|(r, _)| !self.shutting_down.contains(*r))
+            .filter_map(|(r, shards)| {
+                let status = self.members.get(r)?;
+                let leaving = match status {
+                    MemberStatus::Up => false,
+                    MemberStatus::Leaving
+                    | MemberStatus::PreparingForShutdown
+                    | MemberStatus::ReadyForShutdown => true,
+                    _ => return None,
+                };
+                Some(RegionLoad { region: r, shards, leaving })
+            })
+            .collect();
+        self.rule.allocate(&loads).cloned()
+    }
+
+    fn settle(&mut self, shard: ShardId, eager: bool) {
+        let waiters = self.waiting.remove(&shard).unwrap_or_default();
+        if waiters.is_empty() {
+            if eager {
+                self.get_home(None, shard);
+            }
+            return;
+        }
+        for w in waiters {
+            self.get_home(Some(w), shard.clone());
+        }
+    }
+
+    fn on_register(&mut self, from: UniqueAddress) {
+        use MemberStatus::*;
+        let accepted = self
+            .members
+            .get(&from)
+            .is_some_and(|s| matches!(s, Up | Leaving | PreparingForShutdown | ReadyForShutdown));
+        if !accepted || self.removed.contains_key(&from) {
+            return;
+        }
+        self.proxies.remove(&from);
+        if self.proposed.register(from.clone()) {
+            self.queued.push(Effect::Welcome(from));
+            self.dirty = true;
+        } else if self.committed.has_region(&from) {
+            self.welcome(&from);
+        } else {
+            // Its registration is being written (or rewritten after recovery).
+            self.queued.push(Effect::Welcome(from));
+            self.dirty = true;
+        }
+    }
+
+    fn welcome(&mut self, region: &UniqueAddress) {
+        self.send(region.clone(), RegionMsg::RegisterAck);
+        let homes: Vec<(ShardId, UniqueAddress)> = self
+            .committed
+            .allocations()
+            .filter(|(s, _)| self.settled_home(s).is_some())
+            .map(|(s, r)| (s.clone(), r.clone()))
+            .collect();
+        for chunk in homes.chunks(HOMES_PER_MESSAGE) {
+            self.send(region.clone(), RegionMsg::ShardHomes(chunk.to_vec()));
+        }
+    }
+
+    fn on_shard_stopped(&mut self, from: &UniqueAddress, shard: ShardId) {
+        if self.handoffs.get(&shard).is_none_or(|h| h.from != *from) {
+            return;
+        }
+        self.handoffs.remove(&shard);
+        self.hosting.remove(&shard);
+        self.proposed.deallocate(&shard);
+        // Allocated again at once, so the regions that buffer its messages hear of the new home
+        // without waiting for their next retry.
+        self.queued.push(Effect::Settle { shard, eager: true });
+        self.dirty = true;
+    }
+
+    fn on_graceful_shutdown(&mut self, from: &UniqueAddress, now: Instant) {
+        if !self.proposed.has_region(from) {
+            return;
+        }
+        self.shutting_down.insert(from.clone());
+        let shards: Vec<ShardId> = self
+            .committed
+            .shards_of(from)
+            .iter()
+            .filter(|s| self.proposed.home(s) == Some(from) && !self.handoffs.contains_key(*s))
+            .cloned()
+            .collect();
+        for s in shards {
+            self.start_handoff(s, now);
+        }
+    }
+
+    fn remove_region(&mut self, region: &UniqueAddress) {
+        self.removed.remove(region);
+        self.shutting_down.remove(region);
+        let shards = self.proposed.remove_region(region);
+        for s in shards {
+            self.handoffs.remove(&s);
+            self.hosting.remove(&s);
+            self.queued.push(Effect::Settle { shard: s, eager: false });
+        }
+        let pending: Vec<ShardId> = self.handoffs.keys().cloned().collect();
+        for s in pending {
+            if let Some(h) = self.handoffs.get_mut(&s) {
+                h.awaiting.remove(region);
+            }
+            self.maybe_hand_off(&s);
+        }
+        self.dirty = true;
+    }
+
+    fn rebalance(&mut self, now: Instant) {
+        self.timers.set(Timer::Rebalance as usize, now + self.config.rebalance_interval);
+        let quiet = matches!(self.phase, Phase::Active)
+            && self.write.is_none()
+            && !self.dirty
+            && self.handoffs.is_empty()
+            && self.removed.is_empty()
+            && self.calm;
+        if !quiet {
+            return;
+        }
+        let loads: Vec<RegionLoad<'_>> = self
+            .committed
+            .regions()
+            .filter(|(r, _)| !self.shutting_down.contains(*r) && self.members.contains_key(*r))
+            .map(|(region, shards)| RegionLoad { region, shards, leaving: false })
+            .collect();
+        for s in self.rule.rebalance(&loads) {
+            self.start_handoff(s, now);
+        }
+    }
+
+    /// Every region and proxy whose node is still a member.
+    fn audience(&self) -> BTreeSet<UniqueAddress> {
+        self.proposed
+            .regions()
+            .map(|(r, _)| r)
+            .filter(|r| !self.removed.contains_key(*r))
+            .chain(self.proxies.iter())
+            .cloned()
+            .collect()
+    }
+
+    fn broadcast(&mut self, msg: &RegionMsg) {
+        for r in self.audience() {
+            self.send(r, msg.clone());
+        }
+    }
+
+    fn start_handoff(&mut self, shard: ShardId, now: Instant) {
+        let Some(from) = self.committed.home(&shard).cloned() else { return };
+        let awaiting = self.audience();
+        self.broadcast(&RegionMsg::BeginHandOff(shard.clone()));
+        let deadline = now + self.config.handoff_timeout;
+        self.handoffs
+            .insert(shard.clone(), Handoff { from, awaiting, handing_off: false, deadline });
+        self.maybe_hand_off(&shard);
+    }
+
+    fn maybe_hand_off(&mut self, shard: &ShardId) {
+        let Some(h) = self.handoffs.get_mut(shard) else { return };
+        if h.handing_off || !h.awaiting.is_empty() {
+            return;
+        }
+        h.handing_off = true;
+        let from = h.from.clone();
+        self.send(from, RegionMsg::HandOff(shard.clone()));
+    }
+}

@@ -1,0 +1,230 @@
+//! Cluster sharding: entities addressed by id, grouped into shards, each shard hosted by the
+//! region of one node, homes decided by a coordinator that runs as a cluster singleton.
+//!
+//! Four state machines, none doing IO:
+//! - [`Coordinator`] (one per entity type, on the oldest member with the role): allocates shards
+//!   to regions, rebalances them with the four-step handoff, takes shards away from regions that
+//!   shut down or are removed. Every change to its allocation table is written to a majority of
+//!   the [`Replica`]s before anyone is told about it, so a coordinator that starts on another node
+//!   recovers the table instead of starting empty.
+//! - [`Replica`] (one per entity type on every member with the role): holds the latest table it
+//!   accepted and fences out coordinators older than the newest it has heard from.
+//! - [`Region`] (one per entity type per node): routes messages by shard, buffers those whose
+//!   shard has no known home (bounded), hosts the local shards and hands them off when told.
+//! - [`Shard`] (one per hosted shard): starts entities on their first message, passivates idle
+//!   ones, stops them all for a handoff.
+//!
+//! `docs/sharding.md` tells the protocol, the state replication and where convoke departs from
+//! the usual design.
+//!
+//! Layout: this file holds the vocabulary shared by the machines and their drivers (ids,
+//! settings, protocol messages); `hash.rs` the default shard-id extractor; `allocation.rs` the
+//! least-shard allocation and rebalance rule; `state.rs` the coordinator's table and its
+//! replication messages; one file per machine; `timers.rs` the small deadline table they share.
+
+mod allocation;
+mod coordinator;
+mod hash;
+mod region;
+mod shard;
+mod state;
+mod timers;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use convoke_membership::UniqueAddress;
+
+pub use self::allocation::{LeastShardAllocation, RegionLoad};
+pub use self::coordinator::{Coordinator, CoordinatorOutput, CoordinatorStatus};
+pub use self::hash::{java_string_hash, shard_for_entity};
+pub use self::region::{DropReason, Region, RegionOutput, RegionStatus};
+pub use self::shard::{Shard, ShardOutput};
+pub use self::state::{Ballot, CoordinatorState, Replica, ReplicaMsg, StateVersion};
+
+/// The identifier of a shard: a short string (the default extractor gives `"0"`..`"n-1"`).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardId(Arc<str>);
+
+impl ShardId {
+    /// Wraps a shard id.
+    pub fn new(id: impl Into<Arc<str>>) -> Self {
+        Self(id.into())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ShardId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "shard:{}", self.0)
+    }
+}
+
+impl fmt::Display for ShardId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for ShardId {
+    fn from(s: &str) -> Self {
+        Self::new(s)
+    }
+}
+
+/// The identifier of an entity within its entity type.
+pub type EntityId = Arc<str>;
+
+/// Passivate idle entities after this long without a message, by default.
+pub const DEFAULT_PASSIVATE_IDLE_AFTER: Duration = Duration::from_secs(120);
+/// The default number of shards of the default extractor.
+pub const DEFAULT_NUMBER_OF_SHARDS: u32 = 1000;
+/// The default bound on the messages a region buffers for shards without a known home.
+pub const DEFAULT_BUFFER_SIZE: usize = 100_000;
+
+/// Settings of one sharded entity type. Every node that starts the type must use the same
+/// `number_of_shards` (the join check compares it) and the same role.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardingConfig {
+    /// The entity type's name: regions, coordinator and replicas of one type talk to each other.
+    pub type_name: String,
+    /// Only members with this role host shards (and the coordinator); others run proxy regions.
+    /// `None` = every member.
+    pub role: Option<String>,
+    /// Shards of the default extractor (default 1000). About ten times the largest expected
+    /// number of nodes.
+    pub number_of_shards: u32,
+    /// Messages a region holds, over all its shards, while their homes are unknown (default
+    /// 100,000). One more is refused with [`DropReason::BufferFull`].
+    pub buffer_size: usize,
+    /// Stop an entity that received no message for this long (default 120 s); `None` = never.
+    pub passivate_idle_after: Option<Duration>,
+    /// Re-send registrations, GetShardHome, state reads and writes this often (default 2 s).
+    pub retry_interval: Duration,
+    /// Give up a handoff that has not finished after this long (default 60 s); the shard stays
+    /// where it was.
+    pub handoff_timeout: Duration,
+    /// Re-send HostShard to a region that has not answered ShardStarted after this long
+    /// (default 10 s).
+    pub shard_start_timeout: Duration,
+    /// How often the coordinator looks for shards to move (default 10 s).
+    pub rebalance_interval: Duration,
+    /// At most this many shards move in one rebalance round (default 20).
+    pub rebalance_absolute_limit: u32,
+    /// ... and at most this fraction of all shards (default 0.1).
+    pub rebalance_relative_limit: f64,
+    /// The coordinator answers no GetShardHome for a new shard until this many regions have
+    /// registered (default 1).
+    pub min_regions: u32,
+    /// After a region's node is removed from the membership, wait this long before its shards
+    /// go elsewhere (default 20 s; the runtime passes the singleton's removal margin): time for
+    /// a node cut off by a partition to have downed itself and stopped its entities.
+    pub removal_margin: Duration,
+}
+
+impl ShardingConfig {
+    /// Defaults for entity type `type_name`, hosted on every member.
+    pub fn new(type_name: impl Into<String>) -> Self {
+        Self {
+            type_name: type_name.into(),
+            role: None,
+            number_of_shards: DEFAULT_NUMBER_OF_SHARDS,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+            passivate_idle_after: Some(DEFAULT_PASSIVATE_IDLE_AFTER),
+            retry_interval: Duration::from_secs(2),
+            handoff_timeout: Duration::from_secs(60),
+            shard_start_timeout: Duration::from_secs(10),
+            rebalance_interval: Duration::from_secs(10),
+            rebalance_absolute_limit: 20,
+            rebalance_relative_limit: 0.1,
+            min_regions: 1,
+            removal_margin: crate::singleton::DEFAULT_REMOVAL_MARGIN,
+        }
+    }
+
+    /// The allocation rule these settings ask for.
+    pub fn allocation(&self) -> LeastShardAllocation {
+        LeastShardAllocation::new(self.rebalance_absolute_limit, self.rebalance_relative_limit)
+    }
+}
+
+/// Region → coordinator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CoordinatorMsg {
+    /// A region that hosts shards asks to be known (repeated until RegisterAck).
+    Register,
+    /// A proxy region (no role here) asks to be known; it hosts nothing.
+    RegisterProxy,
+    /// Where does this shard live?
+    GetShardHome(ShardId),
+    /// The region has started hosting the shard (answer to HostShard).
+    ShardStarted(ShardId),
+    /// The region no longer routes to the shard's old home (answer to BeginHandOff).
+    BeginHandOffAck(ShardId),
+    /// The region has stopped every entity of the shard (answer to HandOff).
+    ShardStopped(ShardId),
+    /// The region is shutting down: hand all its shards off, allocate it nothing new (repeated).
+    GracefulShutdownReq,
+    /// The region has stopped; forget it now rather than at the node's removal.
+    RegionStopped,
+}
+
+/// Coordinator → region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegionMsg {
+    /// The coordinator knows the region; it will answer GetShardHome.
+    RegisterAck,
+    /// The shard lives in the region of that node.
+    ShardHome {
+        /// The shard.
+        shard: ShardId,
+        /// The node whose region hosts it.
+        region: UniqueAddress,
+    },
+    /// Known homes, sent after registration so the region need not ask for each.
+    ShardHomes(Vec<(ShardId, UniqueAddress)>),
+    /// Host this shard.
+    HostShard(ShardId),
+    /// The shard is about to move: forget its home, buffer its messages, acknowledge.
+    BeginHandOff(ShardId),
+    /// Stop every entity of the shard, then answer ShardStopped.
+    HandOff(ShardId),
+}
+
+impl CoordinatorMsg {
+    /// The message's name, for logs and counters.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Register => "Register",
+            Self::RegisterProxy => "RegisterProxy",
+            Self::GetShardHome(_) => "GetShardHome",
+            Self::ShardStarted(_) => "ShardStarted",
+            Self::BeginHandOffAck(_) => "BeginHandOffAck",
+            Self::ShardStopped(_) => "ShardStopped",
+            Self::GracefulShutdownReq => "GracefulShutdownReq",
+            Self::RegionStopped => "RegionStopped",
+        }
+    }
+}
+
+impl RegionMsg {
+    /// The message's name, for logs and counters.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::RegisterAck => "RegisterAck",
+            Self::ShardHome { .. } => "ShardHome",
+            Self::ShardHomes(_) => "ShardHomes",
+            Self::HostShard(_) => "HostShard",
+            Self::BeginHandOff(_) => "BeginHandOff",
+            Self::HandOff(_) => "HandOff",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

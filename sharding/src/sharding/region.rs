@@ -1,0 +1,448 @@
+//! The shard region: [`Region`], one per entity type per node. Every message for an entity of
+//! the type goes through the region of the node it is sent from.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use convoke_membership::{Member, UniqueAddress};
+
+use super::timers::Timers;
+use super::{CoordinatorMsg, RegionMsg, ShardId, ShardingConfig};
+use crate::singleton::oldest_candidate;
+
+/// Why a region gave a message back instead of routing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The region already holds `buffer_size` messages for shards without a known home.
+    BufferFull,
+    /// The message waited at the shard's old home when the shard was handed off; delivering it
+    /// after messages sent later through other nodes would break their order.
+    HandedOff,
+    /// The region has shut down.
+    RegionStopped,
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::BufferFull => "the region's buffer for shards without a known home is full",
+            Self::HandedOff => "the shard was handed off while the message waited for it",
+            Self::RegionStopped => "the shard region has stopped",
+        })
+    }
+}
+
+/// What the region asks its driver to do. `M` is whatever the driver routes (a message with
+/// its entity id and reply handle).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegionOutput<M> {
+    /// Send a message to the coordinator on node `to`.
+    ToCoordinator {
+        /// The coordinator's node.
+        to: UniqueAddress,
+        /// The message.
+        msg: CoordinatorMsg,
+    },
+    /// Pass `msg` to the region of node `to`, which hosts `shard`; it routes it again there.
+    Forward {
+        /// The hosting region's node.
+        to: UniqueAddress,
+        /// The shard.
+        shard: ShardId,
+        /// The message.
+        msg: M,
+    },
+    /// Hand `msg` to the local shard (started by an earlier [`RegionOutput::StartShard`]).
+    Deliver {
+        /// The shard.
+        shard: ShardId,
+        /// The message.
+        msg: M,
+    },
+    /// Start hosting `shard` here.
+    StartShard(ShardId),
+    /// Stop every entity of the local `shard`, then call
+    /// [`Region::shard_stopped`](Region::shard_stopped).
+    HandOffShard(ShardId),
+    /// `msg` will not be delivered; answer its sender with the reason if it waits for a reply.
+    Dropped {
+        /// The message.
+        msg: M,
+        /// Why.
+        reason: DropReason,
+    },
+    /// The graceful shutdown has finished: no shard is hosted here and nothing is buffered.
+    Stopped,
+}
+
+/// What the region knows and holds, for the management API and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionStatus {
+    /// The node the region takes for the coordinator's.
+    pub coordinator: Option<UniqueAddress>,
+    /// Whether that coordinator has acknowledged the registration.
+    pub registered: bool,
+    /// Whether the region hosts shards (a proxy does not).
+    pub hosting: bool,
+    /// The shards hosted here.
+    pub local_shards: Vec<ShardId>,
+    /// Shards whose home the region knows.
+    pub known_homes: usize,
+    /// Messages waiting for a shard's home.
+    pub buffered: usize,
+    /// A graceful shutdown has begun.
+    pub shutting_down: bool,
+    /// The graceful shutdown has finished.
+    pub stopped: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Timer {
+    /// Re-send Register, GetShardHome for buffered shards, GracefulShutdownReq.
+    Retry,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Local {
+    Running,
+    /// Its entities are stopping; ShardStopped goes to this coordinator when they have.
+    HandingOff(UniqueAddress),
+}
+
+/// The shard region of one entity type on one node: a deterministic state machine with no IO.
+///
+/// # Call protocol
+/// 1. Build it with [`Region::new`]; `hosting` says whether this node has the type's role.
+/// 2. Feed it inputs, each with the current time `now` (never decreasing):
+///    - [`handle_members`](Self::handle_members) with the membership whenever it changed;
+///    - [`route`](Self::route) for every message for the type, sent from this node or
+///      forwarded by another region;
+///    - [`handle_message`](Self::handle_message) for every [`RegionMsg`] from a coordinator;
+///    - [`shard_stopped`](Self::shard_stopped) when a local shard has stopped all its entities
+///      (after [`RegionOutput::HandOffShard`], or on its own);
+///    - [`graceful_shutdown`](Self::graceful_shutdown) before the node leaves;
+///    - [`handle_timeout`](Self::handle_timeout) once the deadline from
+///      [`poll_timeout`](Self::poll_timeout) has passed.
+/// 3. After every input, carry out everything [`poll_output`](Self::poll_output) gives, in
+///    order, and re-arm the timer.
+///
+/// # Guarantees
+/// Messages for one shard leave the region (forwarded or delivered) in the order they were
+/// routed, except those answered with [`RegionOutput::Dropped`]. The region never holds more
+/// than `buffer_size` messages.
+#[derive(Debug)]
+pub struct Region<M> {
+    config: ShardingConfig,
+    self_node: UniqueAddress,
+    hosting: bool,
+    coordinator: Option<UniqueAddress>,
+    registered: bool,
+    /// The next registration retry delay (doubling up to the retry interval).
+    register_backoff: Duration,
+    homes: BTreeMap<ShardId, UniqueAddress>,
+    local: BTreeMap<ShardId, Local>,
+    buffers: BTreeMap<ShardId, VecDeque<M>>,
+    buffered: usize,
+    shutting_down: bool,
+    stopped: bool,
+    timers: Timers<1>,
+    outputs: VecDeque<RegionOutput<M>>,
+}
+
+impl<M> Region<M> {
+    /// The region of `config`'s type on `self_node`; a proxy unless `hosting`.
+    pub fn new(config: ShardingConfig, self_node: UniqueAddress, hosting: bool) -> Self {
+        let register_backoff = first_backoff(config.retry_interval);
+        Self {
+            config,
+            self_node,
+            hosting,
+            coordinator: None,
+            registered: false,
+            register_backoff,
+            homes: BTreeMap::new(),
+            local: BTreeMap::new(),
+            buffers: BTreeMap::new(),
+            buffered: 0,
+            shutting_down: false,
+            stopped: false,
+            timers: Timers::default(),
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// The next thing to do.
+    pub fn poll_output(&mut self) -> Option<RegionOutput<M>> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.earliest()
+    }
+
+    /// What the region knows and holds.
+    pub fn status(&self) -> RegionStatus {
+        RegionStatus {
+            coordinator: self.coordinator.clone(),
+            registered: self.registered,
+            hosting: self.hosting,
+            local_shards: self.local.keys().cloned().collect(),
+            known_homes: self.homes.len(),
+            buffered: self.buffered,
+            shutting_down: self.shutting_down,
+            stopped: self.stopped,
+        }
+    }
+
+    /// The region the message for `shard` would go to now: `None` while its home is unknown.
+    pub fn home(&self, shard: &ShardId) -> Option<&UniqueAddress> {
+        self.homes.get(shard)
+    }
+
+    /// The membership changed: find the coordinator (on the oldest member with the role), and
+    /// forget homes on nodes that are gone.
+    pub fn handle_members(&mut self, members: &[Member], now: Instant) {
+        let dc = members
+            .iter()
+            .find(|m| *m.node() == self.self_node)
+            .map_or("default", |m| m.data_center());
+        let coordinator =
+            oldest_candidate(members, dc, self.config.role.as_deref()).map(|m| m.node().clone());
+        self.homes.retain(|_, r| members.iter().any(|m| m.node() == r));
+        if coordinator != self.coordinator {
+            self.coordinator = coordinator;
+            self.registered = false;
+            self.register_backoff = first_backoff(self.config.retry_interval);
+            self.register(now);
+        }
+    }
+
+    /// Routes `msg` for `shard`: to the local shard, to the region hosting it, or into the
+    /// shard's buffer until its home is known.
+    pub fn route(&mut self, shard: ShardId, msg: M, now: Instant) {
+        if self.stopped {
+            self.outputs
+                .push_back(RegionOutput::Dropped { msg, reason: DropReason::RegionStopped });
+            return;
+        }
+        if let Some(home) = self.homes.get(&shard).cloned() {
+            if home != self.self_node {
+                self.outputs.push_back(RegionOutput::Forward { to: home, shard, msg });
+                return;
+            }
+            if self.local.get(&shard) == Some(&Local::Running) {
+                self.outputs.push_back(RegionOutput::Deliver { shard, msg });
+                return;
+            }
+            if !self.local.contains_key(&shard) && self.hosting && !self.shutting_down {
+                // The shard stopped on its own; its home is still here.
+                self.start_local(shard.clone());
+                self.outputs.push_back(RegionOutput::Deliver { shard, msg });
+                return;
+            }
+            self.homes.remove(&shard);
+        }
+        self.buffer(shard, msg, now);
+    }
+
+    /// A message from the coordinator on node `from`.
+    pub fn handle_message(&mut self, from: UniqueAddress, msg: RegionMsg, now: Instant) {
+        if self.stopped {
+            // The RegionStopped sent on stopping may have reached a coordinator that was not
+            // listening yet (recovering); whoever still counts on this region hears it again.
+            self.send(from, CoordinatorMsg::RegionStopped);
+            return;
+        }
+        match msg {
+            RegionMsg::RegisterAck => {
+                if self.coordinator.as_ref() != Some(&from) {
+                    return;
+                }
+                self.registered = true;
+                let shards: Vec<ShardId> = self.buffers.keys().cloned().collect();
+                for s in shards {
+                    self.tell_coordinator(CoordinatorMsg::GetShardHome(s));
+                }
+                if self.shutting_down {
+                    self.tell_coordinator(CoordinatorMsg::GracefulShutdownReq);
+                }
+                self.arm_retry(now);
+            }
+            RegionMsg::ShardHome { shard, region } => self.set_home(shard, region),
+            RegionMsg::ShardHomes(homes) => {
+                for (shard, region) in homes {
+                    self.set_home(shard, region);
+                }
+            }
+            RegionMsg::HostShard(shard) => {
+                if !self.hosting || self.shutting_down {
+                    if self.shutting_down {
+                        self.send(from, CoordinatorMsg::GracefulShutdownReq);
+                    }
+                    return;
+                }
+                self.set_home(shard.clone(), self.self_node.clone());
+                self.send(from, CoordinatorMsg::ShardStarted(shard));
+            }
+            RegionMsg::BeginHandOff(shard) => {
+                self.homes.remove(&shard);
+                self.send(from, CoordinatorMsg::BeginHandOffAck(shard));
+            }
+            RegionMsg::HandOff(shard) => {
+                self.homes.remove(&shard);
+                if let Some(dropped) = self.buffers.remove(&shard) {
+                    self.buffered -= dropped.len();
+                    for msg in dropped {
+                        let reason = DropReason::HandedOff;
+                        self.outputs.push_back(RegionOutput::Dropped { msg, reason });
+                    }
+                }
+                match self.local.get_mut(&shard) {
+                    Some(state @ Local::Running) => {
+                        *state = Local::HandingOff(from);
+                        self.outputs.push_back(RegionOutput::HandOffShard(shard));
+                    }
+                    Some(Local::HandingOff(to)) => *to = from,
+                    None => self.send(from, CoordinatorMsg::ShardStopped(shard)),
+                }
+            }
+        }
+        // A shutting-down region stops once its last buffered message has gone to a new home.
+        self.maybe_stopped();
+    }
+
+    /// The local `shard` has stopped all its entities.
+    pub fn shard_stopped(&mut self, shard: ShardId) {
+        if let Some(Local::HandingOff(coordinator)) = self.local.remove(&shard) {
+            self.send(coordinator, CoordinatorMsg::ShardStopped(shard));
+        }
+        self.maybe_stopped();
+    }
+
+    /// Begins the graceful shutdown: the coordinator moves every local shard elsewhere; the
+    /// region reports [`RegionOutput::Stopped`] once none is left and nothing is buffered.
+    pub fn graceful_shutdown(&mut self, now: Instant) {
+        if self.shutting_down {
+            return;
+        }
+        self.shutting_down = true;
+        if self.registered {
+            self.tell_coordinator(CoordinatorMsg::GracefulShutdownReq);
+        }
+        self.maybe_stopped();
+        self.arm_retry(now);
+    }
+
+    /// A deadline from [`poll_timeout`](Self::poll_timeout) has passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if !self.timers.take_due(Timer::Retry as usize, now) || self.stopped {
+            return;
+        }
+        if !self.registered {
+            self.register(now);
+            return;
+        }
+        let shards: Vec<ShardId> = self.buffers.keys().cloned().collect();
+        for s in shards {
+            self.tell_coordinator(CoordinatorMsg::GetShardHome(s));
+        }
+        if self.shutting_down {
+            self.tell_coordinator(CoordinatorMsg::GracefulShutdownReq);
+        }
+        self.arm_retry(now);
+        self.maybe_stopped();
+    }
+
+    fn register(&mut self, now: Instant) {
+        if self.coordinator.is_none() || self.stopped {
+            self.timers.clear(Timer::Retry as usize);
+            return;
+        }
+        let msg =
+            if self.hosting { CoordinatorMsg::Register } else { CoordinatorMsg::RegisterProxy };
+        self.tell_coordinator(msg);
+        self.timers.set(Timer::Retry as usize, now + self.register_backoff);
+        self.register_backoff = (self.register_backoff * 2).min(self.config.retry_interval);
+    }
+
+    /// Keeps the retry timer running while anything waits for the coordinator.
+    fn arm_retry(&mut self, now: Instant) {
+        if self.stopped {
+            self.timers.clear(Timer::Retry as usize);
+        } else if !self.buffers.is_empty() || self.shutting_down {
+            self.timers.set_at_most(Timer::Retry as usize, now + self.config.retry_interval);
+        }
+    }
+
+    fn buffer(&mut self, shard: ShardId, msg: M, now: Instant) {
+        if self.buffered >= self.config.buffer_size {
+            self.outputs.push_back(RegionOutput::Dropped { msg, reason: DropReason::BufferFull });
+            return;
+        }
+        let queue = self.buffers.entry(shard.clone()).or_default();
+        queue.push_back(msg);
+        self.buffered += 1;
+        if queue.len() == 1 && self.registered {
+            self.tell_coordinator(CoordinatorMsg::GetShardHome(shard));
+        }
+        self.arm_retry(now);
+    }
+
+    fn set_home(&mut self, shard: ShardId, region: UniqueAddress) {
+        if region == self.self_node {
+            if !self.hosting || self.shutting_down {
+                return;
+            }
+            if let Some(Local::HandingOff(_)) = self.local.get(&shard) {
+                // Hosted again only once the handoff has ended.
+                return;
+            }
+            if !self.local.contains_key(&shard) {
+                self.start_local(shard.clone());
+            }
+        }
+        self.homes.insert(shard.clone(), region.clone());
+        let Some(queue) = self.buffers.remove(&shard) else { return };
+        self.buffered -= queue.len();
+        for msg in queue {
+            let out = if region == self.self_node {
+                RegionOutput::Deliver { shard: shard.clone(), msg }
+            } else {
+                RegionOutput::Forward { to: region.clone(), shard: shard.clone(), msg }
+            };
+            self.outputs.push_back(out);
+        }
+    }
+
+    fn start_local(&mut self, shard: ShardId) {
+        self.local.insert(shard.clone(), Local::Running);
+        self.outputs.push_back(RegionOutput::StartShard(shard));
+    }
+
+    fn maybe_stopped(&mut self) {
+        if !self.shutting_down || self.stopped || !self.local.is_empty() || self.buffered > 0 {
+            return;
+        }
+        self.stopped = true;
+        self.timers.clear(Timer::Retry as usize);
+        self.tell_coordinator(CoordinatorMsg::RegionStopped);
+        self.outputs.push_back(RegionOutput::Stopped);
+    }
+
+    fn tell_coordinator(&mut self, msg: CoordinatorMsg) {
+        if let Some(to) = self.coordinator.clone() {
+            self.send(to, msg);
+        }
+    }
+
+    fn send(&mut self, to: UniqueAddress, msg: CoordinatorMsg) {
+        self.outputs.push_back(RegionOutput::ToCoordinator { to, msg });
+    }
+}
+
+/// The first registration retry: an eighth of the retry interval, at least 100 ms.
+fn first_backoff(retry_interval: Duration) -> Duration {
+    (retry_interval / 8).max(Duration::from_millis(100))
+}
