@@ -402,6 +402,8 @@ impl Task {
                 Some(waiter) = leaves.recv() => {
                     self.manager.shutdown(now());
                     self.leave_waiters.push(waiter);
+                    // Answered at once when no instance runs here; otherwise once it has ended.
+                    self.release_waiters();
                 }
                 () = sleep_until(wake) => {
                     let t = Instant::now();

@@ -168,6 +168,16 @@ async fn one_instance_runs_on_the_oldest_and_moves_to_the_next_oldest_on_a_grace
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_does_not_host_the_singleton_leaves_without_waiting_for_it() {
+    let _live = support::live().await;
+    let (nodes, _journal, mut started) = ticker_cluster(&fast_settings(), 2).await;
+    assert_eq!(next_start(&mut started).await, 0);
+    let outcome = tokio::time::timeout(T, nodes[1].shutdown()).await.expect("the leave hung");
+    assert_eq!(outcome, convoke::node::ShutdownOutcome::Left);
+    nodes[0].stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_host_is_replaced_only_after_its_removal_and_the_margin() {
     let _live = support::live().await;
     let mut settings = fast_settings();
