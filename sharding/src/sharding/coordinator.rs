@@ -38,9 +38,11 @@ pub enum CoordinatorOutput {
 /// What the coordinator is doing, for the management API and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CoordinatorStatus {
-    /// `recovering` (reading the replicas), `active`, or `fenced` (a newer coordinator wrote;
-    /// this one no longer acts).
+    /// `recovering` (reading the replicas) or `active`.
     pub phase: &'static str,
+    /// How many times a replica refused this coordinator because another had read or written
+    /// since, sending it back to recovery.
+    pub superseded: u64,
     /// The version of the table last written to a majority.
     pub version: Option<StateVersion>,
     /// Each region with its number of shards, in the written table.
@@ -64,8 +66,6 @@ enum Phase {
     /// Reading the replicas; the replies so far by node.
     Recovering(BTreeMap<UniqueAddress, Option<(StateVersion, Arc<CoordinatorState>)>>),
     Active,
-    /// A replica refused a write: a coordinator with a higher ballot exists.
-    Fenced,
 }
 
 /// Something to do once the change that called for it is on a majority.
@@ -121,7 +121,8 @@ struct Handoff {
 /// No region hears of an allocation (HostShard, ShardHome, ShardHomes) before the table holding
 /// it has been accepted by a majority of the replicas. A shard is allocated anew only after its
 /// old home has answered ShardStopped, told it has stopped (RegionStopped), or has been gone from
-/// the membership for the removal margin. A coordinator that meets a higher ballot stops acting.
+/// the membership for the removal margin. A coordinator that meets a higher ballot stops acting
+/// and reads the replicas again.
 #[derive(Debug)]
 pub struct Coordinator {
     config: ShardingConfig,
@@ -158,20 +159,25 @@ pub struct Coordinator {
     calm: bool,
     timers: Timers<2>,
     outputs: VecDeque<CoordinatorOutput>,
+    /// Times a replica sent this coordinator back to recovery.
+    fenced_count: u64,
 }
 
 impl Coordinator {
     /// A coordinator for `config`'s entity type on `self_node`, starting at `now` with the given
     /// membership: it reads the replicas before it answers anything.
+    /// `instance` tells this coordinator from earlier ones on the same node: the driver gives
+    /// each a different number (a counter, or a random number).
     pub fn new(
         config: ShardingConfig,
         self_node: UniqueAddress,
+        instance: u64,
         members: &[Member],
         unreachable: &BTreeSet<UniqueAddress>,
         now: Instant,
     ) -> Self {
         let rule = config.allocation();
-        let ballot = Ballot { round: 1, node: self_node.clone() };
+        let ballot = Ballot { round: 1, node: self_node.clone(), instance };
         let mut c = Self {
             config,
             rule,
@@ -196,6 +202,7 @@ impl Coordinator {
             calm: false,
             timers: Timers::default(),
             outputs: VecDeque::new(),
+            fenced_count: 0,
         };
         c.read_view(members, unreachable);
         c.send_reads(now);
@@ -224,7 +231,6 @@ impl Coordinator {
         let phase = match self.phase {
             Phase::Recovering(_) => "recovering",
             Phase::Active => "active",
-            Phase::Fenced => "fenced",
         };
         CoordinatorStatus {
             phase,
@@ -232,6 +238,7 @@ impl Coordinator {
             regions: self.committed.regions().map(|(r, s)| (r.clone(), s.len())).collect(),
             handoffs: self.handoffs.len(),
             writing: self.write.is_some(),
+            superseded: self.fenced_count,
         }
     }
 
@@ -242,7 +249,13 @@ impl Coordinator {
         unreachable: &BTreeSet<UniqueAddress>,
         now: Instant,
     ) {
+        let replicas_before = self.replicas.clone();
         self.read_view(members, unreachable);
+        if self.replicas != replicas_before && matches!(self.phase, Phase::Active) {
+            // The table goes to the new replica set in full, so that a majority of it holds
+            // the table, not only a majority of the old set.
+            self.dirty = true;
+        }
         let gone: Vec<UniqueAddress> = self
             .proposed
             .regions()
@@ -334,16 +347,10 @@ impl Coordinator {
                 if promised <= self.ballot {
                     return;
                 }
-                match self.phase {
-                    Phase::Recovering(_) => {
-                        self.ballot =
-                            Ballot { round: promised.round + 1, node: self.self_node.clone() };
-                        self.phase = Phase::Recovering(BTreeMap::new());
-                        self.send_reads(now);
-                    }
-                    Phase::Active => self.fence(),
-                    Phase::Fenced => {}
-                }
+                // Another coordinator has read or written since: read again with a higher
+                // round. Whatever it completed is on a majority and comes back with the read;
+                // if it is still alive, its next write is refused in turn.
+                self.restart_recovery(promised, now);
             }
             ReplicaMsg::Read { .. } | ReplicaMsg::Write { .. } => {}
         }
@@ -444,13 +451,22 @@ impl Coordinator {
         self.timers.set(Timer::Rebalance as usize, now + self.config.rebalance_interval);
     }
 
-    fn fence(&mut self) {
-        self.phase = Phase::Fenced;
+    fn restart_recovery(&mut self, promised: Ballot, now: Instant) {
+        self.ballot = Ballot {
+            round: promised.round + 1,
+            node: self.self_node.clone(),
+            instance: self.ballot.instance,
+        };
+        self.phase = Phase::Recovering(BTreeMap::new());
+        self.fenced_count += 1;
         self.write = None;
         self.queued.clear();
         self.dirty = false;
-        self.timers = Timers::default();
-        self.outputs.clear();
+        self.waiting.clear();
+        self.hosting.clear();
+        self.handoffs.clear();
+        self.timers.clear(Timer::Rebalance as usize);
+        self.send_reads(now);
     }
 
     /// Starts the next write when none is in flight, and keeps the retry timer armed while
@@ -519,7 +535,6 @@ impl Coordinator {
     fn retry(&mut self, now: Instant) {
         match self.phase {
             Phase::Recovering(_) => self.send_reads(now),
-            Phase::Fenced => {}
             Phase::Active => {
                 if let Some(w) = &self.write {
                     let to: Vec<UniqueAddress> =
@@ -667,7 +682,7 @@ impl Coordinator {
     }
 
     fn on_shard_stopped(&mut self, from: &UniqueAddress, shard: ShardId) {
-        if self.handoffs.get(&shard).is_none_or(|h| h.from != *from) {
+        if self.handoffs.get(&shard).is_none_or(|h| h.from != *from || !h.handing_off) {
             return;
         }
         self.handoffs.remove(&shard);
@@ -729,7 +744,9 @@ impl Coordinator {
         let loads: Vec<RegionLoad<'_>> = self
             .committed
             .regions()
-            .filter(|(r, _)| !self.shutting_down.contains(*r) && self.members.contains_key(*r))
+            .filter(|(r, _)| {
+                !self.shutting_down.contains(*r) && self.members.get(*r) == Some(&MemberStatus::Up)
+            })
             .map(|(region, shards)| RegionLoad { region, shards, leaving: false })
             .collect();
         for s in self.rule.rebalance(&loads) {

@@ -1,8 +1,9 @@
 //! The shard region: [`Region`], one per entity type per node. Every message for an entity of
 //! the type goes through the region of the node it is sent from.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
+use std::mem;
 use std::time::{Duration, Instant};
 
 use convoke_membership::{Member, UniqueAddress};
@@ -145,7 +146,11 @@ pub struct Region<M> {
     buffers: BTreeMap<ShardId, VecDeque<M>>,
     buffered: usize,
     shutting_down: bool,
+    /// When a shutting-down region gives up on messages whose shard has no home.
+    shutdown_deadline: Option<Instant>,
     stopped: bool,
+    /// The nodes of the latest membership: homes elsewhere are not taken.
+    members: BTreeSet<UniqueAddress>,
     timers: Timers<1>,
     outputs: VecDeque<RegionOutput<M>>,
 }
@@ -166,7 +171,9 @@ impl<M> Region<M> {
             buffers: BTreeMap::new(),
             buffered: 0,
             shutting_down: false,
+            shutdown_deadline: None,
             stopped: false,
+            members: BTreeSet::new(),
             timers: Timers::default(),
             outputs: VecDeque::new(),
         }
@@ -210,7 +217,9 @@ impl<M> Region<M> {
             .map_or("default", |m| m.data_center());
         let coordinator =
             oldest_candidate(members, dc, self.config.role.as_deref()).map(|m| m.node().clone());
-        self.homes.retain(|_, r| members.iter().any(|m| m.node() == r));
+        self.members = members.iter().map(|m| m.node().clone()).collect();
+        let known = &self.members;
+        self.homes.retain(|_, r| known.contains(r));
         if coordinator != self.coordinator {
             self.coordinator = coordinator;
             self.registered = false;
@@ -255,11 +264,14 @@ impl<M> Region<M> {
             self.send(from, CoordinatorMsg::RegionStopped);
             return;
         }
+        let from_coordinator = self.coordinator.as_ref() == Some(&from);
+        if !from_coordinator && !matches!(msg, RegionMsg::BeginHandOff(_)) {
+            // An earlier coordinator still running somewhere; only forgetting a home (which
+            // costs a retry at worst) is taken from anyone.
+            return;
+        }
         match msg {
             RegionMsg::RegisterAck => {
-                if self.coordinator.as_ref() != Some(&from) {
-                    return;
-                }
                 self.registered = true;
                 let shards: Vec<ShardId> = self.buffers.keys().cloned().collect();
                 for s in shards {
@@ -284,7 +296,11 @@ impl<M> Region<M> {
                     return;
                 }
                 self.set_home(shard.clone(), self.self_node.clone());
-                self.send(from, CoordinatorMsg::ShardStarted(shard));
+                // Not while its entities still stop for an earlier handoff: the coordinator asks
+                // again, and the shard starts once they have.
+                if self.local.get(&shard) == Some(&Local::Running) {
+                    self.send(from, CoordinatorMsg::ShardStarted(shard));
+                }
             }
             RegionMsg::BeginHandOff(shard) => {
                 self.homes.remove(&shard);
@@ -328,6 +344,7 @@ impl<M> Region<M> {
             return;
         }
         self.shutting_down = true;
+        self.shutdown_deadline = Some(now + self.config.handoff_timeout);
         if self.registered {
             self.tell_coordinator(CoordinatorMsg::GracefulShutdownReq);
         }
@@ -339,6 +356,18 @@ impl<M> Region<M> {
     pub fn handle_timeout(&mut self, now: Instant) {
         if !self.timers.take_due(Timer::Retry as usize, now) || self.stopped {
             return;
+        }
+        if self.shutdown_deadline.is_some_and(|at| at <= now) {
+            // No region could take these shards (every region is shutting down, or the
+            // coordinator is gone): the messages are given back rather than held forever.
+            for (_, queue) in mem::take(&mut self.buffers) {
+                for msg in queue {
+                    let reason = DropReason::RegionStopped;
+                    self.outputs.push_back(RegionOutput::Dropped { msg, reason });
+                }
+            }
+            self.buffered = 0;
+            self.maybe_stopped();
         }
         if !self.registered {
             self.register(now);
@@ -358,6 +387,10 @@ impl<M> Region<M> {
     fn register(&mut self, now: Instant) {
         if self.coordinator.is_none() || self.stopped {
             self.timers.clear(Timer::Retry as usize);
+            if self.shutting_down && !self.stopped {
+                // Still wake up to give up at the shutdown deadline.
+                self.timers.set(Timer::Retry as usize, now + self.config.retry_interval);
+            }
             return;
         }
         let msg =
@@ -391,6 +424,10 @@ impl<M> Region<M> {
     }
 
     fn set_home(&mut self, shard: ShardId, region: UniqueAddress) {
+        if !self.members.contains(&region) {
+            // The coordinator had not yet seen the node go; the shard is asked for again.
+            return;
+        }
         if region == self.self_node {
             if !self.hosting || self.shutting_down {
                 return;

@@ -6,13 +6,14 @@
 //! node first reads the replicas and takes the newest table a majority returns.
 //!
 //! Writes carry a [`StateVersion`]: the writing coordinator's [`Ballot`] and a sequence number.
-//! Before it reads, a new coordinator picks a ballot above any a replica has seen; a replica that
-//! has answered a read for a ballot refuses writes from lower ones. So once the new coordinator
-//! has read from a majority, an old coordinator that still believes it is in charge (its node
-//! cut off, or frozen) cannot get another write accepted by a majority: every majority shares a
-//! member with the one that answered the read. And every write the old one did get accepted by a
-//! majority reached at least one replica the new one read from, so the new table includes it.
-//! This is the first phase of Paxos, with the coordinator as the single proposer.
+//! A new coordinator reads with a ballot of its own; a replica that has promised a higher one
+//! refuses and reports it, and the coordinator reads again with a higher round. A replica that
+//! has answered a read for a ballot refuses reads and writes from lower ones. So once the new
+//! coordinator has read from a majority, an old coordinator that still believes it is in charge
+//! (its node cut off, or frozen) cannot get another write accepted by a majority: every majority
+//! shares a member with the one that answered the read. And every write the old one did get
+//! accepted by a majority reached at least one replica the new one read from, so the new table
+//! includes it. This is the first phase of Paxos, with the coordinator as the single proposer.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,13 +22,17 @@ use convoke_membership::UniqueAddress;
 
 use super::ShardId;
 
-/// A coordinator's claim to write: higher rounds win; the node breaks ties.
+/// A coordinator's claim to write: higher rounds win; the node, then the instance, break ties.
+/// No two coordinators ever use the same ballot, not even two started one after the other on
+/// the same node: each has an instance number of its own.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Ballot {
-    /// The round, raised past any round a replica reports.
+    /// The round, raised past the promise a refusing replica reports.
     pub round: u64,
     /// The node of the coordinator that chose it.
     pub node: UniqueAddress,
+    /// Which coordinator on that node (the driver numbers them).
+    pub instance: u64,
 }
 
 /// The version of a written table: by ballot, then by sequence number within the ballot.
@@ -257,7 +262,7 @@ mod tests {
     }
 
     fn ballot(round: u64, i: u16) -> Ballot {
-        Ballot { round, node: node(i) }
+        Ballot { round, node: node(i), instance: 0 }
     }
 
     fn write(round: u64, seq: u64, shards: &[(&str, u16)]) -> ReplicaMsg {

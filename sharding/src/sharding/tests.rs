@@ -74,6 +74,8 @@ struct Net {
     /// Replica traffic to and from these nodes is lost.
     replica_cut: BTreeSet<usize>,
     next_id: u64,
+    /// Coordinators started so far.
+    instances: u64,
 }
 
 impl Net {
@@ -86,6 +88,7 @@ impl Net {
             active: BTreeMap::new(),
             replica_cut: BTreeSet::new(),
             next_id: 0,
+            instances: 0,
         };
         for _ in 0..n {
             net.add_node();
@@ -144,8 +147,16 @@ impl Net {
             let here = oldest.as_ref() == Some(&node(i));
             let n = &mut self.nodes[i];
             if here && n.coordinator.is_none() {
-                n.coordinator =
-                    Some(Coordinator::new(self.config.clone(), node(i), &members, &none, self.now));
+                self.instances += 1;
+                let instance = self.instances;
+                n.coordinator = Some(Coordinator::new(
+                    self.config.clone(),
+                    node(i),
+                    instance,
+                    &members,
+                    &none,
+                    self.now,
+                ));
             } else if !here {
                 n.coordinator = None;
             }
@@ -500,31 +511,50 @@ fn a_new_coordinator_recovers_the_table_and_moves_no_shard_with_a_live_home() {
     assert!(after.is_consistent());
 }
 
+/// Hands every message from `c` to the replicas of `net` and `c` the answers, until quiet.
+fn exchange_with_replicas(net: &mut Net, c: &mut Coordinator) {
+    while let Some(out) = c.poll_output() {
+        if let CoordinatorOutput::ToReplica { to, msg } = out {
+            let i = Net::index(&to);
+            if let Some(reply) = net.nodes[i].replica.handle(msg) {
+                c.handle_replica_msg(node(i), reply, net.now);
+            }
+        }
+    }
+}
+
 #[test]
-fn a_coordinator_that_meets_a_higher_ballot_stops_acting() {
+fn a_coordinator_superseded_by_a_newer_one_reads_the_replicas_again_before_it_acts() {
     let mut net = Net::new(3);
     net.advance(Duration::from_secs(1));
     net.tell(1, "carol");
-    // A second coordinator (as if node 0 were frozen and node 1 took over) reads the replicas.
+    // A second coordinator (as if node 0 were frozen and node 1 took over) reads the replicas
+    // and writes the table again under its ballot.
     let members = net.members();
     let mut rival =
-        Coordinator::new(net.config.clone(), node(1), &members, &BTreeSet::new(), net.now);
-    while let Some(CoordinatorOutput::ToReplica { to, msg }) = rival.poll_output() {
-        let i = Net::index(&to);
-        let reply = net.nodes[i].replica.handle(msg).unwrap();
-        rival.handle_replica_msg(node(i), reply, net.now);
-    }
+        Coordinator::new(net.config.clone(), node(1), 99, &members, &BTreeSet::new(), net.now);
+    exchange_with_replicas(&mut net, &mut rival);
     assert_eq!(rival.status().phase, "active");
     assert_eq!(rival.state().num_shards(), 1, "the rival recovered carol's shard");
-    // The old coordinator's next allocation is refused by every replica: it allocates nothing
-    // more and stops acting.
+
+    // The old coordinator's next allocation is refused; it reads again, finds carol's shard
+    // where it was, and only then allocates dave's.
     assert_ne!(shard_for_entity("dave", SHARDS), shard_for_entity("carol", SHARDS));
+    let carol_home = net.home_of("carol").unwrap();
     let id = net.tell(2, "dave");
     net.advance(Duration::from_secs(5));
-    assert!(!net.delivered(id));
-    assert_eq!(net.coordinator().unwrap().status().phase, "fenced");
-    let carol = net.tell(1, "carol");
-    assert!(net.delivered(carol), "a home a region knows still answers");
+    let c = net.coordinator().unwrap();
+    assert_eq!(c.status().superseded, 1);
+    assert_eq!(c.status().phase, "active");
+    assert!(net.delivered(id));
+    assert_eq!(net.home_of("carol"), Some(carol_home));
+
+    // Now the rival is the stale one: its next write is refused in turn.
+    rival.handle_region_msg(node(1), CoordinatorMsg::Register, net.now);
+    rival.handle_region_msg(node(1), CoordinatorMsg::GetShardHome("x".into()), net.now);
+    exchange_with_replicas(&mut net, &mut rival);
+    assert_eq!(rival.status().superseded, 1);
+    assert!(rival.state().home(&"x".into()).is_none());
 }
 
 #[test]
@@ -769,4 +799,88 @@ fn a_region_that_stopped_unheard_is_forgotten_and_its_shards_go_elsewhere() {
     if let Err(e) = run(ops) {
         panic!("{e}");
     }
+}
+
+#[test]
+fn a_coordinator_restarted_on_the_same_node_writes_tables_the_replicas_keep() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    for e in entities(40) {
+        net.tell(1, &e);
+    }
+    // The singleton restarts on the same node (as after a freeze).
+    net.instances += 1;
+    let members = net.members();
+    let (config, instance, now) = (net.config.clone(), net.instances, net.now);
+    net.nodes[0].coordinator =
+        Some(Coordinator::new(config, node(0), instance, &members, &BTreeSet::new(), now));
+    net.pump();
+    net.advance(Duration::from_secs(3));
+    let now = net.now;
+    net.nodes[2].region.graceful_shutdown(now);
+    net.pump();
+    net.advance(Duration::from_secs(5));
+    let committed = net.coordinator().unwrap().state().clone();
+    let holding = (0..3)
+        .filter(|&i| net.nodes[i].replica.accepted().is_some_and(|(_, t)| **t == committed))
+        .count();
+    assert!(holding >= 2, "only {holding} replicas hold the table the coordinator acts on");
+}
+
+#[test]
+fn a_home_on_a_node_already_removed_here_is_not_taken_from_a_coordinator_that_lags() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    for e in entities(60) {
+        net.tell(0, &e);
+    }
+    let e = entities(60).into_iter().find(|e| net.home_of(e) == Some(2)).unwrap();
+    let shard = shard_for_entity(&e, SHARDS);
+    // Node 2 crashes; node 1 sees the removal before the coordinator on node 0 does.
+    net.nodes[2].alive = false;
+    net.active.retain(|_, n| *n != 2);
+    net.nodes[2].status = MemberStatus::Removed;
+    let (members, now) = (net.members(), net.now);
+    net.nodes[1].region.handle_members(&members, now);
+    net.tell(1, &e);
+    assert_eq!(net.nodes[1].region.home(&shard), None, "took a home on a removed node");
+    net.membership_changed();
+    net.advance(Duration::from_secs(30));
+    let id = net.tell(1, &e);
+    net.advance(Duration::from_secs(5));
+    assert!(net.delivered(id), "the message to {e} was lost");
+}
+
+#[test]
+fn the_last_region_shutting_down_gives_back_what_no_region_can_take_and_stops() {
+    let mut net = Net::new(1);
+    net.advance(Duration::from_secs(1));
+    net.tell(0, "a");
+    let now = net.now;
+    net.nodes[0].region.graceful_shutdown(now);
+    let shard = shard_for_entity("zzz", SHARDS);
+    net.nodes[0].region.route(shard, Msg { entity: "zzz".into(), id: 999 }, now);
+    net.pump();
+    net.advance(net.config.handoff_timeout + Duration::from_secs(5));
+    assert!(net.nodes[0].stopped, "{:?}", net.nodes[0].region.status());
+    assert!(net.nodes[0].dropped.contains(&(999, DropReason::RegionStopped)));
+}
+
+#[test]
+fn a_leaving_member_takes_no_part_in_rebalancing() {
+    let mut net = Net::new(2);
+    net.advance(Duration::from_secs(1));
+    for e in entities(300) {
+        net.tell(0, &e);
+    }
+    let i = net.add_node();
+    net.nodes[i].status = MemberStatus::Leaving;
+    net.membership_changed();
+    net.advance(Duration::from_secs(2));
+    let before = net.coordinator().unwrap().status().version.unwrap().seq;
+    let counts = net.counts();
+    net.advance(Duration::from_secs(120));
+    let after = net.coordinator().unwrap().status().version.unwrap().seq;
+    assert_eq!(after, before, "the table was rewritten {} times", after - before);
+    assert_eq!(net.counts(), counts);
 }
