@@ -10,6 +10,7 @@
 //! - [`messaging`]: typed asks and tells between members on the transport's application
 //!   stream, with member watch.
 //! - [`singleton`]: cluster singletons and their proxies, over messaging.
+//! - [`sharding`]: sharded entities over messaging, their coordinator a singleton.
 //! - [`driver`]: the task that owns the core; [`lease`](crate::lease) performs the split-brain
 //!   lease's operations for it; [`transport`] carries its messages.
 //! - [`control`] (commands in, snapshots out), [`health`], [`metrics`], [`settings`].
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod node;
 pub mod runtime;
 pub mod settings;
+pub mod sharding;
 pub mod singleton;
 pub mod transport;
 

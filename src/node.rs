@@ -14,6 +14,7 @@ use crate::health::HealthChecks;
 use crate::management;
 use crate::messaging::Messaging;
 use crate::metrics::Metrics;
+use crate::sharding::Sharding;
 use crate::singleton::Singletons;
 use crate::transport::Transport;
 
@@ -46,6 +47,7 @@ struct Inner {
     transport: Transport,
     messaging: Messaging,
     singletons: Singletons,
+    sharding: Sharding,
     leave_timeout: Duration,
     management_addr: Option<SocketAddr>,
     /// Dropped with the last handle, which stops the management server.
@@ -59,6 +61,7 @@ pub(crate) struct NodeParts {
     pub(crate) transport: Transport,
     pub(crate) messaging: Messaging,
     pub(crate) singletons: Singletons,
+    pub(crate) sharding: Sharding,
     pub(crate) leave_timeout: Duration,
     pub(crate) management_addr: Option<SocketAddr>,
     pub(crate) management_stop: watch::Sender<()>,
@@ -72,6 +75,7 @@ impl Node {
                 transport: parts.transport,
                 messaging: parts.messaging,
                 singletons: parts.singletons,
+                sharding: parts.sharding,
                 leave_timeout: parts.leave_timeout,
                 management_addr: parts.management_addr,
                 _management_stop: parts.management_stop,
@@ -132,6 +136,11 @@ impl Node {
     /// Cluster singletons: start one, or get a proxy to one.
     pub fn singletons(&self) -> &Singletons {
         &self.inner.singletons
+    }
+
+    /// Cluster sharding: start an entity type, send to its entities.
+    pub fn sharding(&self) -> &Sharding {
+        &self.inner.sharding
     }
 
     /// The transport, for its counters.
@@ -224,15 +233,17 @@ impl Node {
         self.control().stop().await;
     }
 
-    /// Leaves gracefully — hands over the singletons running here, then Leaving, Exiting, and
-    /// the node stops — waiting at most `cluster.leave_timeout` for the leave, then stops the
-    /// driver and closes every connection.
+    /// Leaves gracefully — hands off the shards and over the singletons running here, then
+    /// Leaving, Exiting, and the node stops — waiting at most `cluster.leave_timeout` for the
+    /// shards and again for the leave, then stops the driver and closes every connection.
     pub async fn shutdown(&self) -> ShutdownOutcome {
         if let Some(t) = self.termination() {
             return ShutdownOutcome::AlreadyTerminated(t);
         }
         let joined = self.state().self_member().is_some();
         if joined {
+            // Shards first: the coordinator (a singleton) may run here and must see them off.
+            self.inner.sharding.shut_down_all(self.inner.leave_timeout).await;
             self.inner.singletons.hand_over_all().await;
         }
         let outcome = if joined && self.leave(self.self_address().clone()).await.is_ok() {

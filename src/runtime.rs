@@ -118,6 +118,14 @@ impl Node {
             settings.singleton.clone(),
             settings.singleton.removal_margin(&c.core),
         );
+        let sharding = crate::sharding::Sharding::new(
+            messaging.clone(),
+            control.clone(),
+            singletons.clone(),
+            settings.sharding.clone(),
+            c.core.roles.clone(),
+            settings.singleton.removal_margin(&c.core),
+        );
         tracing::info!(node = %self_node.address, uid = %self_node.uid, listen = %local, "cluster node started");
 
         let management = if settings.management.enabled {
@@ -143,6 +151,7 @@ impl Node {
             metrics,
             started_at,
             singletons: singletons.statuses(),
+            sharding: Some(sharding.clone()),
         };
         let (management_stop, stopped) = watch::channel(());
         if let Some(m) = management {
@@ -153,6 +162,7 @@ impl Node {
             transport,
             messaging,
             singletons,
+            sharding,
             leave_timeout: c.leave_timeout,
             management_addr,
             management_stop,

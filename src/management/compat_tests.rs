@@ -113,6 +113,7 @@ impl StandIn {
             metrics: Metrics::default(),
             started_at: tokio::time::Instant::now(),
             singletons: Default::default(),
+            sharding: None,
         };
         Self { handle, asked, events }
     }

@@ -37,6 +37,11 @@ impl ApiError {
         Self { status: StatusCode::NOT_FOUND, message: format!("Member [{given}] not found") }
     }
 
+    /// 404 with a message.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self { status: StatusCode::NOT_FOUND, message: message.into() }
+    }
+
     /// 405 in read-only mode.
     pub fn read_only() -> Self {
         Self {

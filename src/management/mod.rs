@@ -8,8 +8,9 @@
 //!
 //! Layout: `cluster.rs` (members routes and JSON), `form.rs` (urlencoded and multipart form
 //! bodies), `bootstrap.rs` (`/bootstrap/seed-nodes`, `/bootstrap/status`), `health.rs` (`/ready`,
-//! `/alive`, `/startup`), `events.rs` (SSE), `metrics.rs`, `dashboard.rs` (the operator's page,
-//! from `dashboard/`), `auth.rs`, `server.rs` (accept loop, TLS), `error.rs`.
+//! `/alive`, `/startup`), `singletons.rs`, `shards.rs` (`/cluster/shards...`), `events.rs`
+//! (SSE), `metrics.rs`, `dashboard.rs` (the operator's page, from `dashboard/`), `auth.rs`,
+//! `server.rs` (accept loop, TLS), `error.rs`.
 //!
 //! [`Node::management_handle`]: crate::Node::management_handle
 
@@ -23,6 +24,7 @@ mod form;
 mod health;
 mod metrics;
 mod server;
+mod shards;
 mod singletons;
 
 use std::sync::Arc;
@@ -41,6 +43,10 @@ pub use dashboard::SIZE as DASHBOARD_SIZE;
 pub use error::{ApiError, Message};
 pub use events::event_json;
 pub use server::{TlsError, serve, tls_acceptor};
+pub use shards::{
+    ClusterShardingStats, FailedMember, MemberShards, ShardDetails, ShardEntityTypeKeys,
+    ShardRegionStats,
+};
 pub use singletons::{ClusterSingleton, ClusterSingletons};
 // The parsers of a member address in a route and of a form body, public only for the fuzz target
 // in `fuzz/` (`fuzz/fuzz_targets/management_parse.rs`); not part of the API.
@@ -67,6 +73,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/cluster/members/{address}"),
     ("DELETE", "/cluster/members/{address}"),
     ("GET", "/cluster/singletons"),
+    ("GET", "/cluster/shards"),
+    ("GET", "/cluster/shards/{name}"),
+    ("GET", "/cluster/shards/{name}/stats"),
     ("PUT", "/cluster"),
     ("GET", "/cluster/domain-events"),
     ("GET", "/ready"),
@@ -103,6 +112,8 @@ pub struct Handle {
     pub started_at: tokio::time::Instant,
     /// The singletons started on this node (`/cluster/singletons`).
     pub singletons: crate::singleton::Statuses,
+    /// The node's sharded entity types (`/cluster/shards`); `None` serves none.
+    pub sharding: Option<crate::sharding::Sharding>,
 }
 
 /// What every handler sees.
@@ -145,6 +156,9 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
             ),
         )
         .route("/cluster/singletons", with_405(get(singletons::get_singletons)))
+        .route("/cluster/shards", with_405(get(shards::get_shards)))
+        .route("/cluster/shards/{name}", with_405(get(shards::get_region)))
+        .route("/cluster/shards/{name}/stats", with_405(get(shards::get_cluster_stats)))
         .route("/cluster", with_405(axum::routing::put(cluster::put_cluster)))
         .route("/cluster/", with_405(axum::routing::put(cluster::put_cluster)))
         .route(&route_path(&hc.readiness_path), with_405(get(health::ready)))

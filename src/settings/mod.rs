@@ -17,6 +17,7 @@ mod error;
 mod host;
 mod lease;
 mod management;
+mod sharding;
 mod singleton;
 mod sources;
 
@@ -36,6 +37,7 @@ pub use management::{
     AuthSettings, DEFAULT_MANAGEMENT_PORT, HealthCheckSettings, ManagementLimits,
     ManagementSettings, TlsSettings, route_path,
 };
+pub use sharding::ShardingSettings;
 pub use singleton::SingletonSettings;
 pub use sources::Sources;
 
@@ -61,6 +63,8 @@ pub struct Settings {
     pub discovery: DiscoverySettings,
     /// `[singleton]`: cluster singletons' hand-over and proxies.
     pub singleton: SingletonSettings,
+    /// `[sharding]`: defaults of sharded entity types.
+    pub sharding: ShardingSettings,
     /// The Kubernetes location of the split-brain lease, read from
     /// `[cluster.split_brain_resolver.lease_majority]` beside the core's keys.
     #[serde(skip)]
@@ -98,7 +102,8 @@ impl Settings {
         self.management.validate()?;
         self.bootstrap.validate().map_err(|e| SettingsError::new(e.key, e.value, e.expected))?;
         self.discovery.validate()?;
-        self.singleton.validate()
+        self.singleton.validate()?;
+        self.sharding.validate()
     }
 
     /// The membership core's configuration, checked (without the RNG seed, which the node sets).

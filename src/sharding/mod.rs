@@ -1,0 +1,454 @@
+//! Cluster sharding: stateful entities addressed by id, spread over the members, each running
+//! on at most one node, moved when nodes join, leave or crash. Design: `docs/sharding.md`.
+//!
+//! The decisions are made by the sans-IO state machines of
+//! [`convoke_sharding::sharding`] (region, shard, coordinator, replica), which the simulator
+//! also runs. Here, one task per entity type per node (`region.rs`) feeds them the membership
+//! snapshots, the frames of the other nodes (tells on the messaging endpoint
+//! `convoke.sharding/<type>`), the local asks and tells, the entities' ends and the timers, and
+//! carries out what they output: forward a message, start or stop an entity task, send a
+//! protocol message. The coordinator runs where the cluster singleton `sharding/<type>` runs.
+//!
+//! An entity is a value implementing [`Entity`], created by the type's factory on its first
+//! message; it handles one message at a time in a task of its own.
+
+mod region;
+mod wire;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use convoke_sharding::sharding::{ShardId, shard_for_entity};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::control::Control;
+use crate::messaging::{AskError, EndpointError, Messaging};
+use crate::settings::ShardingSettings;
+use crate::singleton::Singletons;
+
+pub use self::region::{RegionReport, ShardStats};
+use self::region::{Request, Spawner};
+use self::wire::WireFailure;
+
+/// A sharded entity: created by its type's factory on its first message, it handles its
+/// messages one at a time, in the order they came.
+pub trait Entity: Send + 'static {
+    /// What it is sent.
+    type Message: Serialize + DeserializeOwned + Send + 'static;
+    /// What it answers.
+    type Reply: Serialize + DeserializeOwned + Send + 'static;
+
+    /// Handles one message. The reply goes to the asker (and nowhere for a tell).
+    fn handle(
+        &mut self,
+        message: Self::Message,
+        ctx: &mut EntityContext,
+    ) -> impl Future<Output = Self::Reply> + Send;
+}
+
+/// What an entity knows of itself while it handles a message.
+#[derive(Debug)]
+pub struct EntityContext {
+    entity_id: Arc<str>,
+    shard_id: ShardId,
+    passivate: bool,
+}
+
+impl EntityContext {
+    /// The entity's id.
+    pub fn entity_id(&self) -> &str {
+        &self.entity_id
+    }
+
+    /// The shard it belongs to.
+    pub fn shard_id(&self) -> &str {
+        self.shard_id.as_str()
+    }
+
+    /// Asks to be stopped once this message is handled (passivation). Messages that come
+    /// meanwhile wait and start it again.
+    pub fn passivate(&mut self) {
+        self.passivate = true;
+    }
+}
+
+/// Why an ask or a tell to a sharded entity failed, or a type could not start.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardingError {
+    /// An entity type of that name is already started on this node.
+    #[error("entity type '{0}' is already started on this node")]
+    AlreadyStarted(String),
+    /// The type's messaging endpoint could not be registered.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The type's coordinator singleton could not be started.
+    #[error("cannot start the coordinator of entity type '{0}': {1}")]
+    Coordinator(String, String),
+    /// The message could not be encoded, or the reply decoded.
+    #[error("cannot encode or decode: {0}")]
+    Codec(String),
+    /// No reply within the timeout.
+    #[error("no reply from entity '{entity}' within {timeout:?}")]
+    Timeout {
+        /// The entity.
+        entity: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The region already holds `sharding.buffer_size` messages for shards without a known
+    /// home (the coordinator may be unavailable).
+    #[error("the shard region's buffer is full (sharding.buffer_size); is the coordinator up?")]
+    BufferFull,
+    /// The message waited at the shard's old home when the shard moved.
+    #[error("the entity's shard moved while the message waited for it; send it again")]
+    HandedOff,
+    /// The region the message reached has shut down, or this node's region has.
+    #[error("the shard region has stopped")]
+    RegionStopped,
+    /// The entity's mailbox holds `sharding.entity_mailbox_size` messages.
+    #[error("entity '{0}' has a full mailbox (sharding.entity_mailbox_size)")]
+    MailboxFull(String),
+    /// The entity could not decode the message as its type's message.
+    #[error("the entity could not decode the message: {0}")]
+    BadMessage(String),
+    /// The entity panicked while it handled the message, or ended before answering.
+    #[error("the entity failed: {0}")]
+    EntityFailed(String),
+    /// This node's region cannot take more local messages right now.
+    #[error("the shard region's queue of local messages is full")]
+    Overloaded,
+    /// The message could not be sent to the region hosting the shard.
+    #[error("cannot send to the region hosting the shard: {0}")]
+    Send(String),
+}
+
+impl From<WireFailure> for ShardingError {
+    fn from(f: WireFailure) -> Self {
+        match f {
+            WireFailure::BufferFull => Self::BufferFull,
+            WireFailure::HandedOff => Self::HandedOff,
+            WireFailure::RegionStopped => Self::RegionStopped,
+            WireFailure::MailboxFull(e) => Self::MailboxFull(e),
+            WireFailure::BadMessage(e) => Self::BadMessage(e),
+            WireFailure::EntityFailed(e) => Self::EntityFailed(e),
+            WireFailure::Unreachable(e) => Self::Send(e),
+        }
+    }
+}
+
+/// How an entity id becomes a shard id.
+pub type Extractor = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// The sharded entity types of one node. Cheap to clone; get it from
+/// [`crate::Node::sharding`].
+#[derive(Clone)]
+pub struct Sharding {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    messaging: Messaging,
+    control: Control,
+    singletons: Singletons,
+    settings: ShardingSettings,
+    roles: BTreeSet<String>,
+    removal_margin: Duration,
+    types: Mutex<BTreeMap<String, TypeHandle>>,
+}
+
+#[derive(Clone)]
+struct TypeHandle {
+    requests: mpsc::Sender<Request>,
+    hosting: bool,
+}
+
+impl fmt::Debug for Sharding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sharding").field("types", &self.type_names()).finish_non_exhaustive()
+    }
+}
+
+impl Sharding {
+    pub(crate) fn new(
+        messaging: Messaging,
+        control: Control,
+        singletons: Singletons,
+        settings: ShardingSettings,
+        roles: BTreeSet<String>,
+        removal_margin: Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                messaging,
+                control,
+                singletons,
+                settings,
+                roles,
+                removal_margin,
+                types: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+
+    /// Starts entity type `type_name` on this node and returns the handle that sends to its
+    /// entities. On a node with `role` (any node when `None`) the region hosts shards and
+    /// `factory` makes the entities, given their ids; elsewhere it only routes (a proxy). Start
+    /// the type on every node that sends to it, with the same role. Entity ids map to
+    /// `sharding.number_of_shards` shards by the default extractor (`docs/sharding.md`).
+    ///
+    /// # Errors
+    /// The type is already started here, or its endpoint or coordinator cannot be registered.
+    pub fn start<E, F>(
+        &self,
+        type_name: &str,
+        role: Option<&str>,
+        factory: F,
+    ) -> Result<EntityRef<E>, ShardingError>
+    where
+        E: Entity,
+        F: Fn(&str) -> E + Send + Sync + 'static,
+    {
+        let n = self.inner.settings.number_of_shards;
+        let extractor: Extractor = Arc::new(move |id| shard_for_entity(id, n).to_string());
+        self.start_with_extractor(type_name, role, extractor, factory)
+    }
+
+    /// As [`Sharding::start`], with shard ids from `extractor` (the same function on every
+    /// node) instead of the default.
+    ///
+    /// # Errors
+    /// As [`Sharding::start`].
+    pub fn start_with_extractor<E, F>(
+        &self,
+        type_name: &str,
+        role: Option<&str>,
+        extractor: Extractor,
+        factory: F,
+    ) -> Result<EntityRef<E>, ShardingError>
+    where
+        E: Entity,
+        F: Fn(&str) -> E + Send + Sync + 'static,
+    {
+        let inner = &self.inner;
+        let mut types = inner.types.lock().unwrap_or_else(PoisonError::into_inner);
+        if types.contains_key(type_name) {
+            return Err(ShardingError::AlreadyStarted(type_name.to_owned()));
+        }
+        let hosting = role.is_none_or(|r| inner.roles.contains(r));
+        let config = inner.settings.config_for(type_name, role, inner.removal_margin);
+        let spawner: Spawner = region::spawner::<E, F>(Arc::new(factory));
+        let started = region::start(
+            config,
+            hosting,
+            inner.settings.entity_mailbox_size,
+            inner.messaging.clone(),
+            inner.control.clone(),
+            spawner,
+        )?;
+        if hosting {
+            let coordinator = started.coordinator.clone();
+            inner
+                .singletons
+                .start(&format!("sharding/{type_name}"), role, move |ctx| {
+                    let coordinator = coordinator.clone();
+                    async move {
+                        let (done, stopped) = oneshot::channel();
+                        if coordinator.send(region::CoordinatorCmd::Up).await.is_err() {
+                            return;
+                        }
+                        ctx.stopped().await;
+                        let _ = coordinator.send(region::CoordinatorCmd::Down(done)).await;
+                        let _ = stopped.await;
+                    }
+                })
+                .map_err(|e| ShardingError::Coordinator(type_name.to_owned(), e.to_string()))?;
+        }
+        types.insert(
+            type_name.to_owned(),
+            TypeHandle { requests: started.requests.clone(), hosting },
+        );
+        tracing::info!(
+            entity_type = type_name,
+            role = role.unwrap_or(""),
+            hosting,
+            "sharding started"
+        );
+        Ok(EntityRef {
+            type_name: type_name.to_owned(),
+            requests: started.requests,
+            extractor,
+            _entity: PhantomData,
+        })
+    }
+
+    /// The entity types started on this node whose region hosts shards (proxies are not
+    /// listed), by name.
+    pub fn type_names(&self) -> Vec<String> {
+        let types = self.inner.types.lock().unwrap_or_else(PoisonError::into_inner);
+        types.iter().filter(|(_, t)| t.hosting).map(|(n, _)| n.clone()).collect()
+    }
+
+    /// What the region of `type_name` on this node hosts and knows; `None` when the type is
+    /// not started here (or its region has ended).
+    pub async fn report(&self, type_name: &str) -> Option<RegionReport> {
+        let requests = self.handle(type_name)?.requests;
+        let (tx, rx) = oneshot::channel();
+        requests.send(Request::Report(tx)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// The shards of `type_name` hosted by each member (by its address), asked of every member
+    /// with `timeout`; members that did not answer are listed apart.
+    pub async fn cluster_stats(&self, type_name: &str, timeout: Duration) -> Option<ClusterStats> {
+        self.handle(type_name)?;
+        let snapshot = self.inner.control.watch().borrow().clone();
+        let key = region::stats_key(type_name);
+        let asks = snapshot.state.members.iter().map(|m| {
+            let node = m.node().clone();
+            let messaging = self.inner.messaging.clone();
+            let key = key.clone();
+            async move {
+                let answer: Result<Vec<ShardStats>, AskError> =
+                    messaging.ask(&node, &key, &(), timeout).await;
+                (node, answer)
+            }
+        });
+        let mut stats = ClusterStats::default();
+        for (node, answer) in futures::future::join_all(asks).await {
+            match answer {
+                Ok(shards) => {
+                    stats.regions.insert(node.address.to_string(), shards);
+                }
+                Err(e) => {
+                    stats.failed.insert(node.address.to_string(), e.to_string());
+                }
+            }
+        }
+        Some(stats)
+    }
+
+    /// Hands every region's shards off, as before a graceful leave, and waits until each has
+    /// stopped or `timeout` has passed. [`crate::Node::shutdown`] calls it first.
+    pub async fn shut_down_all(&self, timeout: Duration) {
+        let handles: Vec<TypeHandle> = {
+            let types = self.inner.types.lock().unwrap_or_else(PoisonError::into_inner);
+            types.values().cloned().collect()
+        };
+        let waits = handles.into_iter().map(|h| async move {
+            let (tx, rx) = oneshot::channel();
+            if h.requests.send(Request::Shutdown(tx)).await.is_ok() {
+                let _ = rx.await;
+            }
+        });
+        let _ = tokio::time::timeout(timeout, futures::future::join_all(waits)).await;
+    }
+
+    fn handle(&self, type_name: &str) -> Option<TypeHandle> {
+        let types = self.inner.types.lock().unwrap_or_else(PoisonError::into_inner);
+        types.get(type_name).cloned()
+    }
+}
+
+/// The shards every member hosts for one entity type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    /// Each member's shards, by member address.
+    pub regions: BTreeMap<String, Vec<ShardStats>>,
+    /// Members that did not answer, with the reason.
+    pub failed: BTreeMap<String, String>,
+}
+
+/// Sends messages to the entities of one type, wherever they run. Cheap to clone.
+pub struct EntityRef<E: Entity> {
+    type_name: String,
+    requests: mpsc::Sender<Request>,
+    extractor: Extractor,
+    _entity: PhantomData<fn(E)>,
+}
+
+impl<E: Entity> Clone for EntityRef<E> {
+    fn clone(&self) -> Self {
+        Self {
+            type_name: self.type_name.clone(),
+            requests: self.requests.clone(),
+            extractor: self.extractor.clone(),
+            _entity: PhantomData,
+        }
+    }
+}
+
+impl<E: Entity> fmt::Debug for EntityRef<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EntityRef").field("type_name", &self.type_name).finish_non_exhaustive()
+    }
+}
+
+impl<E: Entity> EntityRef<E> {
+    /// The entity type's name.
+    pub fn type_name(&self) -> &str {
+        &self.type_name
+    }
+
+    /// The shard entity `entity_id` belongs to.
+    pub fn shard_of(&self, entity_id: &str) -> String {
+        (self.extractor)(entity_id)
+    }
+
+    /// Sends `message` to entity `entity_id` and waits at most `timeout` for its reply.
+    ///
+    /// # Errors
+    /// See [`ShardingError`]: a full buffer or mailbox, a shard that moved while the message
+    /// waited, a stopped region and a failed entity are answered at once; otherwise the ask
+    /// ends with [`ShardingError::Timeout`].
+    pub async fn ask(
+        &self,
+        entity_id: &str,
+        message: &E::Message,
+        timeout: Duration,
+    ) -> Result<E::Reply, ShardingError> {
+        let payload =
+            postcard::to_stdvec(message).map_err(|e| ShardingError::Codec(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        let request = Request::Message {
+            shard: ShardId::new(self.shard_of(entity_id)),
+            entity: entity_id.into(),
+            payload,
+            reply: Some(tx),
+        };
+        let timed_out = || ShardingError::Timeout { entity: entity_id.to_owned(), timeout };
+        let answer = tokio::time::timeout(timeout, async {
+            self.requests.send(request).await.map_err(|_| ShardingError::RegionStopped)?;
+            rx.await.map_err(|_| ShardingError::RegionStopped)
+        })
+        .await
+        .map_err(|_| timed_out())??;
+        let bytes = answer.map_err(ShardingError::from)?;
+        postcard::from_bytes(&bytes).map_err(|e| ShardingError::Codec(e.to_string()))
+    }
+
+    /// Sends `message` to entity `entity_id` without waiting for anything (at most once).
+    ///
+    /// # Errors
+    /// The message cannot be encoded, or this node's region cannot take it now.
+    pub fn tell(&self, entity_id: &str, message: &E::Message) -> Result<(), ShardingError> {
+        let payload =
+            postcard::to_stdvec(message).map_err(|e| ShardingError::Codec(e.to_string()))?;
+        let request = Request::Message {
+            shard: ShardId::new(self.shard_of(entity_id)),
+            entity: entity_id.into(),
+            payload,
+            reply: None,
+        };
+        self.requests.try_send(request).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => ShardingError::Overloaded,
+            mpsc::error::TrySendError::Closed(_) => ShardingError::RegionStopped,
+        })
+    }
+}

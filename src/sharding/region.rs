@@ -1,0 +1,678 @@
+//! The task of one entity type on one node: it drives the type's [`Region`], the [`Shard`]s it
+//! hosts, the [`Replica`] of the coordinator's table and, while the singleton runs here, the
+//! [`Coordinator`]; and it runs the entity tasks.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use convoke_membership::{Member, UniqueAddress};
+use convoke_sharding::sharding::{
+    Coordinator, CoordinatorOutput, CoordinatorStatus, DropReason, EntityId, Region, RegionOutput,
+    RegionStatus, Replica, ReplicaMsg, Shard, ShardId, ShardOutput, ShardingConfig,
+};
+use futures::FutureExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::wire::{Frame, WireEnvelope, WireFailure, WireNode, WireReply};
+use super::{Entity, EntityContext, ShardingError};
+use crate::control::{Control, Snapshot};
+use crate::messaging::{Endpoint, EndpointKey, Messaging, Replier};
+
+/// Requests a region task takes from its node.
+pub(super) enum Request {
+    /// A message for an entity, from a local sender.
+    Message {
+        shard: ShardId,
+        entity: EntityId,
+        payload: Vec<u8>,
+        reply: Option<oneshot::Sender<Reply>>,
+    },
+    /// What the region hosts and knows.
+    Report(oneshot::Sender<RegionReport>),
+    /// Hand every shard off and stop; answered once stopped.
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// The singleton tells the region task that the coordinator runs here now (`Up`) or no more.
+pub(super) enum CoordinatorCmd {
+    Up,
+    Down(oneshot::Sender<()>),
+}
+
+type Reply = Result<Vec<u8>, WireFailure>;
+
+/// Where an entity's answer goes.
+#[derive(Debug)]
+enum ReplyTo {
+    None,
+    Local(oneshot::Sender<Reply>),
+    Remote(UniqueAddress, u64),
+}
+
+/// A message on its way to an entity.
+#[derive(Debug)]
+pub(super) struct Envelope {
+    entity: EntityId,
+    payload: Vec<u8>,
+    reply: ReplyTo,
+}
+
+/// One hosted shard's entity count.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardStats {
+    /// The shard.
+    pub shard_id: String,
+    /// Entities running (or stopping) in it.
+    pub num_entities: u64,
+}
+
+/// What one entity type's region on this node hosts and knows.
+#[derive(Clone, Debug)]
+pub struct RegionReport {
+    /// The entity type.
+    pub type_name: String,
+    /// The region: coordinator, registration, buffers, hosted shards.
+    pub region: RegionStatus,
+    /// The hosted shards with their entity counts.
+    pub shards: Vec<ShardStats>,
+    /// The coordinator, when it runs on this node.
+    pub coordinator: Option<CoordinatorStatus>,
+}
+
+/// Starts an entity task for an entity id, on its mailbox.
+pub(super) type Spawner = Arc<dyn Fn(EntityTask) + Send + Sync>;
+
+/// What an entity task needs.
+pub(super) struct EntityTask {
+    id: EntityId,
+    shard: ShardId,
+    mailbox: mpsc::Receiver<Envelope>,
+    replies: Replies,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+/// What entity tasks tell their region task.
+pub(super) enum Event {
+    /// The entity asks to be stopped.
+    Passivate(ShardId, EntityId),
+    /// The entity's task has ended.
+    Stopped(ShardId, EntityId),
+}
+
+/// Sends entities' answers to their askers.
+#[derive(Clone)]
+struct Replies {
+    messaging: Messaging,
+    key: EndpointKey<Frame, ()>,
+}
+
+impl Replies {
+    fn send(&self, to: ReplyTo, reply: Reply) {
+        match to {
+            ReplyTo::None => {}
+            ReplyTo::Local(tx) => {
+                let _ = tx.send(reply);
+            }
+            ReplyTo::Remote(node, id) => {
+                let frame = Frame::Reply(WireReply { id, result: reply });
+                if let Err(e) = self.messaging.tell(&node, &self.key, &frame) {
+                    tracing::debug!(to = %node, error = %e, "cannot send an entity's reply");
+                }
+            }
+        }
+    }
+}
+
+/// The endpoint of entity type `type_name`.
+fn frame_key(type_name: &str) -> EndpointKey<Frame, ()> {
+    EndpointKey::named(format!("convoke.sharding/{type_name}"))
+}
+
+/// The endpoint that answers the shard stats of `type_name`'s region on a node.
+pub(super) fn stats_key(type_name: &str) -> EndpointKey<(), Vec<ShardStats>> {
+    EndpointKey::named(format!("convoke.sharding-stats/{type_name}"))
+}
+
+/// A spawner making entities of type `E` with `factory`.
+pub(super) fn spawner<E, F>(factory: Arc<F>) -> Spawner
+where
+    E: Entity,
+    F: Fn(&str) -> E + Send + Sync + 'static,
+{
+    Arc::new(move |task: EntityTask| {
+        let entity = factory(&task.id);
+        tokio::spawn(run_entity(entity, task));
+    })
+}
+
+async fn run_entity<E: Entity>(mut entity: E, task: EntityTask) {
+    let EntityTask { id, shard, mut mailbox, replies, events } = task;
+    let mut ctx =
+        EntityContext { entity_id: id.clone(), shard_id: shard.clone(), passivate: false };
+    while let Some(envelope) = mailbox.recv().await {
+        let message = match postcard::from_bytes::<E::Message>(&envelope.payload) {
+            Ok(m) => m,
+            Err(e) => {
+                replies.send(envelope.reply, Err(WireFailure::BadMessage(e.to_string())));
+                continue;
+            }
+        };
+        let handled = AssertUnwindSafe(entity.handle(message, &mut ctx)).catch_unwind().await;
+        match handled {
+            Ok(reply) => {
+                let encoded = postcard::to_stdvec(&reply).map_err(|e| {
+                    WireFailure::EntityFailed(format!("cannot encode its reply: {e}"))
+                });
+                replies.send(envelope.reply, encoded);
+            }
+            Err(_) => {
+                tracing::error!(entity = %id, shard = %shard, "an entity panicked; it is stopped");
+                let failure = WireFailure::EntityFailed(format!("entity '{id}' panicked"));
+                replies.send(envelope.reply, Err(failure));
+                break;
+            }
+        }
+        if ctx.passivate {
+            ctx.passivate = false;
+            let _ = events.send(Event::Passivate(shard.clone(), id.clone()));
+        }
+    }
+    // Messages still in the mailbox of a panicked entity are answered by the drop of their
+    // senders (the askers see the region's reply channel close).
+    let _ = events.send(Event::Stopped(shard, id));
+}
+
+/// What `start` hands back to the node.
+pub(super) struct Started {
+    pub(super) requests: mpsc::Sender<Request>,
+    pub(super) coordinator: mpsc::Sender<CoordinatorCmd>,
+}
+
+/// Registers the type's endpoints and spawns its region task.
+pub(super) fn start(
+    config: ShardingConfig,
+    hosting: bool,
+    mailbox_size: usize,
+    messaging: Messaging,
+    control: Control,
+    spawner: Spawner,
+) -> Result<Started, ShardingError> {
+    let key = frame_key(&config.type_name);
+    let inbox = messaging.endpoint(&key, 4096)?;
+    let stats = messaging.endpoint(&stats_key(&config.type_name), 64)?;
+    let (requests, requests_rx) = mpsc::channel(4096);
+    let (coordinator, coordinator_rx) = mpsc::channel(4);
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let self_node = messaging.self_node().clone();
+    let task = Task {
+        region: Region::new(config.clone(), self_node.clone(), hosting),
+        config,
+        self_node,
+        replica: Replica::new(),
+        coordinator: None,
+        instances: 0,
+        shards: HashMap::new(),
+        entities: HashMap::new(),
+        spawner,
+        replies: Replies { messaging: messaging.clone(), key: key.clone() },
+        events: events_tx,
+        pending: HashMap::new(),
+        next_id: 1,
+        members: Arc::from(Vec::new()),
+        unreachable: BTreeSet::new(),
+        local: VecDeque::new(),
+        shutdown_waiters: Vec::new(),
+        mailbox_size,
+        messaging,
+        key,
+    };
+    tokio::spawn(task.run(control.watch(), inbox, stats, requests_rx, coordinator_rx, events_rx));
+    Ok(Started { requests, coordinator })
+}
+
+struct EntityHandle {
+    /// `None` once told to stop: the task drains its mailbox and ends.
+    mailbox: Option<mpsc::Sender<Envelope>>,
+}
+
+struct Task {
+    config: ShardingConfig,
+    self_node: UniqueAddress,
+    region: Region<Envelope>,
+    replica: Replica,
+    coordinator: Option<Coordinator>,
+    /// Coordinators started here so far (their ballots' instance numbers).
+    instances: u64,
+    shards: HashMap<ShardId, Shard<Envelope>>,
+    entities: HashMap<EntityId, EntityHandle>,
+    spawner: Spawner,
+    replies: Replies,
+    events: mpsc::UnboundedSender<Event>,
+    /// Asks from here forwarded to another region, waiting for their reply.
+    pending: HashMap<u64, oneshot::Sender<Reply>>,
+    next_id: u64,
+    members: Arc<[Member]>,
+    unreachable: BTreeSet<UniqueAddress>,
+    /// Frames from this node to itself (coordinator ↔ region ↔ replica on one node).
+    local: VecDeque<Frame>,
+    shutdown_waiters: Vec<oneshot::Sender<()>>,
+    mailbox_size: usize,
+    messaging: Messaging,
+    key: EndpointKey<Frame, ()>,
+}
+
+impl Task {
+    async fn run(
+        mut self,
+        mut snapshots: watch::Receiver<Arc<Snapshot>>,
+        mut inbox: Endpoint<Frame, ()>,
+        mut stats: Endpoint<(), Vec<ShardStats>>,
+        mut requests: mpsc::Receiver<Request>,
+        mut coordinator_cmds: mpsc::Receiver<CoordinatorCmd>,
+        mut events: mpsc::UnboundedReceiver<Event>,
+    ) {
+        let snapshot = snapshots.borrow_and_update().clone();
+        self.feed_members(&snapshot);
+        let mut sweep = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            self.drain();
+            let wake = self.next_deadline();
+            tokio::select! {
+                changed = snapshots.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let snapshot = snapshots.borrow_and_update().clone();
+                    self.feed_members(&snapshot);
+                }
+                request = requests.recv() => match request {
+                    Some(r) => self.on_request(r),
+                    None => break,
+                },
+                frame = inbox.recv() => match frame {
+                    Some(r) => {
+                        let (from, frame, _) = r.into_parts();
+                        self.on_frame(from, frame);
+                    }
+                    None => break,
+                },
+                Some(r) = stats.recv() => {
+                    let (_, (), replier) = r.into_parts();
+                    if let Some(replier) = replier {
+                        let stats: Replier<Vec<ShardStats>> = replier;
+                        stats.reply(&self.shard_stats());
+                    }
+                }
+                Some(cmd) = coordinator_cmds.recv() => self.on_coordinator_cmd(cmd),
+                Some(event) = events.recv() => self.on_event(event),
+                () = sleep_until(wake) => self.on_timeout(),
+                _ = sweep.tick() => {
+                    // Asks that timed out at their sender leave their reply slot closed.
+                    self.pending.retain(|_, tx| !tx.is_closed());
+                }
+            }
+        }
+        tracing::debug!(entity_type = %self.config.type_name, "shard region task ended");
+    }
+
+    fn now() -> std::time::Instant {
+        Instant::now().into_std()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let shards = self.shards.values().filter_map(Shard::poll_timeout).min();
+        let coordinator = self.coordinator.as_ref().and_then(Coordinator::poll_timeout);
+        [self.region.poll_timeout(), coordinator, shards]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(Instant::from_std)
+    }
+
+    fn feed_members(&mut self, snapshot: &Snapshot) {
+        self.members = Arc::from(snapshot.state.members.clone());
+        self.unreachable =
+            snapshot.state.unreachable.iter().map(|(m, _)| m.node().clone()).collect();
+        let now = Self::now();
+        self.region.handle_members(&self.members, now);
+        if let Some(c) = &mut self.coordinator {
+            c.handle_members(&self.members, &self.unreachable, now);
+        }
+    }
+
+    fn on_request(&mut self, request: Request) {
+        match request {
+            Request::Message { shard, entity, payload, reply } => {
+                let reply = reply.map_or(ReplyTo::None, ReplyTo::Local);
+                self.region.route(shard, Envelope { entity, payload, reply }, Self::now());
+            }
+            Request::Report(tx) => {
+                let _ = tx.send(RegionReport {
+                    type_name: self.config.type_name.clone(),
+                    region: self.region.status(),
+                    shards: self.shard_stats(),
+                    coordinator: self.coordinator.as_ref().map(Coordinator::status),
+                });
+            }
+            Request::Shutdown(tx) => {
+                if self.region.status().stopped {
+                    let _ = tx.send(());
+                } else {
+                    self.shutdown_waiters.push(tx);
+                    self.region.graceful_shutdown(Self::now());
+                }
+            }
+        }
+    }
+
+    fn on_coordinator_cmd(&mut self, cmd: CoordinatorCmd) {
+        match cmd {
+            CoordinatorCmd::Up => {
+                self.instances += 1;
+                let entity_type = &self.config.type_name;
+                tracing::info!(%entity_type, "shard coordinator starting here");
+                self.coordinator = Some(Coordinator::new(
+                    self.config.clone(),
+                    self.self_node.clone(),
+                    self.instances,
+                    &self.members,
+                    &self.unreachable,
+                    Self::now(),
+                ));
+            }
+            CoordinatorCmd::Down(done) => {
+                if self.coordinator.take().is_some() {
+                    let entity_type = &self.config.type_name;
+                    tracing::info!(%entity_type, "shard coordinator stopped here");
+                }
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn on_frame(&mut self, from: UniqueAddress, frame: Frame) {
+        let now = Self::now();
+        match frame {
+            Frame::ToCoordinator(m) => {
+                if let Some(c) = &mut self.coordinator {
+                    c.handle_region_msg(from, m.into(), now);
+                }
+            }
+            Frame::ToRegion(m) => match m.try_into() {
+                Ok(m) => self.region.handle_message(from, m, now),
+                Err(e) => {
+                    tracing::debug!(%from, error = %e, "a region message that does not decode")
+                }
+            },
+            Frame::Replica(m) => match ReplicaMsg::try_from(m) {
+                Ok(m @ (ReplicaMsg::Read { .. } | ReplicaMsg::Write { .. })) => {
+                    if let Some(answer) = self.replica.handle(m) {
+                        self.send(&from, Frame::Replica((&answer).into()));
+                    }
+                }
+                Ok(m) => {
+                    if let Some(c) = &mut self.coordinator {
+                        c.handle_replica_msg(from, m, now);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(%from, error = %e, "a replica message that does not decode")
+                }
+            },
+            Frame::Entity(w) => {
+                let reply = match w.reply_to {
+                    Some((node, id)) => match UniqueAddress::try_from(node) {
+                        Ok(node) => ReplyTo::Remote(node, id),
+                        Err(_) => ReplyTo::None,
+                    },
+                    None => ReplyTo::None,
+                };
+                let envelope = Envelope { entity: w.entity.into(), payload: w.payload, reply };
+                self.region.route(ShardId::new(w.shard), envelope, now);
+            }
+            Frame::Reply(r) => {
+                if let Some(tx) = self.pending.remove(&r.id) {
+                    let _ = tx.send(r.result);
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: Event) {
+        let now = Self::now();
+        match event {
+            Event::Passivate(shard, entity) => {
+                if let Some(s) = self.shards.get_mut(&shard) {
+                    s.passivate(&entity);
+                }
+                self.drain_shard(&shard);
+            }
+            Event::Stopped(shard, entity) => {
+                self.entities.remove(&entity);
+                if let Some(s) = self.shards.get_mut(&shard) {
+                    s.entity_stopped(&entity, now);
+                }
+                self.drain_shard(&shard);
+            }
+        }
+    }
+
+    fn on_timeout(&mut self) {
+        let now = Self::now();
+        if self.region.poll_timeout().is_some_and(|t| t <= now) {
+            self.region.handle_timeout(now);
+        }
+        if let Some(c) = &mut self.coordinator
+            && c.poll_timeout().is_some_and(|t| t <= now)
+        {
+            c.handle_timeout(now);
+        }
+        let due: Vec<ShardId> = self
+            .shards
+            .iter()
+            .filter(|(_, s)| s.poll_timeout().is_some_and(|t| t <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            if let Some(s) = self.shards.get_mut(&id) {
+                s.handle_timeout(now);
+            }
+            self.drain_shard(&id);
+        }
+    }
+
+    fn shard_stats(&self) -> Vec<ShardStats> {
+        let mut stats: Vec<ShardStats> = self
+            .shards
+            .iter()
+            .map(|(id, s)| ShardStats {
+                shard_id: id.to_string(),
+                num_entities: s.num_entities() as u64,
+            })
+            .collect();
+        stats.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        stats
+    }
+
+    /// Sends a frame to the same entity type's task on `to` (this node included).
+    fn send(&mut self, to: &UniqueAddress, frame: Frame) {
+        if *to == self.self_node {
+            self.local.push_back(frame);
+            return;
+        }
+        if let Err(e) = self.messaging.tell(to, &self.key, &frame) {
+            tracing::debug!(%to, error = %e, "cannot send a sharding frame");
+        }
+    }
+
+    /// Carries out every output of the machines until none is left.
+    fn drain(&mut self) {
+        loop {
+            let mut moved = false;
+            while let Some(out) = self.coordinator.as_mut().and_then(Coordinator::poll_output) {
+                moved = true;
+                match out {
+                    CoordinatorOutput::ToRegion { to, msg } => {
+                        self.send(&to, Frame::ToRegion((&msg).into()));
+                    }
+                    CoordinatorOutput::ToReplica { to, msg } => {
+                        self.send(&to, Frame::Replica((&msg).into()));
+                    }
+                }
+            }
+            while let Some(out) = self.region.poll_output() {
+                moved = true;
+                self.on_region_output(out);
+            }
+            if let Some(frame) = self.local.pop_front() {
+                moved = true;
+                let me = self.self_node.clone();
+                self.on_frame(me, frame);
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn on_region_output(&mut self, out: RegionOutput<Envelope>) {
+        let now = Self::now();
+        match out {
+            RegionOutput::ToCoordinator { to, msg } => {
+                self.send(&to, Frame::ToCoordinator((&msg).into()));
+            }
+            RegionOutput::Forward { to, shard, msg } => self.forward(&to, &shard, msg),
+            RegionOutput::Deliver { shard, msg } => {
+                if let Some(s) = self.shards.get_mut(&shard) {
+                    s.deliver(msg.entity.clone(), msg, now);
+                    self.drain_shard(&shard);
+                } else {
+                    self.replies.send(msg.reply, Err(WireFailure::RegionStopped));
+                }
+            }
+            RegionOutput::StartShard(shard) => {
+                self.shards.insert(shard.clone(), Shard::new(shard, &self.config));
+            }
+            RegionOutput::HandOffShard(shard) => {
+                if let Some(s) = self.shards.get_mut(&shard) {
+                    s.hand_off();
+                }
+                self.drain_shard(&shard);
+            }
+            RegionOutput::Dropped { msg, reason } => {
+                self.replies.send(msg.reply, Err(failure(reason)));
+            }
+            RegionOutput::Stopped => {
+                tracing::info!(entity_type = %self.config.type_name, "shard region stopped");
+                for w in self.shutdown_waiters.drain(..) {
+                    let _ = w.send(());
+                }
+            }
+        }
+    }
+
+    fn forward(&mut self, to: &UniqueAddress, shard: &ShardId, msg: Envelope) {
+        let Envelope { entity, payload, reply } = msg;
+        let reply_to = match reply {
+            ReplyTo::None => None,
+            ReplyTo::Local(tx) => {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.pending.insert(id, tx);
+                Some((WireNode::from(&self.self_node), id))
+            }
+            ReplyTo::Remote(node, id) => Some((WireNode::from(&node), id)),
+        };
+        let id = reply_to.as_ref().map(|(_, id)| *id);
+        let frame = Frame::Entity(WireEnvelope {
+            shard: shard.to_string(),
+            entity: entity.to_string(),
+            payload,
+            reply_to: reply_to.clone(),
+        });
+        if let Err(e) = self.messaging.tell(to, &self.key, &frame) {
+            let failure = WireFailure::Unreachable(e.to_string());
+            match (reply_to, id) {
+                (Some((node, _)), Some(id)) if node == WireNode::from(&self.self_node) => {
+                    if let Some(tx) = self.pending.remove(&id) {
+                        let _ = tx.send(Err(failure));
+                    }
+                }
+                (Some((node, _)), Some(id)) => {
+                    if let Ok(node) = UniqueAddress::try_from(node) {
+                        self.replies.send(ReplyTo::Remote(node, id), Err(failure));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn drain_shard(&mut self, id: &ShardId) {
+        while let Some(out) = self.shards.get_mut(id).and_then(Shard::poll_output) {
+            match out {
+                ShardOutput::StartEntity(entity) => {
+                    let (tx, rx) = mpsc::channel(self.mailbox_size);
+                    self.entities.insert(entity.clone(), EntityHandle { mailbox: Some(tx) });
+                    (self.spawner)(EntityTask {
+                        id: entity,
+                        shard: id.clone(),
+                        mailbox: rx,
+                        replies: self.replies.clone(),
+                        events: self.events.clone(),
+                    });
+                }
+                ShardOutput::Deliver { entity, msg } => {
+                    let Some(tx) = self.entities.get(&entity).and_then(|h| h.mailbox.as_ref())
+                    else {
+                        self.replies.send(msg.reply, Err(WireFailure::RegionStopped));
+                        continue;
+                    };
+                    if let Err(e) = tx.try_send(msg) {
+                        let (msg, failure) = match e {
+                            mpsc::error::TrySendError::Full(m) => {
+                                (m, WireFailure::MailboxFull(entity.to_string()))
+                            }
+                            mpsc::error::TrySendError::Closed(m) => (
+                                m,
+                                WireFailure::EntityFailed(format!("entity '{entity}' has stopped")),
+                            ),
+                        };
+                        self.replies.send(msg.reply, Err(failure));
+                    }
+                }
+                ShardOutput::StopEntity(entity) => {
+                    if let Some(h) = self.entities.get_mut(&entity) {
+                        h.mailbox = None;
+                    }
+                }
+                ShardOutput::Dropped { msg, reason } => {
+                    self.replies.send(msg.reply, Err(failure(reason)));
+                }
+                ShardOutput::Stopped => {
+                    self.shards.remove(id);
+                    self.region.shard_stopped(id.clone());
+                }
+            }
+        }
+    }
+}
+
+fn failure(reason: DropReason) -> WireFailure {
+    match reason {
+        DropReason::BufferFull => WireFailure::BufferFull,
+        DropReason::HandedOff => WireFailure::HandedOff,
+        DropReason::RegionStopped => WireFailure::RegionStopped,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

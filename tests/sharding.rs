@@ -1,0 +1,288 @@
+//! Cluster sharding on a real cluster (nodes in one process over TCP): asks from every node reach
+//! one entity per id; a graceful leave hands the leaving node's shards off; a crashed node's
+//! shards come back elsewhere after its removal and the margin; the coordinator's node crashing
+//! moves no shard with a live home. A registry counts the live instances of each entity and
+//! fails the test if one ever has two.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use convoke::Node;
+use convoke::management::{ClusterShardingStats, ShardEntityTypeKeys, ShardRegionStats};
+use convoke::node::ShutdownOutcome;
+use convoke::settings::Settings;
+use convoke::sharding::{Entity, EntityContext, EntityRef, ShardingError};
+use serde::{Deserialize, Serialize};
+use support::fast_settings;
+
+const ASK: Duration = Duration::from_secs(5);
+const T: Duration = Duration::from_secs(90);
+
+/// Which node runs each entity now; a second start while one runs is recorded as a violation.
+#[derive(Clone, Default)]
+struct Registry {
+    running: Arc<Mutex<HashMap<String, usize>>>,
+    violations: Arc<Mutex<Vec<String>>>,
+}
+
+impl Registry {
+    fn started(&self, id: &str, node: usize) {
+        let mut running = self.running.lock().unwrap();
+        if let Some(other) = running.insert(id.to_owned(), node) {
+            self.violations.lock().unwrap().push(format!("{id} on {node} while on {other}"));
+        }
+    }
+
+    fn stopped(&self, id: &str) {
+        self.running.lock().unwrap().remove(id);
+    }
+
+    /// Forgets the entities of a node that crashed (they died with it).
+    fn crashed(&self, node: usize) {
+        self.running.lock().unwrap().retain(|_, n| *n != node);
+    }
+
+    fn assert_never_twice(&self) {
+        let v = self.violations.lock().unwrap();
+        assert!(v.is_empty(), "entities ran on two nodes at once: {v:?}");
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Cmd {
+    Add(u64),
+    Get,
+}
+
+/// The answer: the count and the node that answered.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct Count {
+    value: u64,
+    node: usize,
+}
+
+struct Counter {
+    id: String,
+    node: usize,
+    value: u64,
+    registry: Registry,
+}
+
+impl Entity for Counter {
+    type Message = Cmd;
+    type Reply = Count;
+
+    async fn handle(&mut self, message: Cmd, _ctx: &mut EntityContext) -> Count {
+        if let Cmd::Add(n) = message {
+            self.value += n;
+        }
+        Count { value: self.value, node: self.node }
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        self.registry.stopped(&self.id);
+    }
+}
+
+fn start_counters(nodes: &[Node], registry: &Registry) -> Vec<EntityRef<Counter>> {
+    nodes.iter().enumerate().map(|(i, n)| start_counter(n, i, registry)).collect()
+}
+
+fn start_counter(node: &Node, i: usize, registry: &Registry) -> EntityRef<Counter> {
+    let registry = registry.clone();
+    node.sharding()
+        .start("counter", None, move |id: &str| {
+            registry.started(id, i);
+            Counter { id: id.to_owned(), node: i, value: 0, registry: registry.clone() }
+        })
+        .unwrap()
+}
+
+fn settings() -> Settings {
+    let mut s = fast_settings();
+    let sbr = &mut s.cluster.core.split_brain_resolver;
+    sbr.active_strategy = "keep-majority".into();
+    sbr.stable_after = Duration::from_secs(2);
+    s.singleton.hand_over_timeout = Duration::from_secs(2);
+    s.sharding.retry_interval = Duration::from_millis(500);
+    s.sharding.rebalance_interval = Duration::from_secs(2);
+    s.sharding.number_of_shards = 30;
+    s
+}
+
+/// Asks until the entity answers (its shard may be moving), or panics after `T`.
+async fn ask_until_answered(r: &EntityRef<Counter>, id: &str, cmd: fn() -> Cmd) -> Count {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        match r.ask(id, &cmd(), ASK).await {
+            Ok(c) => return c,
+            Err(e) => {
+                assert!(tokio::time::Instant::now() < deadline, "{id} never answered: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_from_every_node_reach_one_entity_per_id() {
+    let _live = support::live().await;
+    let nodes = support::start_cluster(&settings(), 3).await;
+    let registry = Registry::default();
+    let refs = start_counters(&nodes, &registry);
+    let mut expected = HashMap::new();
+    for k in 0..300u64 {
+        let id = format!("c-{}", k % 30);
+        let via = &refs[(k as usize * 7) % 3];
+        let count = via.ask(&id, &Cmd::Add(1), ASK).await.unwrap();
+        let e = expected.entry(id).or_insert(0u64);
+        *e += 1;
+        assert_eq!(count.value, *e);
+    }
+    for (id, n) in &expected {
+        for r in &refs {
+            assert_eq!(r.ask(id, &Cmd::Get, ASK).await.unwrap().value, *n, "{id}");
+        }
+    }
+    // Every node hosts some of the 30 shards.
+    let mut hosting = 0;
+    for n in &nodes {
+        let report = n.sharding().report("counter").await.unwrap();
+        if !report.shards.is_empty() {
+            hosting += 1;
+        }
+    }
+    assert_eq!(hosting, 3);
+    assert_eq!(nodes[0].sharding().type_names(), ["counter"]);
+    registry.assert_never_twice();
+    for n in &nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_node_hands_its_shards_off_and_every_entity_answers_after() {
+    let _live = support::live().await;
+    let nodes = support::start_cluster(&settings(), 3).await;
+    let registry = Registry::default();
+    let refs = start_counters(&nodes, &registry);
+    for k in 0..30 {
+        refs[0].ask(&format!("c-{k}"), &Cmd::Add(1), ASK).await.unwrap();
+    }
+    let leaving = 2;
+    let report = nodes[leaving].sharding().report("counter").await.unwrap();
+    assert!(!report.shards.is_empty());
+    let outcome = tokio::time::timeout(T, nodes[leaving].shutdown()).await.expect("leave hung");
+    assert!(matches!(outcome, ShutdownOutcome::Left), "{outcome:?}");
+    for k in 0..30 {
+        let c = ask_until_answered(&refs[0], &format!("c-{k}"), || Cmd::Get).await;
+        assert_ne!(c.node, leaving, "c-{k} answered from the node that left");
+    }
+    registry.assert_never_twice();
+    for n in &nodes[..2] {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_nodes_entities_answer_again_elsewhere_and_other_shards_stay() {
+    let _live = support::live().await;
+    let nodes = support::start_cluster(&settings(), 3).await;
+    let registry = Registry::default();
+    let refs = start_counters(&nodes, &registry);
+    let mut before = HashMap::new();
+    for k in 0..30 {
+        let id = format!("c-{k}");
+        let c = refs[1].ask(&id, &Cmd::Add(1), ASK).await.unwrap();
+        before.insert(id, c.node);
+    }
+    // Node 0 is the oldest: it runs the coordinator. Crash it.
+    let crashed = 0;
+    nodes[crashed].stop().await;
+    registry.crashed(crashed);
+    // Entities with a live home keep their count (they did not move).
+    for (id, &home) in &before {
+        if home != crashed {
+            let c = ask_until_answered(&refs[1], id, || Cmd::Get).await;
+            assert_eq!((c.node, c.value), (home, 1), "{id} moved or lost its count");
+        }
+    }
+    // The crashed node's entities answer again, from a survivor, after its removal.
+    for (id, &home) in &before {
+        if home == crashed {
+            let c = ask_until_answered(&refs[2], id, || Cmd::Get).await;
+            assert_ne!(c.node, crashed);
+        }
+    }
+    registry.assert_never_twice();
+    for n in &nodes[1..] {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_a_type_twice_is_refused() {
+    let _live = support::live().await;
+    let nodes = support::start_cluster(&settings(), 1).await;
+    let registry = Registry::default();
+    start_counter(&nodes[0], 0, &registry);
+    let again = nodes[0].sharding().start("counter", None, |id: &str| Counter {
+        id: id.to_owned(),
+        node: 0,
+        value: 0,
+        registry: Registry::default(),
+    });
+    assert!(matches!(again, Err(ShardingError::AlreadyStarted(t)) if t == "counter"));
+    nodes[0].stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_management_api_lists_types_shards_and_every_members_shards() {
+    let _live = support::live().await;
+    let mut s = settings();
+    s.management.enabled = true;
+    s.management.port = 0;
+    s.bootstrap.enabled = false;
+    let nodes = support::start_cluster(&s, 2).await;
+    let registry = Registry::default();
+    let refs = start_counters(&nodes, &registry);
+    for k in 0..20 {
+        refs[0].ask(&format!("c-{k}"), &Cmd::Add(1), ASK).await.unwrap();
+    }
+    let client = reqwest::Client::new();
+    let base = format!("http://{}", nodes[0].management_addr().unwrap());
+    let get = |path: &str| client.get(format!("{base}{path}")).send();
+
+    let keys: ShardEntityTypeKeys = get("/cluster/shards").await.unwrap().json().await.unwrap();
+    assert_eq!(keys.entity_type_keys, ["counter"]);
+
+    let here = nodes[0].sharding().report("counter").await.unwrap();
+    let region: ShardRegionStats =
+        get("/cluster/shards/counter").await.unwrap().json().await.unwrap();
+    let shown: Vec<(String, u64)> =
+        region.regions.iter().map(|d| (d.shard_id.clone(), d.num_entities)).collect();
+    let expected: Vec<(String, u64)> =
+        here.shards.iter().map(|d| (d.shard_id.clone(), d.num_entities)).collect();
+    assert_eq!(shown, expected);
+    assert!(!shown.is_empty());
+
+    let missing = get("/cluster/shards/nope").await.unwrap();
+    assert_eq!(missing.status(), reqwest::StatusCode::NOT_FOUND);
+    let body: serde_json::Value = missing.json().await.unwrap();
+    assert_eq!(body["message"], "Shard Region nope is not started");
+
+    let stats: ClusterShardingStats =
+        get("/cluster/shards/counter/stats").await.unwrap().json().await.unwrap();
+    assert!(stats.failed.is_empty(), "{:?}", stats.failed);
+    assert_eq!(stats.regions.len(), 2);
+    let entities: u64 = stats.regions.iter().flat_map(|r| &r.shards).map(|d| d.num_entities).sum();
+    assert_eq!(entities, 20, "every entity counted once, on one member");
+    for n in &nodes {
+        n.stop().await;
+    }
+}
