@@ -88,6 +88,11 @@ impl Node {
         // Checked with the rest of the settings above.
         let mut core_config = c.core.clone();
         core_config.seed = random_u64();
+        // Every node must cut entity ids into the same shards.
+        core_config.extra_compat_keys.insert(
+            "sharding.number_of_shards".to_owned(),
+            settings.sharding.number_of_shards.to_string(),
+        );
         let started_at = tokio::time::Instant::now();
         let now = started_at.into_std();
         let core = Cluster::new(core_config, self_node.clone(), now, driver::wall_clock())

@@ -286,3 +286,24 @@ async fn the_management_api_lists_types_shards_and_every_members_shards() {
         n.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_another_number_of_shards_is_refused_at_join() {
+    let _live = support::live().await;
+    let nodes = support::start_cluster(&settings(), 1).await;
+    let mut other = settings();
+    other.sharding.number_of_shards = 31;
+    let joiner = Node::start(&other).await.unwrap();
+    joiner.join_seed_nodes(vec![nodes[0].self_address().clone()]).await.unwrap();
+    let ended = tokio::time::timeout(T, joiner.terminated()).await.expect("the joiner was let in");
+    match ended {
+        convoke::Termination::Core(convoke::membership::ShutdownReason::IncompatibleConfig(
+            why,
+        )) => {
+            assert!(why.contains("rejected this node's configuration"), "{why}");
+        }
+        other => panic!("ended for another reason: {other:?}"),
+    }
+    assert_eq!(nodes[0].state().members.len(), 1);
+    nodes[0].stop().await;
+}

@@ -135,6 +135,11 @@ pub struct Config {
     pub failure_detector: FailureDetectorConfig,
     /// `cluster.split_brain_resolver`: automatic downing.
     pub split_brain_resolver: SplitBrainResolverConfig,
+    /// Settings of the layers above the core that a joiner must share with the cluster, keyed by
+    /// their configuration key (the runtime adds `sharding.number_of_shards`). Sent with the join
+    /// request; a key both sides send must have the same value (see [`crate::compat`]).
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub extra_compat_keys: BTreeMap<String, String>,
 }
 
 impl Default for Config {
@@ -163,6 +168,7 @@ impl Default for Config {
             seed: 0,
             failure_detector: FailureDetectorConfig::default(),
             split_brain_resolver: SplitBrainResolverConfig::default(),
+            extra_compat_keys: BTreeMap::new(),
         }
     }
 }

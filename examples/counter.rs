@@ -1,0 +1,263 @@
+//! A sharded counter service, run as several processes.
+//!
+//! Every process starts a node with the same settings flags as `convoke run`, starts the sharded
+//! entity type "counter" and serves a small HTTP front on `--http-port`:
+//!
+//! - `POST /counters/{id}/increment` (optional `?by=N`) adds to counter `id` and answers
+//!   `{"id": ..., "value": ..., "node": ...}`, `node` being the member whose entity answered;
+//! - `GET /counters/{id}` answers the same without adding.
+//!
+//! Any process answers for any counter: the request goes to the node hosting the counter's shard.
+//! With `--data-dir DIR` (one directory shared by all processes) a counter keeps its value in
+//! `DIR/<id>` and survives moves, crashes and restarts; the sharding guarantees that one process
+//! at a time writes it. Without it the value lives in memory and starts again from zero when its
+//! shard moves. Entities log `entity started` and `entity stopped`. SIGTERM or Ctrl-C hands the
+//! shards off and leaves the cluster.
+//!
+//! ```text
+//! cargo run --release --example counter -- --http-port 8080 --data-dir /tmp/counters \
+//!     --set cluster.port=25520 --set management.port=8558 \
+//!     --set 'cluster.seed_nodes=["convoke://convoke@127.0.0.1:25520"]'
+//! cargo run --release --example counter -- --http-port 8081 --data-dir /tmp/counters \
+//!     --set cluster.port=25521 --set management.port=8559 \
+//!     --set 'cluster.seed_nodes=["convoke://convoke@127.0.0.1:25520"]'
+//! curl -s -X POST localhost:8081/counters/apples/increment
+//! curl -s localhost:8080/counters/apples
+//! curl -s localhost:8558/cluster/shards/counter
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use clap::Parser;
+use convoke::Node;
+use convoke::settings::{Settings, Sources};
+use convoke::sharding::{Entity, EntityContext, EntityRef, ShardingError};
+use serde::{Deserialize, Serialize};
+
+/// How long the front waits for a counter.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The settings flags of `convoke run`, plus the front's.
+#[derive(Parser, Debug)]
+struct Args {
+    /// A TOML settings file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// `KEY=VALUE` overrides, e.g. `--set cluster.port=25521`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// The port of the HTTP front (on 127.0.0.1; 0 picks one, logged at start).
+    #[arg(long, default_value_t = 8080)]
+    http_port: u16,
+    /// A directory shared by every process where counters keep their values.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Op {
+    Add(u64),
+    Get,
+}
+
+/// The counter's value and the member hosting it, or why it could not be stored.
+type Answer = Result<(u64, String), String>;
+
+struct Counter {
+    id: String,
+    value: u64,
+    file: Option<PathBuf>,
+    node: String,
+}
+
+impl Counter {
+    fn open(id: &str, dir: Option<&Path>, node: String) -> Self {
+        // Ids become file names: keep them to a safe alphabet (the front checks the same).
+        let file = dir.map(|d| d.join(id));
+        let value = file
+            .as_deref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        tracing::info!(entity = id, value, "entity started");
+        Self { id: id.to_owned(), value, file, node }
+    }
+
+    async fn store(&self, value: u64) -> std::io::Result<()> {
+        let Some(file) = &self.file else { return Ok(()) };
+        let tmp = file.with_extension("tmp");
+        tokio::fs::write(&tmp, value.to_string()).await?;
+        tokio::fs::rename(&tmp, file).await
+    }
+}
+
+impl Entity for Counter {
+    type Message = Op;
+    type Reply = Answer;
+
+    async fn handle(&mut self, op: Op, _ctx: &mut EntityContext) -> Answer {
+        match op {
+            Op::Add(n) => {
+                let value = self.value.saturating_add(n);
+                // Answered only once stored: a success reply is never lost with the process.
+                let stored = self.store(value).await;
+                stored.map_err(|e| format!("cannot store counter {}: {e}", self.id))?;
+                self.value = value;
+                Ok((value, self.node.clone()))
+            }
+            Op::Get => Ok((self.value, self.node.clone())),
+        }
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        tracing::info!(entity = %self.id, value = self.value, "entity stopped");
+    }
+}
+
+#[derive(Clone)]
+struct Front {
+    counters: EntityRef<Counter>,
+}
+
+#[derive(Serialize)]
+struct Reply {
+    id: String,
+    value: u64,
+    node: String,
+}
+
+#[derive(Deserialize)]
+struct By {
+    by: Option<u64>,
+}
+
+type HttpResult = Result<Json<Reply>, (StatusCode, Json<serde_json::Value>)>;
+
+fn http_error(status: StatusCode, message: String) -> (StatusCode, Json<serde_json::Value>) {
+    (status, Json(serde_json::json!({ "message": message })))
+}
+
+fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+async fn ask(front: &Front, id: String, op: Op) -> HttpResult {
+    if !valid_id(&id) {
+        return Err(http_error(
+            StatusCode::BAD_REQUEST,
+            format!("counter id {id:?}: expected 1 to 64 letters, digits, '-' or '_'"),
+        ));
+    }
+    match front.counters.ask(&id, &op, ASK_TIMEOUT).await {
+        Ok(Ok((value, node))) => Ok(Json(Reply { id, value, node })),
+        Ok(Err(e)) => Err(http_error(StatusCode::INTERNAL_SERVER_ERROR, e)),
+        Err(e @ ShardingError::BadMessage(_)) => {
+            Err(http_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+        }
+        // A full buffer, a moving shard, a timeout: the sender may try again.
+        Err(e) => Err(http_error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    }
+}
+
+async fn increment(
+    State(front): State<Front>,
+    UrlPath(id): UrlPath<String>,
+    Query(by): Query<By>,
+) -> HttpResult {
+    ask(&front, id, Op::Add(by.by.unwrap_or(1))).await
+}
+
+async fn read(State(front): State<Front>, UrlPath(id): UrlPath<String>) -> HttpResult {
+    ask(&front, id, Op::Get).await
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    let sources = Sources { file: args.config.as_deref(), env: true, sets: args.sets };
+    let settings = match Settings::load(&sources) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("counter: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(dir) = &args.data_dir
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        eprintln!("counter: cannot create --data-dir {}: {e}", dir.display());
+        return ExitCode::from(2);
+    }
+    let http = match tokio::net::TcpListener::bind(("127.0.0.1", args.http_port)).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("counter: cannot listen on 127.0.0.1:{}: {e}", args.http_port);
+            return ExitCode::from(2);
+        }
+    };
+    let node = match Node::start(&settings).await {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("counter: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (dir, me) = (args.data_dir.clone(), node.self_address().to_string());
+    let factory = move |id: &str| Counter::open(id, dir.as_deref(), me.clone());
+    let counters = match node.sharding().start("counter", None, factory) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("counter: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let front = Front { counters };
+    let app = axum::Router::new()
+        .route("/counters/{id}/increment", post(increment))
+        .route("/counters/{id}", get(read))
+        .with_state(front);
+    let http_addr = http.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(http = %http_addr, "counter front listening");
+    let serve = axum::serve(http, app);
+    tokio::select! {
+        r = serve => {
+            tracing::error!(result = ?r, "the HTTP front stopped");
+            ExitCode::FAILURE
+        }
+        signal = shutdown_signal() => {
+            tracing::info!(signal, "leaving the cluster");
+            tracing::info!(outcome = ?node.shutdown().await, "left");
+            ExitCode::SUCCESS
+        }
+        t = node.terminated() => {
+            tracing::error!(reason = %t, "the node stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
