@@ -85,7 +85,7 @@ impl Counter {
             .and_then(|f| std::fs::read_to_string(f).ok())
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0);
-        tracing::info!(entity = id, value, "entity started");
+        tracing::info!(entity = %id, value, "entity started");
         Self { id: id.to_owned(), value, file, node }
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use support::fast_sets;
 use support::netns::Network;
-use support::process::{Proc, address};
+use support::process::{Proc, address, timestamp};
 
 const T: Duration = Duration::from_secs(90);
 
@@ -64,25 +64,6 @@ async fn first_to_log(procs: &[Proc], candidates: &[usize], parts: &[&str]) -> u
         })
     });
     futures::future::select_all(waits).await.0
-}
-
-/// Seconds since the Unix epoch of a log line's leading RFC 3339 timestamp
-/// (`2026-11-26T00:40:00.123456Z ...`).
-fn timestamp(line: &str) -> f64 {
-    let ts = line.split_whitespace().next().unwrap_or_default();
-    let parse = |r: std::ops::Range<usize>| -> i64 {
-        ts.get(r).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no timestamp in {line:?}"))
-    };
-    let (y, m, d) = (parse(0..4), parse(5..7), parse(8..10));
-    // Days from the civil date (proleptic Gregorian), as in Howard Hinnant's algorithm.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs: f64 = ts.get(17..ts.len() - 1).and_then(|s| s.parse().ok()).unwrap();
-    (days * 86_400 + parse(11..13) * 3600 + parse(14..16) * 60) as f64 + secs
 }
 
 /// The timestamps of `p`'s log lines containing every one of `parts`.

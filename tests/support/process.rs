@@ -93,13 +93,24 @@ impl Proc {
     /// `convoke run`, through `wrapper` if any, on cluster `port`; with port 0 it waits until the
     /// node has logged the port it bound, as [`Proc::start`] does.
     pub async fn example(name: &str, wrapper: &[String], port: u16, sets: &[String]) -> Proc {
+        Proc::example_with_args(name, &[], wrapper, port, sets).await
+    }
+
+    /// As [`Proc::example`], with `args` before the `--set`s.
+    pub async fn example_with_args(
+        name: &str,
+        args: &[&str],
+        wrapper: &[String],
+        port: u16,
+        sets: &[String],
+    ) -> Proc {
         let bin = std::path::Path::new(env!("CARGO_BIN_EXE_convoke"))
             .parent()
             .expect("the binary's directory")
             .join("examples")
             .join(name);
         assert!(bin.exists(), "{} is missing: `cargo test` builds the examples", bin.display());
-        let mut proc = Proc::spawn_program(bin.to_str().unwrap(), &[], wrapper, port, sets);
+        let mut proc = Proc::spawn_program(bin.to_str().unwrap(), args, wrapper, port, sets);
         if port == 0 {
             let address = proc.logged_field("cluster node started", "node=").await;
             proc.port = port_of(&address);
@@ -242,4 +253,23 @@ pub fn address(port: u16) -> String {
 fn port_of(address: &str) -> u16 {
     let port = address.rsplit(':').next().unwrap_or_default();
     port.parse().unwrap_or_else(|_| panic!("no port in the address {address:?}"))
+}
+
+/// Seconds since the Unix epoch of a log line's leading RFC 3339 timestamp
+/// (`2026-11-26T00:40:00.123456Z ...`).
+pub fn timestamp(line: &str) -> f64 {
+    let ts = line.split_whitespace().next().unwrap_or_default();
+    let parse = |r: std::ops::Range<usize>| -> i64 {
+        ts.get(r).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no timestamp in {line:?}"))
+    };
+    let (y, m, d) = (parse(0..4), parse(5..7), parse(8..10));
+    // Days from the civil date (proleptic Gregorian), as in Howard Hinnant's algorithm.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs: f64 = ts.get(17..ts.len() - 1).and_then(|s| s.parse().ok()).unwrap();
+    (days * 86_400 + parse(11..13) * 3600 + parse(14..16) * 60) as f64 + secs
 }
