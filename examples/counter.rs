@@ -71,22 +71,39 @@ type Answer = Result<(u64, String), String>;
 
 struct Counter {
     id: String,
-    value: u64,
+    /// `None` until read from its file (on the first message).
+    value: Option<u64>,
     file: Option<PathBuf>,
     node: String,
 }
 
 impl Counter {
-    fn open(id: &str, dir: Option<&Path>, node: String) -> Self {
-        // Ids become file names: keep them to a safe alphabet (the front checks the same).
+    fn new(id: &str, dir: Option<&Path>, node: String) -> Self {
+        // Ids become file names: the front lets only a safe alphabet through.
         let file = dir.map(|d| d.join(id));
-        let value = file
-            .as_deref()
-            .and_then(|f| std::fs::read_to_string(f).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        tracing::info!(entity = %id, value, "entity started");
-        Self { id: id.to_owned(), value, file, node }
+        tracing::info!(entity = %id, "entity started");
+        Self { id: id.to_owned(), value: None, file, node }
+    }
+
+    /// The value: read from its file once; a missing file is 0, an unreadable one an error
+    /// (never silently 0, which the next increment would write over the real value).
+    async fn value(&mut self) -> Result<u64, String> {
+        if let Some(v) = self.value {
+            return Ok(v);
+        }
+        let v = match &self.file {
+            None => 0,
+            Some(file) => match tokio::fs::read_to_string(file).await {
+                Ok(text) => text
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("counter {} has a bad file: {e}", self.id))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(format!("cannot read counter {}: {e}", self.id)),
+            },
+        };
+        self.value = Some(v);
+        Ok(v)
     }
 
     async fn store(&self, value: u64) -> std::io::Result<()> {
@@ -102,23 +119,24 @@ impl Entity for Counter {
     type Reply = Answer;
 
     async fn handle(&mut self, op: Op, _ctx: &mut EntityContext) -> Answer {
+        let current = self.value().await?;
         match op {
             Op::Add(n) => {
-                let value = self.value.saturating_add(n);
+                let value = current.saturating_add(n);
                 // Answered only once stored: a success reply is never lost with the process.
                 let stored = self.store(value).await;
                 stored.map_err(|e| format!("cannot store counter {}: {e}", self.id))?;
-                self.value = value;
+                self.value = Some(value);
                 Ok((value, self.node.clone()))
             }
-            Op::Get => Ok((self.value, self.node.clone())),
+            Op::Get => Ok((current, self.node.clone())),
         }
     }
 }
 
 impl Drop for Counter {
     fn drop(&mut self) {
-        tracing::info!(entity = %self.id, value = self.value, "entity stopped");
+        tracing::info!(entity = %self.id, value = ?self.value, "entity stopped");
     }
 }
 
@@ -220,7 +238,7 @@ async fn main() -> ExitCode {
         }
     };
     let (dir, me) = (args.data_dir.clone(), node.self_address().to_string());
-    let factory = move |id: &str| Counter::open(id, dir.as_deref(), me.clone());
+    let factory = move |id: &str| Counter::new(id, dir.as_deref(), me.clone());
     let counters = match node.sharding().start("counter", None, factory) {
         Ok(c) => c,
         Err(e) => {

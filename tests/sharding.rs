@@ -40,9 +40,13 @@ impl Registry {
         self.running.lock().unwrap().remove(id);
     }
 
-    /// Forgets the entities of a node that crashed (they died with it).
-    fn crashed(&self, node: usize) {
-        self.running.lock().unwrap().retain(|_, n| *n != node);
+    /// Waits until no entity runs on `node` (stopped: its tasks end).
+    async fn wait_gone_from(&self, node: usize) {
+        let deadline = tokio::time::Instant::now() + T;
+        while self.running.lock().unwrap().values().any(|n| *n == node) {
+            assert!(tokio::time::Instant::now() < deadline, "entities outlived node {node}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn assert_never_twice(&self) {
@@ -204,7 +208,9 @@ async fn a_crashed_nodes_entities_answer_again_elsewhere_and_other_shards_stay()
     // Node 0 is the oldest: it runs the coordinator. Crash it.
     let crashed = 0;
     nodes[crashed].stop().await;
-    registry.crashed(crashed);
+    // Its entities end with its tasks (they are in this process); none may start elsewhere
+    // before that, which the registry checks.
+    registry.wait_gone_from(crashed).await;
     // Entities with a live home keep their count (they did not move).
     for (id, &home) in &before {
         if home != crashed {

@@ -42,6 +42,11 @@ impl ApiError {
         Self { status: StatusCode::NOT_FOUND, message: message.into() }
     }
 
+    /// 503 with a message.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self { status: StatusCode::SERVICE_UNAVAILABLE, message: message.into() }
+    }
+
     /// 405 in read-only mode.
     pub fn read_only() -> Self {
         Self {

@@ -88,8 +88,9 @@ pub(super) async fn get_region(
     }
     let report = tokio::time::timeout(REGION_TIMEOUT, sharding.report(&name))
         .await
-        .ok()
-        .flatten()
+        .map_err(|_| {
+            ApiError::unavailable(format!("Shard Region {name} did not answer within 5 s"))
+        })?
         .ok_or_else(|| not_started(&name))?;
     let regions = report
         .shards

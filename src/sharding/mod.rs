@@ -109,7 +109,8 @@ pub enum ShardingError {
     /// The message waited at the shard's old home when the shard moved.
     #[error("the entity's shard moved while the message waited for it; send it again")]
     HandedOff,
-    /// The region the message reached has shut down, or this node's region has.
+    /// The region the message reached has shut down, or this node's region has (its task
+    /// ended with the node).
     #[error("the shard region has stopped")]
     RegionStopped,
     /// The entity's mailbox holds `sharding.entity_mailbox_size` messages.
@@ -405,8 +406,9 @@ impl<E: Entity> EntityRef<E> {
     ///
     /// # Errors
     /// See [`ShardingError`]: a full buffer or mailbox, a shard that moved while the message
-    /// waited, a stopped region and a failed entity are answered at once; otherwise the ask
-    /// ends with [`ShardingError::Timeout`].
+    /// waited, a stopped region, a failed entity (and the messages queued behind its failure)
+    /// and a hosting node that left are answered at once; otherwise the ask ends with
+    /// [`ShardingError::Timeout`].
     pub async fn ask(
         &self,
         entity_id: &str,

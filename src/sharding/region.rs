@@ -90,7 +90,7 @@ pub(super) type Spawner = Arc<dyn Fn(EntityTask) + Send + Sync>;
 pub(super) struct EntityTask {
     id: EntityId,
     shard: ShardId,
-    mailbox: mpsc::Receiver<Envelope>,
+    mailbox: mpsc::Receiver<Box<Envelope>>,
     replies: Replies,
     events: mpsc::UnboundedSender<Event>,
 }
@@ -121,6 +121,11 @@ impl Replies {
                 let frame = Frame::Reply(WireReply { id, result: reply });
                 if let Err(e) = self.messaging.tell(&node, &self.key, &frame) {
                     tracing::debug!(to = %node, error = %e, "cannot send an entity's reply");
+                    // Too large, or the queue to the asker is full: say so in a small frame
+                    // rather than leave the asker to its timeout.
+                    let failure = WireFailure::EntityFailed(format!("cannot send the reply: {e}"));
+                    let frame = Frame::Reply(WireReply { id, result: Err(failure) });
+                    let _ = self.messaging.tell(&node, &self.key, &frame);
                 }
             }
         }
@@ -144,13 +149,58 @@ where
     F: Fn(&str) -> E + Send + Sync + 'static,
 {
     Arc::new(move |task: EntityTask| {
-        let entity = factory(&task.id);
-        tokio::spawn(run_entity(entity, task));
+        let factory = factory.clone();
+        tokio::spawn(run_entity(factory, task));
     })
 }
 
-async fn run_entity<E: Entity>(mut entity: E, task: EntityTask) {
+/// Tells the region task that the entity has ended, whichever way its task ends (a panic
+/// anywhere included), once the entity value has been dropped.
+struct StoppedGuard {
+    events: mpsc::UnboundedSender<Event>,
+    shard: ShardId,
+    id: EntityId,
+}
+
+impl Drop for StoppedGuard {
+    fn drop(&mut self) {
+        let _ = self.events.send(Event::Stopped(self.shard.clone(), self.id.clone()));
+    }
+}
+
+/// Runs one entity: made by the factory here, off the region task (a slow or panicking factory
+/// delays or fails only this entity), then fed its mailbox until the region drops the sender.
+async fn run_entity<E, F>(factory: Arc<F>, task: EntityTask)
+where
+    E: Entity,
+    F: Fn(&str) -> E + Send + Sync + 'static,
+{
     let EntityTask { id, shard, mut mailbox, replies, events } = task;
+    // Declared first, so dropped last: after the entity and its mailbox.
+    let _stopped = StoppedGuard { events: events.clone(), shard: shard.clone(), id: id.clone() };
+    let failure = match std::panic::catch_unwind(AssertUnwindSafe(|| factory(&id))) {
+        Ok(entity) => serve_entity(entity, &id, &shard, &mut mailbox, &replies, &events).await,
+        Err(_) => {
+            tracing::error!(entity = %id, shard = %shard, "the entity factory panicked");
+            format!("the factory of entity '{id}' panicked")
+        }
+    };
+    // Whatever waits in the mailbox of an entity that failed is answered, not dropped.
+    mailbox.close();
+    while let Ok(envelope) = mailbox.try_recv() {
+        replies.send(envelope.reply, Err(WireFailure::EntityFailed(failure.clone())));
+    }
+}
+
+/// Feeds `entity` its messages; returns why it ended (answered to what is still queued).
+async fn serve_entity<E: Entity>(
+    mut entity: E,
+    id: &EntityId,
+    shard: &ShardId,
+    mailbox: &mut mpsc::Receiver<Box<Envelope>>,
+    replies: &Replies,
+    events: &mpsc::UnboundedSender<Event>,
+) -> String {
     let mut ctx =
         EntityContext { entity_id: id.clone(), shard_id: shard.clone(), passivate: false };
     while let Some(envelope) = mailbox.recv().await {
@@ -162,28 +212,21 @@ async fn run_entity<E: Entity>(mut entity: E, task: EntityTask) {
             }
         };
         let handled = AssertUnwindSafe(entity.handle(message, &mut ctx)).catch_unwind().await;
-        match handled {
-            Ok(reply) => {
-                let encoded = postcard::to_stdvec(&reply).map_err(|e| {
-                    WireFailure::EntityFailed(format!("cannot encode its reply: {e}"))
-                });
-                replies.send(envelope.reply, encoded);
-            }
-            Err(_) => {
-                tracing::error!(entity = %id, shard = %shard, "an entity panicked; it is stopped");
-                let failure = WireFailure::EntityFailed(format!("entity '{id}' panicked"));
-                replies.send(envelope.reply, Err(failure));
-                break;
-            }
-        }
+        let Ok(reply) = handled else {
+            tracing::error!(entity = %id, shard = %shard, "an entity panicked; it is stopped");
+            let failure = format!("entity '{id}' panicked");
+            replies.send(envelope.reply, Err(WireFailure::EntityFailed(failure.clone())));
+            return failure;
+        };
+        let encoded = postcard::to_stdvec(&reply)
+            .map_err(|e| WireFailure::EntityFailed(format!("cannot encode its reply: {e}")));
+        replies.send(envelope.reply, encoded);
         if ctx.passivate {
             ctx.passivate = false;
             let _ = events.send(Event::Passivate(shard.clone(), id.clone()));
         }
     }
-    // Messages still in the mailbox of a panicked entity are answered by the drop of their
-    // senders (the askers see the region's reply channel close).
-    let _ = events.send(Event::Stopped(shard, id));
+    format!("entity '{id}' has stopped")
 }
 
 /// What `start` hands back to the node.
@@ -236,7 +279,9 @@ pub(super) fn start(
 
 struct EntityHandle {
     /// `None` once told to stop: the task drains its mailbox and ends.
-    mailbox: Option<mpsc::Sender<Envelope>>,
+    /// Boxed: the channel allocates its slots in blocks, and an idle entity's block of
+    /// pointers is a fraction of a block of envelopes.
+    mailbox: Option<mpsc::Sender<Box<Envelope>>>,
 }
 
 struct Task {
@@ -248,12 +293,15 @@ struct Task {
     /// Coordinators started here so far (their ballots' instance numbers).
     instances: u64,
     shards: HashMap<ShardId, Shard<Envelope>>,
-    entities: HashMap<EntityId, EntityHandle>,
+    /// Running entity tasks by shard and id (one id may come with two shard ids from two
+    /// nodes whose extractors disagree; each is its own entity).
+    entities: HashMap<(ShardId, EntityId), EntityHandle>,
     spawner: Spawner,
     replies: Replies,
     events: mpsc::UnboundedSender<Event>,
-    /// Asks from here forwarded to another region, waiting for their reply.
-    pending: HashMap<u64, oneshot::Sender<Reply>>,
+    /// Asks from here forwarded to another region, waiting for their reply, with the node they
+    /// went to.
+    pending: HashMap<u64, (UniqueAddress, oneshot::Sender<Reply>)>,
     next_id: u64,
     members: Arc<[Member]>,
     unreachable: BTreeSet<UniqueAddress>,
@@ -278,6 +326,12 @@ impl Task {
         let snapshot = snapshots.borrow_and_update().clone();
         self.feed_members(&snapshot);
         let mut sweep = tokio::time::interval(Duration::from_secs(5));
+        // Shards check for idle entities every half idle time; this tick looks a little more
+        // often, so an entity stops at most a tick late.
+        let idle_every = self.config.passivate_idle_after.map_or(Duration::from_secs(3600), |d| {
+            (d / 8).clamp(Duration::from_millis(10), Duration::from_secs(5))
+        });
+        let mut idle = tokio::time::interval(idle_every);
         loop {
             self.drain();
             let wake = self.next_deadline();
@@ -310,9 +364,10 @@ impl Task {
                 Some(cmd) = coordinator_cmds.recv() => self.on_coordinator_cmd(cmd),
                 Some(event) = events.recv() => self.on_event(event),
                 () = sleep_until(wake) => self.on_timeout(),
+                _ = idle.tick() => self.check_idle(),
                 _ = sweep.tick() => {
                     // Asks that timed out at their sender leave their reply slot closed.
-                    self.pending.retain(|_, tx| !tx.is_closed());
+                    self.pending.retain(|_, (_, tx)| !tx.is_closed());
                 }
             }
         }
@@ -323,20 +378,37 @@ impl Task {
         Instant::now().into_std()
     }
 
+    /// The region's and the coordinator's next deadline. The shards' (idle checks) are served
+    /// by a tick of their own, so that a message costs no walk over every hosted shard.
     fn next_deadline(&self) -> Option<Instant> {
-        let shards = self.shards.values().filter_map(Shard::poll_timeout).min();
         let coordinator = self.coordinator.as_ref().and_then(Coordinator::poll_timeout);
-        [self.region.poll_timeout(), coordinator, shards]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(Instant::from_std)
+        [self.region.poll_timeout(), coordinator].into_iter().flatten().min().map(Instant::from_std)
     }
 
     fn feed_members(&mut self, snapshot: &Snapshot) {
         self.members = Arc::from(snapshot.state.members.clone());
         self.unreachable =
             snapshot.state.unreachable.iter().map(|(m, _)| m.node().clone()).collect();
+        // Asks forwarded to a node that is now Down or gone will get no reply: fail them now
+        // rather than at their timeout.
+        let alive: std::collections::HashSet<&UniqueAddress> = self
+            .members
+            .iter()
+            .filter(|m| m.status() != convoke_membership::MemberStatus::Down)
+            .map(Member::node)
+            .collect();
+        let lost: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, (n, _))| !alive.contains(n))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in lost {
+            if let Some((node, tx)) = self.pending.remove(&id) {
+                let why = format!("{node} left the cluster before answering");
+                let _ = tx.send(Err(WireFailure::Unreachable(why)));
+            }
+        }
         let now = Self::now();
         self.region.handle_members(&self.members, now);
         if let Some(c) = &mut self.coordinator {
@@ -427,7 +499,10 @@ impl Task {
                 let reply = match w.reply_to {
                     Some((node, id)) => match UniqueAddress::try_from(node) {
                         Ok(node) => ReplyTo::Remote(node, id),
-                        Err(_) => ReplyTo::None,
+                        Err(e) => {
+                            tracing::debug!(%from, error = %e, "an entity message with a bad reply address");
+                            return;
+                        }
                     },
                     None => ReplyTo::None,
                 };
@@ -435,7 +510,7 @@ impl Task {
                 self.region.route(ShardId::new(w.shard), envelope, now);
             }
             Frame::Reply(r) => {
-                if let Some(tx) = self.pending.remove(&r.id) {
+                if let Some((_, tx)) = self.pending.remove(&r.id) {
                     let _ = tx.send(r.result);
                 }
             }
@@ -452,7 +527,7 @@ impl Task {
                 self.drain_shard(&shard);
             }
             Event::Stopped(shard, entity) => {
-                self.entities.remove(&entity);
+                self.entities.remove(&(shard.clone(), entity.clone()));
                 if let Some(s) = self.shards.get_mut(&shard) {
                     s.entity_stopped(&entity, now);
                 }
@@ -471,6 +546,11 @@ impl Task {
         {
             c.handle_timeout(now);
         }
+    }
+
+    /// Lets every shard whose idle check is due stop its idle entities.
+    fn check_idle(&mut self) {
+        let now = Self::now();
         let due: Vec<ShardId> = self
             .shards
             .iter()
@@ -582,7 +662,7 @@ impl Task {
             ReplyTo::Local(tx) => {
                 let id = self.next_id;
                 self.next_id += 1;
-                self.pending.insert(id, tx);
+                self.pending.insert(id, (to.clone(), tx));
                 Some((WireNode::from(&self.self_node), id))
             }
             ReplyTo::Remote(node, id) => Some((WireNode::from(&node), id)),
@@ -598,7 +678,7 @@ impl Task {
             let failure = WireFailure::Unreachable(e.to_string());
             match (reply_to, id) {
                 (Some((node, _)), Some(id)) if node == WireNode::from(&self.self_node) => {
-                    if let Some(tx) = self.pending.remove(&id) {
+                    if let Some((_, tx)) = self.pending.remove(&id) {
                         let _ = tx.send(Err(failure));
                     }
                 }
@@ -617,7 +697,8 @@ impl Task {
             match out {
                 ShardOutput::StartEntity(entity) => {
                     let (tx, rx) = mpsc::channel(self.mailbox_size);
-                    self.entities.insert(entity.clone(), EntityHandle { mailbox: Some(tx) });
+                    let key = (id.clone(), entity.clone());
+                    self.entities.insert(key, EntityHandle { mailbox: Some(tx) });
                     (self.spawner)(EntityTask {
                         id: entity,
                         shard: id.clone(),
@@ -627,12 +708,12 @@ impl Task {
                     });
                 }
                 ShardOutput::Deliver { entity, msg } => {
-                    let Some(tx) = self.entities.get(&entity).and_then(|h| h.mailbox.as_ref())
-                    else {
+                    let key = (id.clone(), entity.clone());
+                    let Some(tx) = self.entities.get(&key).and_then(|h| h.mailbox.as_ref()) else {
                         self.replies.send(msg.reply, Err(WireFailure::RegionStopped));
                         continue;
                     };
-                    if let Err(e) = tx.try_send(msg) {
+                    if let Err(e) = tx.try_send(Box::new(msg)) {
                         let (msg, failure) = match e {
                             mpsc::error::TrySendError::Full(m) => {
                                 (m, WireFailure::MailboxFull(entity.to_string()))
@@ -646,7 +727,7 @@ impl Task {
                     }
                 }
                 ShardOutput::StopEntity(entity) => {
-                    if let Some(h) = self.entities.get_mut(&entity) {
+                    if let Some(h) = self.entities.get_mut(&(id.clone(), entity.clone())) {
                         h.mailbox = None;
                     }
                 }
