@@ -273,14 +273,7 @@ impl<M> Region<M> {
         match msg {
             RegionMsg::RegisterAck => {
                 self.registered = true;
-                let shards: Vec<ShardId> = self.buffers.keys().cloned().collect();
-                for s in shards {
-                    self.tell_coordinator(CoordinatorMsg::GetShardHome(s));
-                }
-                if self.shutting_down {
-                    self.tell_coordinator(CoordinatorMsg::GracefulShutdownReq);
-                }
-                self.arm_retry(now);
+                self.ask_again(now);
             }
             RegionMsg::ShardHome { shard, region } => self.set_home(shard, region),
             RegionMsg::ShardHomes(homes) => {
@@ -373,6 +366,13 @@ impl<M> Region<M> {
             self.register(now);
             return;
         }
+        self.ask_again(now);
+        self.maybe_stopped();
+    }
+
+    /// Asks the coordinator again for every buffered shard's home (and to be emptied, when
+    /// shutting down), and keeps the retry timer running.
+    fn ask_again(&mut self, now: Instant) {
         let shards: Vec<ShardId> = self.buffers.keys().cloned().collect();
         for s in shards {
             self.tell_coordinator(CoordinatorMsg::GetShardHome(s));
@@ -381,7 +381,6 @@ impl<M> Region<M> {
             self.tell_coordinator(CoordinatorMsg::GracefulShutdownReq);
         }
         self.arm_retry(now);
-        self.maybe_stopped();
     }
 
     fn register(&mut self, now: Instant) {
