@@ -134,5 +134,41 @@ impl Settings {
     }
 }
 
+/// `Option<Duration>` written as a duration, or as `keyword` (`"auto"`, `"off"`) for `None`; the
+/// `serde(with)` modules of such keys call these two.
+mod keyword_duration {
+    use std::time::Duration;
+
+    use convoke_membership::config::text;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    pub(super) fn serialize<S: Serializer>(
+        d: &Option<Duration>,
+        keyword: &str,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&text::format_duration(*d)),
+            None => s.serialize_str(keyword),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+        keyword: &str,
+        example: &str,
+    ) -> Result<Option<Duration>, D::Error> {
+        let t = String::deserialize(d)?;
+        if t.trim() == keyword {
+            return Ok(None);
+        }
+        text::parse_duration("", &t).map(Some).map_err(|_| {
+            D::Error::custom(format!(
+                "{t:?} is not valid: expected \"{keyword}\" or a duration like \"{example}\""
+            ))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,5 @@
 //! `[sharding]`: the defaults of every sharded entity type started on the node
-//! (`docs/sharding.md`).
+//! (`docs/cluster-sharding.md`).
 
 use std::time::Duration;
 
@@ -132,27 +132,17 @@ impl ShardingSettings {
 mod off_duration {
     use std::time::Duration;
 
-    use convoke_membership::config::text;
-    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+    use serde::{Deserializer, Serializer};
+
+    use super::super::keyword_duration;
 
     pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_str(&text::format_duration(*d)),
-            None => s.serialize_str("off"),
-        }
+        keyword_duration::serialize(d, "off", s)
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<Duration>, D::Error> {
-        let t = String::deserialize(d)?;
-        if t.trim() == "off" {
-            return Ok(None);
-        }
-        text::parse_duration("", &t).map(Some).map_err(|_| {
-            D::Error::custom(format!(
-                "{t:?} is not valid: expected \"off\" or a duration like \"120s\""
-            ))
-        })
+        keyword_duration::deserialize(d, "off", "120s")
     }
 }

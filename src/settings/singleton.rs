@@ -82,27 +82,17 @@ impl SingletonSettings {
 mod auto_duration {
     use std::time::Duration;
 
-    use convoke_membership::config::text;
-    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+    use serde::{Deserializer, Serializer};
+
+    use super::super::keyword_duration;
 
     pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_str(&text::format_duration(*d)),
-            None => s.serialize_str("auto"),
-        }
+        keyword_duration::serialize(d, "auto", s)
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<Duration>, D::Error> {
-        let t = String::deserialize(d)?;
-        if t.trim() == "auto" {
-            return Ok(None);
-        }
-        text::parse_duration("", &t).map(Some).map_err(|_| {
-            D::Error::custom(format!(
-                "{t:?} is not valid: expected \"auto\" or a duration like \"20s\""
-            ))
-        })
+        keyword_duration::deserialize(d, "auto", "20s")
     }
 }

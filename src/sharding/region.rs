@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use convoke_membership::{Member, UniqueAddress};
 use convoke_sharding::sharding::{
-    Coordinator, CoordinatorOutput, CoordinatorStatus, DropReason, EntityId, Region, RegionOutput,
-    RegionStatus, Replica, ReplicaMsg, Shard, ShardId, ShardOutput, ShardingConfig,
+    Coordinator, CoordinatorMsg, CoordinatorOutput, CoordinatorStatus, DropReason, EntityId,
+    Region, RegionMsg, RegionOutput, RegionStatus, Replica, ReplicaMsg, Shard, ShardId,
+    ShardOutput, ShardingConfig,
 };
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,13 @@ pub(super) enum Request {
     Report(oneshot::Sender<RegionReport>),
     /// Hand every shard off and stop; answered once stopped.
     Shutdown(oneshot::Sender<()>),
+}
+
+/// A message between the coordinators, regions and replicas of one entity type.
+enum Protocol {
+    ToCoordinator(CoordinatorMsg),
+    ToRegion(RegionMsg),
+    Replica(ReplicaMsg),
 }
 
 /// The singleton tells the region task that the coordinator runs here now (`Up`) or no more.
@@ -305,8 +313,8 @@ struct Task {
     next_id: u64,
     members: Arc<[Member]>,
     unreachable: BTreeSet<UniqueAddress>,
-    /// Frames from this node to itself (coordinator ↔ region ↔ replica on one node).
-    local: VecDeque<Frame>,
+    /// Messages from this node to itself (coordinator ↔ region ↔ replica on one node).
+    local: VecDeque<Protocol>,
     shutdown_waiters: Vec<oneshot::Sender<()>>,
     mailbox_size: usize,
     messaging: Messaging,
@@ -466,35 +474,35 @@ impl Task {
         }
     }
 
-    fn on_frame(&mut self, from: UniqueAddress, frame: Frame) {
+    /// A protocol message for this node's coordinator, region or replica.
+    fn on_protocol(&mut self, from: UniqueAddress, msg: Protocol) {
         let now = Self::now();
-        match frame {
-            Frame::ToCoordinator(m) => {
+        match msg {
+            Protocol::ToCoordinator(m) => {
                 if let Some(c) = &mut self.coordinator {
-                    c.handle_region_msg(from, m.into(), now);
+                    c.handle_region_msg(from, m, now);
                 }
             }
-            Frame::ToRegion(m) => match m.try_into() {
-                Ok(m) => self.region.handle_message(from, m, now),
-                Err(e) => {
-                    tracing::debug!(%from, error = %e, "a region message that does not decode")
+            Protocol::ToRegion(m) => self.region.handle_message(from, m, now),
+            Protocol::Replica(m @ (ReplicaMsg::Read { .. } | ReplicaMsg::Write { .. })) => {
+                if let Some(answer) = self.replica.handle(m) {
+                    self.send(&from, Protocol::Replica(answer));
                 }
-            },
-            Frame::Replica(m) => match ReplicaMsg::try_from(m) {
-                Ok(m @ (ReplicaMsg::Read { .. } | ReplicaMsg::Write { .. })) => {
-                    if let Some(answer) = self.replica.handle(m) {
-                        self.send(&from, Frame::Replica((&answer).into()));
-                    }
+            }
+            Protocol::Replica(m) => {
+                if let Some(c) = &mut self.coordinator {
+                    c.handle_replica_msg(from, m, now);
                 }
-                Ok(m) => {
-                    if let Some(c) = &mut self.coordinator {
-                        c.handle_replica_msg(from, m, now);
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(%from, error = %e, "a replica message that does not decode")
-                }
-            },
+            }
+        }
+    }
+
+    fn on_frame(&mut self, from: UniqueAddress, frame: Frame) {
+        let now = Self::now();
+        let decoded = match frame {
+            Frame::ToCoordinator(m) => Ok(Protocol::ToCoordinator(m.into())),
+            Frame::ToRegion(m) => RegionMsg::try_from(m).map(Protocol::ToRegion),
+            Frame::Replica(m) => ReplicaMsg::try_from(m).map(Protocol::Replica),
             Frame::Entity(w) => {
                 let reply = match w.reply_to {
                     Some((node, id)) => match UniqueAddress::try_from(node) {
@@ -508,12 +516,18 @@ impl Task {
                 };
                 let envelope = Envelope { entity: w.entity.into(), payload: w.payload, reply };
                 self.region.route(ShardId::new(w.shard), envelope, now);
+                return;
             }
             Frame::Reply(r) => {
                 if let Some((_, tx)) = self.pending.remove(&r.id) {
                     let _ = tx.send(r.result);
                 }
+                return;
             }
+        };
+        match decoded {
+            Ok(msg) => self.on_protocol(from, msg),
+            Err(e) => tracing::debug!(%from, error = %e, "a sharding message that does not decode"),
         }
     }
 
@@ -578,12 +592,18 @@ impl Task {
         stats
     }
 
-    /// Sends a frame to the same entity type's task on `to` (this node included).
-    fn send(&mut self, to: &UniqueAddress, frame: Frame) {
+    /// Sends a protocol message to the same entity type's task on `to`: this node's is handled
+    /// in place, without the wire form.
+    fn send(&mut self, to: &UniqueAddress, msg: Protocol) {
         if *to == self.self_node {
-            self.local.push_back(frame);
+            self.local.push_back(msg);
             return;
         }
+        let frame = match &msg {
+            Protocol::ToCoordinator(m) => Frame::ToCoordinator(m.into()),
+            Protocol::ToRegion(m) => Frame::ToRegion(m.into()),
+            Protocol::Replica(m) => Frame::Replica(m.into()),
+        };
         if let Err(e) = self.messaging.tell(to, &self.key, &frame) {
             tracing::debug!(%to, error = %e, "cannot send a sharding frame");
         }
@@ -597,10 +617,10 @@ impl Task {
                 moved = true;
                 match out {
                     CoordinatorOutput::ToRegion { to, msg } => {
-                        self.send(&to, Frame::ToRegion((&msg).into()));
+                        self.send(&to, Protocol::ToRegion(msg));
                     }
                     CoordinatorOutput::ToReplica { to, msg } => {
-                        self.send(&to, Frame::Replica((&msg).into()));
+                        self.send(&to, Protocol::Replica(msg));
                     }
                 }
             }
@@ -608,10 +628,10 @@ impl Task {
                 moved = true;
                 self.on_region_output(out);
             }
-            if let Some(frame) = self.local.pop_front() {
+            if let Some(msg) = self.local.pop_front() {
                 moved = true;
                 let me = self.self_node.clone();
-                self.on_frame(me, frame);
+                self.on_protocol(me, msg);
             }
             if !moved {
                 return;
@@ -623,7 +643,7 @@ impl Task {
         let now = Self::now();
         match out {
             RegionOutput::ToCoordinator { to, msg } => {
-                self.send(&to, Frame::ToCoordinator((&msg).into()));
+                self.send(&to, Protocol::ToCoordinator(msg));
             }
             RegionOutput::Forward { to, shard, msg } => self.forward(&to, &shard, msg),
             RegionOutput::Deliver { shard, msg } => {
