@@ -64,7 +64,7 @@ fn node(w: WireNode) -> Result<UniqueAddress, String> {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum WireCoordinatorMsg {
-    Register,
+    Register(Vec<String>),
     RegisterProxy,
     GetShardHome(String),
     ShardStarted(String),
@@ -77,7 +77,9 @@ pub(crate) enum WireCoordinatorMsg {
 impl From<&CoordinatorMsg> for WireCoordinatorMsg {
     fn from(m: &CoordinatorMsg) -> Self {
         match m {
-            CoordinatorMsg::Register => Self::Register,
+            CoordinatorMsg::Register { hosted } => {
+                Self::Register(hosted.iter().map(ToString::to_string).collect())
+            }
             CoordinatorMsg::RegisterProxy => Self::RegisterProxy,
             CoordinatorMsg::GetShardHome(s) => Self::GetShardHome(s.to_string()),
             CoordinatorMsg::ShardStarted(s) => Self::ShardStarted(s.to_string()),
@@ -93,7 +95,9 @@ impl From<WireCoordinatorMsg> for CoordinatorMsg {
     fn from(m: WireCoordinatorMsg) -> Self {
         let id = |s: String| ShardId::new(s);
         match m {
-            WireCoordinatorMsg::Register => Self::Register,
+            WireCoordinatorMsg::Register(hosted) => {
+                Self::Register { hosted: hosted.into_iter().map(id).collect() }
+            }
             WireCoordinatorMsg::RegisterProxy => Self::RegisterProxy,
             WireCoordinatorMsg::GetShardHome(s) => Self::GetShardHome(id(s)),
             WireCoordinatorMsg::ShardStarted(s) => Self::ShardStarted(id(s)),

@@ -161,6 +161,15 @@ pub struct Coordinator {
     outputs: VecDeque<CoordinatorOutput>,
     /// Times a replica sent this coordinator back to recovery.
     fenced_count: u64,
+    /// The time of the latest input.
+    now: Instant,
+    /// When the table was last recovered (this coordinator became active).
+    active_since: Option<Instant>,
+    /// Regions that registered since then, with the shards they host.
+    registered: BTreeSet<UniqueAddress>,
+    /// Members that left the membership without having registered here, and when that was
+    /// seen, for the removal margin.
+    departed: BTreeMap<UniqueAddress, Instant>,
 }
 
 impl Coordinator {
@@ -203,6 +212,10 @@ impl Coordinator {
             timers: Timers::default(),
             outputs: VecDeque::new(),
             fenced_count: 0,
+            now,
+            active_since: None,
+            registered: BTreeSet::new(),
+            departed: BTreeMap::new(),
         };
         c.read_view(members, unreachable);
         c.send_reads(now);
@@ -249,8 +262,19 @@ impl Coordinator {
         unreachable: &BTreeSet<UniqueAddress>,
         now: Instant,
     ) {
+        self.now = now;
         let replicas_before = self.replicas.clone();
+        let before: Vec<UniqueAddress> = self.members.keys().cloned().collect();
         self.read_view(members, unreachable);
+        let margin = self.config.removal_margin;
+        self.departed.retain(|_, at| *at + margin > now);
+        for m in before {
+            // A region that registered here listed what it hosts: the table knows its shards,
+            // and the removal margin applies to them through `removed`.
+            if !self.members.contains_key(&m) && !self.registered.contains(&m) {
+                self.departed.insert(m, now);
+            }
+        }
         if self.replicas != replicas_before && matches!(self.phase, Phase::Active) {
             // The table goes to the new replica set in full, so that a majority of it holds
             // the table, not only a majority of the old set.
@@ -281,12 +305,13 @@ impl Coordinator {
 
     /// A message from the region (or proxy) on node `from`.
     pub fn handle_region_msg(&mut self, from: UniqueAddress, msg: CoordinatorMsg, now: Instant) {
+        self.now = now;
         if !matches!(self.phase, Phase::Active) {
             // Regions retry everything they need answered.
             return;
         }
         match msg {
-            CoordinatorMsg::Register => self.on_register(from),
+            CoordinatorMsg::Register { hosted } => self.on_register(from, hosted),
             CoordinatorMsg::RegisterProxy => {
                 if self.members.contains_key(&from) {
                     self.proxies.insert(from.clone());
@@ -325,6 +350,7 @@ impl Coordinator {
 
     /// A reply from the replica on node `from`.
     pub fn handle_replica_msg(&mut self, from: UniqueAddress, msg: ReplicaMsg, now: Instant) {
+        self.now = now;
         match msg {
             ReplicaMsg::ReadReply { ballot, accepted } => {
                 if ballot != self.ballot {
@@ -359,6 +385,7 @@ impl Coordinator {
 
     /// A deadline from [`poll_timeout`](Self::poll_timeout) has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
         if self.timers.take_due(Timer::Retry as usize, now) {
             self.retry(now);
         }
@@ -449,6 +476,9 @@ impl Coordinator {
         self.dirty = true;
         self.queued.push(Effect::HostAll);
         self.timers.set(Timer::Rebalance as usize, now + self.config.rebalance_interval);
+        // Registrations heard before a read that a newer coordinator forced stay valid: the
+        // regions do not register again with a coordinator on the same node.
+        self.active_since.get_or_insert(now);
     }
 
     fn restart_recovery(&mut self, promised: Ballot, now: Instant) {
@@ -595,7 +625,8 @@ impl Coordinator {
                 return;
             }
         }
-        if self.proposed.home(&shard).is_some() {
+        if self.proposed.home(&shard).is_some() || !self.may_allocate_unknown() {
+            // A region asks again while the allocation waits.
             return;
         }
         let Some(region) = self.choose_region() else { return };
@@ -606,6 +637,22 @@ impl Coordinator {
         self.queued.push(Effect::Host(shard.clone(), region));
         self.queued.push(Effect::Settle { shard, eager: false });
         self.dirty = true;
+    }
+
+    /// Whether a shard the table does not know may be allocated now. The table may have lost
+    /// shards (a majority of the replicas gone at once, their successors empty) that a region
+    /// still hosts: such a region lists them when it registers, so a shard is allocated only
+    /// once every member with a replica has registered with this coordinator (or had the removal
+    /// margin to do so), and no member that never registered here has left the membership
+    /// within the removal margin (a node cut off from the others has had the time to down itself
+    /// and stop its entities).
+    /// See docs/cluster-sharding.md.
+    fn may_allocate_unknown(&self) -> bool {
+        let margin = self.config.removal_margin;
+        let now = self.now;
+        let heard_all = self.active_since.is_some_and(|t| t + margin <= now)
+            || self.replicas.iter().all(|r| self.registered.contains(r));
+        heard_all && self.departed.values().all(|&at| at + margin <= now)
     }
 
     /// Where a new shard goes, or `None` while too few regions are registered.
@@ -646,7 +693,7 @@ impl Coordinator {
         }
     }
 
-    fn on_register(&mut self, from: UniqueAddress) {
+    fn on_register(&mut self, from: UniqueAddress, hosted: Vec<ShardId>) {
         use MemberStatus::*;
         let accepted = self
             .members
@@ -656,7 +703,18 @@ impl Coordinator {
             return;
         }
         self.proxies.remove(&from);
-        if self.proposed.register(from.clone()) {
+        self.registered.insert(from.clone());
+        let mut adopted = false;
+        for shard in hosted {
+            if self.proposed.home(&shard).is_none() && !self.handoffs.contains_key(&shard) {
+                // Lost from the table, still hosted there: it stays where it is.
+                self.proposed.register(from.clone());
+                self.proposed.allocate(shard.clone(), from.clone());
+                self.queued.push(Effect::Settle { shard, eager: false });
+                adopted = true;
+            }
+        }
+        if self.proposed.register(from.clone()) || adopted {
             self.queued.push(Effect::Welcome(from));
             self.dirty = true;
         } else if self.committed.has_region(&from) {

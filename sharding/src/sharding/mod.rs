@@ -156,8 +156,13 @@ impl ShardingConfig {
 /// Region → coordinator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CoordinatorMsg {
-    /// A region that hosts shards asks to be known (repeated until RegisterAck).
-    Register,
+    /// A region that hosts shards asks to be known (repeated until RegisterAck), listing the
+    /// shards it hosts: a coordinator whose table lost them (a majority of the replicas gone at
+    /// once) takes them back rather than allocating them elsewhere.
+    Register {
+        /// The shards the region hosts now.
+        hosted: Vec<ShardId>,
+    },
     /// A proxy region (no role here) asks to be known; it hosts nothing.
     RegisterProxy,
     /// Where does this shard live?
@@ -200,7 +205,7 @@ impl CoordinatorMsg {
     /// The message's name, for logs and counters.
     pub fn name(&self) -> &'static str {
         match self {
-            Self::Register => "Register",
+            Self::Register { .. } => "Register",
             Self::RegisterProxy => "RegisterProxy",
             Self::GetShardHome(_) => "GetShardHome",
             Self::ShardStarted(_) => "ShardStarted",

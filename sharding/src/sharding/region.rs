@@ -392,8 +392,17 @@ impl<M> Region<M> {
             }
             return;
         }
-        let msg =
-            if self.hosting { CoordinatorMsg::Register } else { CoordinatorMsg::RegisterProxy };
+        let msg = if self.hosting {
+            let hosted = self
+                .local
+                .iter()
+                .filter(|(_, l)| **l == Local::Running)
+                .map(|(s, _)| s.clone())
+                .collect();
+            CoordinatorMsg::Register { hosted }
+        } else {
+            CoordinatorMsg::RegisterProxy
+        };
         self.tell_coordinator(msg);
         self.timers.set(Timer::Retry as usize, now + self.register_backoff);
         self.register_backoff = (self.register_backoff * 2).min(self.config.retry_interval);

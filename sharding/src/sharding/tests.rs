@@ -550,11 +550,55 @@ fn a_coordinator_superseded_by_a_newer_one_reads_the_replicas_again_before_it_ac
     assert_eq!(net.home_of("carol"), Some(carol_home));
 
     // Now the rival is the stale one: its next write is refused in turn.
-    rival.handle_region_msg(node(1), CoordinatorMsg::Register, net.now);
+    for i in 0..3 {
+        let hosted = net.nodes[i].shards.keys().cloned().collect();
+        rival.handle_region_msg(node(i), CoordinatorMsg::Register { hosted }, net.now);
+    }
     rival.handle_region_msg(node(1), CoordinatorMsg::GetShardHome("x".into()), net.now);
     exchange_with_replicas(&mut net, &mut rival);
     assert_eq!(rival.status().superseded, 1);
     assert!(rival.state().home(&"x".into()).is_none());
+}
+
+#[test]
+fn a_coordinator_whose_table_lost_a_shard_takes_it_back_from_the_region_that_hosts_it() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    // An entity whose shard lives away from node 0, where the first coordinator runs.
+    let name = entities(50)
+        .into_iter()
+        .find(|e| {
+            net.tell(0, e);
+            net.home_of(e).is_some_and(|h| h != 0)
+        })
+        .unwrap();
+    let host = net.home_of(&name).unwrap();
+    // Every replica loses the table (the host's too, as if the write had reached only the
+    // others), then the two other nodes crash: the host's new coordinator starts empty.
+    for n in &mut net.nodes {
+        n.replica = Replica::new();
+    }
+    for i in (0..3).filter(|i| *i != host) {
+        net.nodes[i].alive = false;
+        net.nodes[i].status = MemberStatus::Removed;
+    }
+    net.membership_changed();
+    for _ in 0..2 {
+        net.add_node();
+    }
+    net.membership_changed();
+    net.advance(Duration::from_secs(5));
+    // The host listed the shard when it registered: the table has it back.
+    let shard = shard_for_entity(&name, SHARDS);
+    let c = net.coordinator().unwrap();
+    assert_eq!(c.status().phase, "active");
+    assert_eq!(c.state().home(&shard), Some(&node(host)));
+    // A new node asks for the entity: it is still served by the host, and nothing started it
+    // elsewhere (the harness fails on a second start).
+    let id = net.tell(4, &name);
+    net.advance(Duration::from_secs(5));
+    assert!(net.delivered(id));
+    assert_eq!(net.home_of(&name), Some(host));
 }
 
 #[test]
