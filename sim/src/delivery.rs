@@ -11,8 +11,13 @@
 //! The cluster singleton's hand-over messages take the same network (the same quality, partitions
 //! and clogs) but draw their losses and latencies from a random stream of their own, so that
 //! adding them leaves every membership message's fate, and the membership trace, as it was.
+//!
+//! Cluster sharding's messages model the runtime's transport, a TCP connection per pair of
+//! nodes: nothing lost or duplicated, and each pair's messages arrive in the order they were
+//! sent, with latencies drawn from a stream of their own; partitions drop them (the connection
+//! breaks), clogs hold them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use convoke_membership::message::Message;
@@ -22,6 +27,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::counters::{NodeCounters, SizeMode, Sizer, kind_index};
 use crate::net::{Links, NetConfig};
+use crate::sharding::ShardingWire;
 
 /// A message on the wire.
 #[derive(Debug)]
@@ -38,9 +44,9 @@ pub struct InFlight {
     pub bytes: usize,
 }
 
-/// A hand-over message of the cluster singleton on the wire.
+/// A message of a layer above the membership (singleton, sharding) on the wire.
 #[derive(Clone, Debug)]
-pub struct HandOverInFlight {
+pub struct LayerInFlight<T> {
     /// The sender's slot.
     pub from_slot: usize,
     /// The sender.
@@ -48,8 +54,14 @@ pub struct HandOverInFlight {
     /// The receiver's slot.
     pub to_slot: usize,
     /// The message.
-    pub message: HandOver,
+    pub message: T,
 }
+
+/// A hand-over message of the cluster singleton on the wire.
+pub type HandOverInFlight = LayerInFlight<HandOver>;
+
+/// A cluster sharding message on the wire, with the incarnation it is for.
+pub type ShardingInFlight = LayerInFlight<(UniqueAddress, ShardingWire)>;
 
 /// A message on the wire between two slots, which the links may let through, drop or hold.
 trait Routed {
@@ -63,7 +75,7 @@ impl Routed for InFlight {
     }
 }
 
-impl Routed for HandOverInFlight {
+impl<T> Routed for LayerInFlight<T> {
     fn route(&self) -> (usize, usize) {
         (self.from_slot, self.to_slot)
     }
@@ -108,6 +120,8 @@ pub enum Wire {
     Membership(InFlight),
     /// A singleton hand-over message.
     HandOver(HandOverInFlight),
+    /// A cluster sharding message.
+    Sharding(ShardingInFlight),
 }
 
 /// The network between the slots: quality, link state, held messages and traffic counters.
@@ -126,16 +140,23 @@ pub struct Delivery {
     hand_over_rng: ChaCha8Rng,
     /// Hand-over messages that arrived at a clogged node, or from one.
     held_hand_overs: Vec<HandOverInFlight>,
+    /// Latencies of sharding messages.
+    sharding_rng: ChaCha8Rng,
+    /// Sharding messages that arrived at a clogged node, or from one.
+    held_sharding: Vec<ShardingInFlight>,
+    /// Per (sender, receiver) slot: when its latest sharding message arrives; none arrives
+    /// earlier than one sent before it.
+    sharding_last: BTreeMap<(usize, usize), Duration>,
 }
 
 impl Delivery {
     /// `n` slots on a network of quality `net`, every link open; latencies and losses drawn from
-    /// `rng`, those of hand-over messages from `hand_over_rng`.
+    /// `rng`, those of hand-over messages from `hand_over_rng`, those of sharding messages from
+    /// `sharding_rng`.
     pub fn new(
         n: usize,
         net: NetConfig,
-        rng: ChaCha8Rng,
-        hand_over_rng: ChaCha8Rng,
+        [rng, hand_over_rng, sharding_rng]: [ChaCha8Rng; 3],
         size_mode: SizeMode,
     ) -> Self {
         Self {
@@ -148,6 +169,9 @@ impl Delivery {
             delivered: 0,
             hand_over_rng,
             held_hand_overs: Vec::new(),
+            sharding_rng,
+            held_sharding: Vec::new(),
+            sharding_last: BTreeMap::new(),
         }
     }
 
@@ -234,6 +258,31 @@ impl Delivery {
         }
     }
 
+    /// Puts sharding message `m` on the wire: one copy, after a drawn latency, not before the
+    /// previous message between the same two slots.
+    pub fn send_sharding(
+        &mut self,
+        now: Duration,
+        m: ShardingInFlight,
+        mut schedule: impl FnMut(Duration, Wire),
+    ) {
+        let at = self.sharding_arrival(now, &m);
+        schedule(at, Wire::Sharding(m));
+    }
+
+    fn sharding_arrival(&mut self, now: Duration, m: &ShardingInFlight) -> Duration {
+        let at = now + self.net.sample_delay(&mut self.sharding_rng);
+        let last = self.sharding_last.entry((m.from_slot, m.to_slot)).or_default();
+        *last = at.max(*last);
+        *last
+    }
+
+    /// A sharding message reaches the network interface of its destination: as
+    /// [`Delivery::arrive`].
+    pub fn arrive_sharding(&mut self, m: ShardingInFlight) -> Option<ShardingInFlight> {
+        pass(&self.links, &mut self.held_sharding, m)
+    }
+
     /// A hand-over message reaches the network interface of its destination: as
     /// [`Delivery::arrive`].
     pub fn arrive_hand_over(&mut self, m: HandOverInFlight) -> Option<HandOverInFlight> {
@@ -284,8 +333,8 @@ impl Delivery {
         self.net = net;
     }
 
-    /// Membership messages first, then hand-over messages, each at a latency drawn from its own
-    /// stream.
+    /// Membership messages first, then hand-over messages, then sharding messages, each at a
+    /// latency drawn from its own stream.
     fn release_held(&mut self, now: Duration, mut schedule: impl FnMut(Duration, Wire)) {
         let (links, net) = (&self.links, &self.net);
         release(links, &mut self.held, |m| {
@@ -294,6 +343,12 @@ impl Delivery {
         release(links, &mut self.held_hand_overs, |m| {
             schedule(now + net.sample_delay(&mut self.hand_over_rng), Wire::HandOver(m));
         });
+        let mut released = Vec::new();
+        release(links, &mut self.held_sharding, |m| released.push(m));
+        for m in released {
+            let at = self.sharding_arrival(now, &m);
+            schedule(at, Wire::Sharding(m));
+        }
     }
 
     /// Sends `core`, in `slot`, messages it must reject: a gossip for another incarnation, a

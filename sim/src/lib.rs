@@ -10,7 +10,10 @@
 //!
 //! Chaos runs also run a cluster singleton manager in every process ([`singleton`]): S17 demands
 //! that at most one instance runs at a time, and the liveness phase (L8) that exactly one runs on
-//! the oldest member soon after the membership settles.
+//! the oldest member soon after the membership settles. On top of it they run cluster sharding
+//! ([`sharding`]): a region and a replica in every process, the coordinator as the singleton's
+//! instance, and a load of asks; S18 demands that no entity runs in two processes of one cluster
+//! at once, the liveness phase that the shards balance (L10) and every ask is answered (L9).
 //!
 //! The cores run the split-brain resolver, which downs nodes in chaos runs by default. What a
 //! deployment adds around a core and the simulator does not model — the transport's quarantine,
@@ -33,6 +36,8 @@
 //! - [`faults`]: the nemesis that injects random faults in chaos runs.
 //! - [`operator`]: quarantine, bootstrap, and oracle downing in place of the resolver.
 //! - [`singleton`]: the cluster singleton managers, their instances and counters.
+//! - [`sharding`]: the sharded entity type's machines in every process, the load of asks, and
+//!   counters.
 //! - [`invariants`]: one checker per safety invariant, of the core and of the resolver.
 //! - [`liveness`]: the post-heal checks and their bound.
 //! - [`counters`]: traffic per node and message type, with real wire sizes.
@@ -55,6 +60,7 @@ pub mod net;
 pub mod operator;
 pub mod processes;
 pub mod queue;
+pub mod sharding;
 pub mod singleton;
 pub mod stats;
 pub mod time;

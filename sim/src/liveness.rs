@@ -12,7 +12,13 @@
 //!   L6);
 //! - **L8** one singleton: within [`singleton_bound`] of the membership settling (L1 holding),
 //!   exactly one cluster singleton instance exists, it is not stopping, and it runs on the oldest
-//!   Up member (when the run has the singleton layer).
+//!   Up member (when the run has the singleton layer);
+//! - **L9** every ask answered: with the membership settled, every ask the load sends is answered
+//!   within [`ASK_BOUND`](crate::sharding::ASK_BOUND), by its entity once rebalancing has
+//!   settled (when the run has the sharding layer);
+//! - **L10** balanced shards: within [`sharding_bound`] of L8 holding, the coordinator's table
+//!   places every shard on a running process, and the shard counts of any two running regions
+//!   differ by at most one.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -22,10 +28,12 @@ use convoke_membership::config::{Config, RETRY_UNSUCCESSFUL_JOIN_AFTER_ON};
 use convoke_membership::member::MemberStatus;
 
 use convoke_membership::sbr::TICK_INTERVAL;
+use convoke_sharding::sharding::ShardingConfig;
 use convoke_sharding::singleton::SingletonConfig;
 
 use crate::net::NetConfig;
 use crate::operator::{Downing, OperatorConfig};
+use crate::sharding::ASK_BOUND;
 use crate::singleton::MAX_STOP_DELAY;
 use crate::world::Sim;
 
@@ -188,4 +196,91 @@ pub fn singleton_bound(config: &SingletonConfig, net: &NetConfig, max_drift_ppm:
     let round = config.hand_over_retry_interval + net.latency_max + net.reorder_delay;
     let total = config.removal_margin + round * 2 + MAX_STOP_DELAY + Duration::from_secs(1);
     total.mul_f64(1.0 + f64::from(max_drift_ppm.unsigned_abs()) / 1e6)
+}
+
+/// Checks L10 now: a coordinator runs with its table recovered and no handoff in progress, every
+/// shard it has allocated lives in the region of a running process, every running process has a
+/// region in its table, and the shard counts of any two of them differ by at most one (what the
+/// least-shard rule settles to). Holds trivially when the run has no sharding layer.
+///
+/// # Errors
+/// What is wrong.
+pub fn check_sharding_balance(sim: &Sim) -> Result<(), Unmet> {
+    let Some(shardings) = sim.shardings() else { return Ok(()) };
+    let Some((slot, counts)) = shardings.allocation() else {
+        return Err(("L10", "no coordinator runs with its table recovered".to_owned()));
+    };
+    let status = shardings.slot(slot).coordinator.as_ref().map(|c| c.status());
+    if let Some(s) = status.filter(|s| s.handoffs > 0) {
+        return Err(("L10", format!("{} handoffs are still in progress", s.handoffs)));
+    }
+    let live: BTreeSet<UniqueAddress> =
+        sim.running().filter_map(|i| shardings.slot(i).node.clone()).collect();
+    if let Some((gone, n)) = counts.iter().find(|(r, n)| **n > 0 && !live.contains(*r)) {
+        return Err(("L10", format!("{n} shards are still allocated to {gone}, which is gone")));
+    }
+    let loads: Vec<usize> = live.iter().map(|n| counts.get(n).copied().unwrap_or(0)).collect();
+    let (min, max) = (loads.iter().min().copied(), loads.iter().max().copied());
+    match (min, max) {
+        (Some(min), Some(max)) if max - min <= 1 => Ok(()),
+        _ => Err(("L10", format!("shard counts per running region are {loads:?}"))),
+    }
+}
+
+/// How long after the singleton settles (L8 holds) L10 may take for sharding settings `config`
+/// on a network of quality `net`: the removal margin (shards of a region removed before the
+/// membership settled wait that long), then one rebalance round per `limit` shards to move (at
+/// most all of them), each a rebalance interval plus a handoff of a few round trips and retries,
+/// stretched by the largest clock drift.
+pub fn sharding_bound(config: &ShardingConfig, net: &NetConfig, max_drift_ppm: i32) -> Duration {
+    let shards = config.number_of_shards;
+    let limit = config.allocation().limit(shards as usize).max(1);
+    let rounds = u32::try_from((shards as usize).div_ceil(limit)).unwrap_or(u32::MAX) + 2;
+    let trip = net.latency_max + net.reorder_delay;
+    let round = config.rebalance_interval + config.retry_interval * 4 + trip * 8;
+    let total = config.removal_margin + round * rounds;
+    total.mul_f64(1.0 + f64::from(max_drift_ppm.unsigned_abs()) / 1e6)
+}
+
+/// Checks L9 over the asks sent from `settled` (the membership settled) until `until`: each was
+/// answered, success or failure; those sent from `timed` on within [`ASK_BOUND`]; those sent
+/// from `ok_from` on by their entity (before that a rebalance may answer an ask with a handoff
+/// failure, and a shard whose region was removed waits for the removal margin). Holds trivially
+/// when the run has no sharding layer.
+///
+/// # Errors
+/// The first ask that was not, and what became of it.
+pub fn check_asks(
+    sim: &Sim,
+    [settled, timed, ok_from]: [Duration; 3],
+    until: Duration,
+) -> Result<(), Unmet> {
+    let Some(shardings) = sim.shardings() else { return Ok(()) };
+    for (id, a) in shardings.asks() {
+        if a.sent_at < settled || a.sent_at >= until {
+            continue;
+        }
+        let late = |at: Duration| a.sent_at >= timed && at.saturating_sub(a.sent_at) > ASK_BOUND;
+        let why = match a.answered {
+            None => "was never answered".to_owned(),
+            Some((at, _)) if late(at) => format!(
+                "was answered after {:.3}s (bound {:.0}s)",
+                secs_of(at.saturating_sub(a.sent_at)),
+                ASK_BOUND.as_secs_f64()
+            ),
+            Some((_, false)) if a.sent_at >= ok_from => {
+                "was answered with a failure after the shards were balanced".to_owned()
+            }
+            Some(_) => continue,
+        };
+        return Err((
+            "L9",
+            format!("ask {id} from slot {} sent at {:.3}s {why}", a.from_slot, secs_of(a.sent_at)),
+        ));
+    }
+    Ok(())
+}
+
+fn secs_of(d: Duration) -> f64 {
+    d.as_secs_f64()
 }

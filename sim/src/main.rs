@@ -354,7 +354,8 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         if twice {
             let again = run_seed(&o);
             let same = again.trace_hash == r.trace_hash
-                && again.singleton_trace_hash == r.singleton_trace_hash;
+                && again.singleton_trace_hash == r.singleton_trace_hash
+                && again.sharding_trace_hash == r.sharding_trace_hash;
             if !same && r.violation.is_none() {
                 r.pass = false;
                 r.violation = Some(convoke_sim::invariants::Violation {
@@ -363,11 +364,13 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
                     time_s: r.simulated_s,
                     slot: None,
                     message: format!(
-                        "the same seed gave trace hashes {}/{} and {}/{}",
+                        "the same seed gave trace hashes {}/{}/{} and {}/{}/{}",
                         r.trace_hash,
                         r.singleton_trace_hash,
+                        r.sharding_trace_hash,
                         again.trace_hash,
-                        again.singleton_trace_hash
+                        again.singleton_trace_hash,
+                        again.sharding_trace_hash
                     ),
                 });
             }
@@ -410,7 +413,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
 fn print_seed(r: &SeedReport) {
     match &r.violation {
         None => say!(
-            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, singleton {} starts {} hand-overs, one on the oldest {:.1}s of {:.0}s after, {:.0}s simulated, {:.1}s wall]",
+            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, singleton {} starts {} hand-overs, one on the oldest {:.1}s of {:.0}s after, sharding {} coordinators {} shard starts {} handoffs {} entity starts {} asks ({} failed), balanced {:.1}s of {:.0}s after, {} asks checked, {:.0}s simulated, {:.1}s wall]",
             r.seed,
             r.nodes,
             r.faults,
@@ -421,6 +424,15 @@ fn print_seed(r: &SeedReport) {
             r.singleton.hand_over_done,
             r.singleton_s.unwrap_or(0.0),
             r.singleton_bound_s,
+            r.sharding.coordinators,
+            r.sharding.shard_starts,
+            r.sharding.hand_offs,
+            r.sharding.entity_starts,
+            r.sharding.asks,
+            r.sharding.answered_failed,
+            r.sharding_s.unwrap_or(0.0),
+            r.sharding_bound_s,
+            r.asks_checked,
             r.simulated_s,
             r.wall_s
         ),

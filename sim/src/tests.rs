@@ -1,5 +1,5 @@
-//! The checkers that judge the whole world (S1, S4, S14, S17), and the singleton liveness check
-//! (L8), fed a simulated one. They live here,
+//! The checkers that judge the whole world (S1, S4, S14, S17), and the singleton and sharding
+//! liveness checks (L8, L9, L10), fed a simulated one. They live here,
 //! above both, because `world` runs the checkers: from inside `invariants` they would import the
 //! world back.
 
@@ -310,4 +310,60 @@ fn a_host_that_leaves_hands_the_instance_over_before_its_process_exits() {
     // Well before the removal margin of the leaver could have run out.
     let margin = sim.singletons().map(|s| s.config().removal_margin).expect("on");
     assert!(sim.now() < Duration::from_secs(60) + margin, "{:?}", sim.now());
+}
+
+/// `nodes` slots formed into one cluster that runs the singleton and the sharded entity type with
+/// its load (checkers on).
+fn formed_with_sharding(nodes: usize) -> Sim {
+    let mut opts = SimOptions::new(11, nodes);
+    let single = crate::singleton::config(&Config::default(), Default::default());
+    opts.sharding = Some(crate::sharding::config(&single));
+    opts.singleton = Some(single);
+    let mut sim = Sim::new(opts);
+    let slots: Vec<usize> = (0..nodes).collect();
+    start_bulk(&mut sim, &slots);
+    let all_formed = sim.run_until_pred(Duration::from_secs(60), Duration::from_millis(500), |s| {
+        all_up_converged(s, &slots)
+    });
+    assert!(all_formed);
+    sim
+}
+
+#[test]
+fn shards_balance_asks_are_answered_and_a_crashed_regions_shards_come_back_elsewhere() {
+    let mut sim = formed_with_sharding(3);
+    let config = sim.shardings().map(|s| s.config().clone()).expect("on");
+    let bound = liveness::sharding_bound(&config, sim.net(), 0);
+    let balanced = sim.run_until_pred(bound, Duration::from_millis(250), |s| {
+        liveness::check_sharding_balance(s).is_ok()
+    });
+    assert!(balanced, "{:?}", liveness::check_sharding_balance(&sim));
+    let since = sim.now();
+    sim.run_for(Duration::from_secs(20));
+    let until = sim.now() - crate::sharding::ASK_BOUND;
+    assert_eq!(liveness::check_asks(&sim, [since; 3], until), Ok(()));
+    let stats = sim.shardings().map(|s| s.stats).expect("on");
+    assert!(stats.asks > 200 && stats.entity_starts > 100, "{stats:?}");
+    let slots = |s: &Sim| s.shardings().map(|x| x.slot(1).shards.len()).unwrap_or(0);
+    assert!(slots(&sim) > 0, "slot 1 hosts shards");
+
+    // Slot 1 crashes with its shards: the table still places them there, so L10 fails and asks
+    // for them wait; after its removal and the margin they come back on the two others.
+    sim.apply(Action::Crash(1));
+    let (id, why) = liveness::check_sharding_balance(&sim).unwrap_err();
+    assert_eq!(id, "L10");
+    assert!(why.contains("which is gone"), "{why}");
+    let crashed_at = sim.now();
+    let back = sim.run_until_pred(bound * 2, Duration::from_millis(250), |s| {
+        liveness::check_sharding_balance(s).is_ok()
+    });
+    assert!(back, "{:?}", liveness::check_sharding_balance(&sim));
+    assert!(sim.now() >= crashed_at + config.removal_margin, "not before the margin");
+    // Asks forwarded to the crashed node were lost with it (delivery is at most once); from now
+    // on every ask is answered by its entity.
+    let back_at = sim.now();
+    sim.run_for(Duration::from_secs(20));
+    let until = sim.now() - crate::sharding::ASK_BOUND;
+    assert_eq!(liveness::check_asks(&sim, [back_at; 3], until), Ok(()));
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
 }

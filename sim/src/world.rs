@@ -20,9 +20,11 @@
 //! When [`SimOptions::singleton`] is set, every process also runs a cluster singleton manager
 //! ([`crate::singleton`]); `singleton` feeds it. Its randomness (stop delays, hand-over messages'
 //! fates) comes from streams of its own and its steps are hashed apart, so the membership part of
-//! a run, and its trace hash, are the same with or without it.
+//! a run, and its trace hash, are the same with or without it. [`SimOptions::sharding`] adds the
+//! sharding layer on top of it ([`crate::sharding`], fed by `sharding`), the same way.
 
 mod actions;
+mod sharding;
 mod singleton;
 mod step;
 mod views;
@@ -32,13 +34,14 @@ use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
 use convoke_membership::config::Config;
+use convoke_sharding::sharding::ShardingConfig;
 use convoke_sharding::singleton::SingletonConfig;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 pub use crate::control::Action;
 use crate::counters::SizeMode;
-use crate::delivery::{Delivery, HandOverInFlight, InFlight, Wire};
+use crate::delivery::{Delivery, HandOverInFlight, InFlight, ShardingInFlight, Wire};
 use crate::faults::Nemesis;
 use crate::invariants::{Checkers, Violation};
 use crate::net::NetConfig;
@@ -46,6 +49,7 @@ use crate::operator::{Operator, OperatorConfig};
 pub use crate::processes::{BASE_PORT, HOST, Slot, SlotState, WALL_START_MS};
 use crate::processes::{Processes, Supervisor};
 use crate::queue::Queue;
+use crate::sharding::Shardings;
 use crate::singleton::Singletons;
 use crate::trace::Trace;
 
@@ -62,6 +66,8 @@ pub(crate) enum Stream {
     Size = 7,
     Singleton = 8,
     HandOver = 9,
+    Sharding = 10,
+    ShardingLoad = 11,
 }
 
 /// The random stream `stream` of run `seed`.
@@ -96,6 +102,9 @@ pub struct SimOptions {
     pub size_mode: SizeMode,
     /// The cluster singleton every process runs, if any.
     pub singleton: Option<SingletonConfig>,
+    /// The sharded entity type every process runs, with its coordinator as the singleton's
+    /// instance (so only together with `singleton`), and the load of asks to it.
+    pub sharding: Option<ShardingConfig>,
 }
 
 impl SimOptions {
@@ -113,6 +122,7 @@ impl SimOptions {
             log_steps: 0,
             size_mode: SizeMode::default(),
             singleton: None,
+            sharding: None,
         }
     }
 }
@@ -128,6 +138,9 @@ enum Event {
     SingletonTimer { slot: usize, generation: u64 },
     InstanceStopped { slot: usize, incarnation: u32 },
     LingerEnd { slot: usize, incarnation: u32 },
+    DeliverSharding(ShardingInFlight),
+    ShardingTimer { slot: usize, generation: u64 },
+    ShardingAsk,
 }
 
 /// The simulated world.
@@ -150,6 +163,7 @@ pub struct Sim {
     up: UpTracker,
     decisions: u64,
     singletons: Option<Singletons>,
+    shardings: Option<Shardings>,
 }
 
 /// Who has seen whom Up, for the convergence figures.
@@ -179,6 +193,7 @@ fn into_queue(queue: &mut Queue<Event>, now: Duration) -> impl FnMut(Duration, W
         let event = match w {
             Wire::Membership(m) => Event::Deliver(Box::new(m)),
             Wire::HandOver(m) => Event::DeliverHandOver(m),
+            Wire::Sharding(m) => Event::DeliverSharding(m),
         };
         queue.push(at.max(now), event);
     }
@@ -213,8 +228,11 @@ impl Sim {
             delivery: Delivery::new(
                 n,
                 opts.net.clone(),
-                rng(opts.seed, Stream::Net),
-                rng(opts.seed, Stream::HandOver),
+                [
+                    rng(opts.seed, Stream::Net),
+                    rng(opts.seed, Stream::HandOver),
+                    rng(opts.seed, Stream::Sharding),
+                ],
                 opts.size_mode,
             ),
             trace: Trace::new(opts.log_steps),
@@ -229,8 +247,16 @@ impl Sim {
                 .singleton
                 .clone()
                 .map(|c| Singletons::new(n, c, rng(opts.seed, Stream::Singleton))),
+            shardings: opts
+                .sharding
+                .clone()
+                .filter(|_| opts.singleton.is_some())
+                .map(|c| Shardings::new(n, c, rng(opts.seed, Stream::ShardingLoad))),
             opts,
         };
+        if sim.shardings.is_some() {
+            sim.push(crate::sharding::ASK_INTERVAL, Event::ShardingAsk);
+        }
         if sim.operator.config().is_active() {
             let tick = sim.operator.config().tick;
             sim.push(tick, Event::OperatorTick);
@@ -290,6 +316,9 @@ impl Sim {
                 self.instance_stopped(slot, incarnation)
             }
             Event::LingerEnd { slot, incarnation } => self.linger_end(slot, incarnation),
+            Event::DeliverSharding(m) => self.arrive_sharding(m),
+            Event::ShardingTimer { slot, generation } => self.fire_sharding_timer(slot, generation),
+            Event::ShardingAsk => self.sharding_ask(),
             Event::OperatorTick => {
                 // Out of the world while it acts on it; nothing it does calls back into it.
                 let mut operator = std::mem::take(&mut self.operator);

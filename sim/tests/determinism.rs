@@ -18,6 +18,9 @@ fn a_chaos_seed_run_twice_gives_the_same_trace_hash() {
     assert_eq!(first.trace_hash, second.trace_hash);
     assert_eq!(first.singleton_trace_hash, second.singleton_trace_hash);
     assert!(first.singleton.starts > 0, "the singleton never started: {:?}", first.singleton);
+    assert_eq!(first.sharding_trace_hash, second.sharding_trace_hash);
+    assert_eq!(first.sharding, second.sharding);
+    assert!(first.sharding.entity_starts > 0, "no entity ever started: {:?}", first.sharding);
     assert_eq!(first.steps, second.steps);
     assert_eq!(first.fault_log.len(), second.fault_log.len());
 }
@@ -53,15 +56,19 @@ fn switching_the_checkers_off_does_not_change_the_run() {
 }
 
 #[test]
-fn the_singleton_layer_leaves_the_membership_run_as_it_was() {
-    // The managers, instances and hand-over messages draw on random streams of their own and are
-    // hashed apart, so a run's membership trace is the same with or without them.
-    let run = |singleton: bool| {
+fn the_singleton_and_sharding_layers_leave_the_membership_run_as_it_was() {
+    // The managers, instances, hand-over messages, regions, shards and the load draw on random
+    // streams of their own and are hashed apart, so a run's membership trace is the same with or
+    // without them.
+    let run = |singleton: bool, sharding: bool| {
         let mut opts = SimOptions::new(5, 5);
         opts.net.loss = 0.05;
         let config = singleton::config(&opts.config, Margin::Recommended);
         // Detection, the resolver's decision and the removal, then the margin.
         let replaced_within = Duration::from_secs(32) + config.removal_margin;
+        if sharding {
+            opts.sharding = Some(convoke_sim::sharding::config(&config));
+        }
         if singleton {
             opts.singleton = Some(config);
         }
@@ -73,11 +80,17 @@ fn the_singleton_layer_leaves_the_membership_run_as_it_was() {
         sim.apply(Action::Leave(1));
         sim.run_for(Duration::from_secs(30));
         let starts = sim.singletons().map_or(0, |s| s.stats.starts);
-        (sim.trace_hash(), sim.violation().cloned(), starts)
+        let entities = sim.shardings().map_or(0, |s| s.stats.entity_starts);
+        (sim.trace_hash(), sim.violation().cloned(), starts, entities)
     };
-    let (without, _, _) = run(false);
-    let (with, violation, starts) = run(true);
+    let (without, _, _, _) = run(false, false);
+    let (with, violation, starts, _) = run(true, false);
     assert_eq!(violation, None);
     assert_eq!(starts, 3, "node 0 from the start, then node 1, then node 2");
     assert_eq!(without, with);
+    let (with_sharding, violation, starts, entities) = run(true, true);
+    assert_eq!(violation, None);
+    assert_eq!(starts, 3);
+    assert!(entities > 0);
+    assert_eq!(without, with_sharding);
 }

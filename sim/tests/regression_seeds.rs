@@ -15,6 +15,34 @@ struct Case {
 
 const CASES: &[Case] = &[
     Case {
+        seed: 12,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S18: two of three nodes downed at once took the sharding table with their replicas; \
+              the survivor's new coordinator allocated the shards the survivor still hosted to \
+              the restarted nodes (fixed: regions list their shards when they register)",
+    },
+    Case {
+        seed: 31,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S18: the same lost table with four of five nodes downed at once",
+    },
+    Case {
+        seed: 19,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S18 as first checked: a process paused for longer than the removal margin ran an \
+              entity of a shard it hosted before the pause (exempt, as for the singleton)",
+    },
+    Case {
+        seed: 97,
+        nodes: 9,
+        downing: ChaosDowning::Resolver,
+        why: "S18 as first checked: a process paused for longer than the removal margin started a \
+              shard from a HostShard that waited out the pause in its queue (exempt)",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Resolver,

@@ -22,6 +22,7 @@ use crate::invariants::Violation;
 use crate::liveness;
 use crate::net::NetConfig;
 use crate::operator::OperatorConfig;
+use crate::sharding::{self, ASK_BOUND, ShardingStats};
 use crate::singleton::{self, Margin, SingletonStats};
 use crate::world::{Action, Sim, SimOptions, SlotState, Stream, rng};
 
@@ -138,6 +139,17 @@ pub struct SeedReport {
     pub singleton_s: Option<f64>,
     /// The L8 bound, seconds.
     pub singleton_bound_s: f64,
+    /// The trace hash of the sharding layer's steps, to the end of the run.
+    pub sharding_trace_hash: String,
+    /// What the sharding layer did.
+    pub sharding: ShardingStats,
+    /// Virtual seconds from one singleton on the oldest member (L8) to balanced shards (L10),
+    /// when reached.
+    pub sharding_s: Option<f64>,
+    /// The L10 bound, seconds.
+    pub sharding_bound_s: f64,
+    /// Asks checked by L9.
+    pub asks_checked: usize,
     /// Wall-clock seconds.
     pub wall_s: f64,
     /// The latest steps, when a log was kept and the run failed.
@@ -217,10 +229,12 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
     // Silence from before the heal can still make a failure detector fire this long after it.
     let fd = &config.failure_detector;
     let detection_lag = fd.acceptable_heartbeat_pause + 3 * fd.heartbeat_interval;
+    let singleton_config = singleton::config(&config, o.singleton_margin);
     let opts = SimOptions {
         seed: o.seed,
         nodes: n,
-        singleton: Some(singleton::config(&config, o.singleton_margin)),
+        singleton: Some(singleton_config.clone()),
+        sharding: Some(sharding::config(&singleton_config)),
         config,
         net: base_net.clone(),
         max_drift_ppm: drift,
@@ -230,7 +244,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         log_steps: o.log_steps,
         size_mode: SizeMode::default(),
     };
-    let singleton_config = opts.singleton.clone().expect("set above");
+    let sharding_config = opts.sharding.clone().expect("set above");
     let mut sim = Sim::new(opts);
     let mut liveness_s = None;
     let mut fault_log = Vec::new();
@@ -332,6 +346,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
     let trace_hash = sim.trace_hash();
     let singleton_bound = liveness::singleton_bound(&singleton_config, sim.net(), drift);
     let mut singleton_s = None;
+    let mut singleton_at = None;
     if let Some(settled) = settled_at
         && sim.violation().is_none()
     {
@@ -345,6 +360,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
             // It holds since the instance started, or since the membership settled.
             let since = sim.singletons().and_then(|s| s.instances().next()).map(|(_, i)| i.since);
             singleton_s = Some(secs(since.unwrap_or(settled).saturating_sub(settled)));
+            singleton_at = Some(sim.now());
         } else if sim.violation().is_none() {
             let why = liveness::check_singleton(&sim).err().map_or("?".into(), |(_, w)| w);
             let v = liveness_violation(
@@ -360,8 +376,18 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         }
     }
 
+    let sharding_bound = liveness::sharding_bound(&sharding_config, sim.net(), drift);
+    let (sharding_s, asks_checked) = match singleton_at {
+        Some(at) if sim.violation().is_none() => {
+            let settled = settled_at.unwrap_or(at);
+            settle_sharding(&mut sim, [settled, at], &sharding_config, sharding_bound)
+        }
+        _ => (None, 0),
+    };
+
     let violation = sim.violation().cloned();
     let singletons = sim.singletons();
+    let shardings = sim.shardings();
     SeedReport {
         seed: o.seed,
         nodes: n,
@@ -384,6 +410,11 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         singleton: singletons.map(|s| s.stats).unwrap_or_default(),
         singleton_s,
         singleton_bound_s: singleton_bound.as_secs_f64(),
+        sharding_trace_hash: format!("{:016x}", shardings.map_or(0, |s| s.trace_hash())),
+        sharding: shardings.map(|s| s.stats).unwrap_or_default(),
+        sharding_s,
+        sharding_bound_s: sharding_bound.as_secs_f64(),
+        asks_checked,
         wall_s: wall.elapsed().as_secs_f64(),
         log: if violation.is_some() && o.log_steps > 0 {
             sim.log().map(str::to_owned).chain(sim.dump()).collect()
@@ -402,4 +433,62 @@ fn liveness_violation(sim: &Sim, id: &str, message: String) -> Violation {
         slot: None,
         message,
     }
+}
+
+/// How long the load runs on once the shards are balanced, before L9 and L10 are judged again.
+const SETTLED_WINDOW: Duration = Duration::from_secs(20);
+
+/// The sharding liveness phase, from `singleton_at` (when L8 held): waits up to `bound` for
+/// balanced shards (L10), runs the load until [`SETTLED_WINDOW`] after that and after the
+/// coordinator could have settled, then checks that the balance held, that every ask sent since
+/// the membership settled (`settled_at`, L1) was answered, and that every ask sent since the
+/// coordinator could have settled was answered in time (L9). Returns the seconds from L8 to
+/// L10 and the number of asks checked; a failure is recorded as the run's violation.
+fn settle_sharding(
+    sim: &mut Sim,
+    [settled_at, singleton_at]: [Duration; 2],
+    config: &convoke_sharding::sharding::ShardingConfig,
+    bound: Duration,
+) -> (Option<f64>, usize) {
+    let balanced = sim.run_until_pred(bound, Duration::from_millis(250), |s| {
+        liveness::check_sharding_balance(s).is_ok()
+    });
+    if !balanced {
+        if sim.violation().is_none() {
+            let why = liveness::check_sharding_balance(sim).err().map_or("?".into(), |(_, w)| w);
+            let v = liveness_violation(
+                sim,
+                "L10",
+                format!(
+                    "shards not balanced {:.0}s after one singleton ran on the oldest member: {why}",
+                    bound.as_secs_f64()
+                ),
+            );
+            sim.set_violation(v);
+        }
+        return (None, 0);
+    }
+    let balanced_at = sim.now();
+    // Shards of a region removed before the membership settled wait for the removal margin, and
+    // a new coordinator reads the replicas first: asks are timed from then on.
+    let from = singleton_at + config.removal_margin + config.retry_interval * 4;
+    sim.run_until(from.max(balanced_at) + SETTLED_WINDOW);
+    if sim.violation().is_some() {
+        return (None, 0);
+    }
+    let result = liveness::check_sharding_balance(sim).map_err(|(id, why)| {
+        (id, format!("balanced at {:.3}s, then no longer: {why}", secs(balanced_at)))
+    });
+    let until = sim.now().saturating_sub(ASK_BOUND);
+    let checked = sim.shardings().map_or(0, |s| {
+        s.asks().values().filter(|a| a.sent_at >= settled_at && a.sent_at < until).count()
+    });
+    let result =
+        result.and_then(|()| liveness::check_asks(sim, [settled_at, from, balanced_at], until));
+    if let Err((id, why)) = result {
+        let v = liveness_violation(sim, id, why);
+        sim.set_violation(v);
+        return (None, checked);
+    }
+    (Some(secs(balanced_at.saturating_sub(singleton_at))), checked)
 }

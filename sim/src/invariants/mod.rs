@@ -19,7 +19,10 @@
 //! resolver: S2, S3 and S4 judge each decision a resolver acted on (it reaches them in
 //! [`Observation::decisions`]), S1 and S14 look at the whole world every half second of virtual
 //! time; S17 on the cluster singleton, after every step of the singleton layer (the only steps
-//! that start an instance), through [`Invariant::check_singletons`].
+//! that start an instance), through [`Invariant::check_singletons`]. S18 (an entity runs in at
+//! most one process of a cluster) is not a registered checker: the sharding layer checks it at
+//! every entity start, with [`Shardings::other_host`](crate::sharding::Shardings::other_host)
+//! and S17's test for two live clusters, whenever the checkers are on.
 
 pub(crate) mod s01_one_live_cluster;
 mod s02_complementary_decisions;

@@ -51,7 +51,7 @@ pub(crate) fn counts(i: &InstanceView) -> bool {
 }
 
 /// Whether the hosts in slots `a` and `b` are now in two live clusters (S1's definition).
-fn split(world: &dyn WorldView, a: usize, b: usize) -> bool {
+pub(crate) fn split(world: &dyn WorldView, a: usize, b: usize) -> bool {
     let (Some(ca), Some(cb)) = (world.core(a), world.core(b)) else { return false };
     let live = |c: &Cluster| is_live(c.self_status());
     live(ca) && live(cb) && gives_up(ca, cb.self_node()) && gives_up(cb, ca.self_node())

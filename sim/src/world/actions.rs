@@ -66,6 +66,7 @@ impl Sim {
         self.note(|| format!("start slot {slot} as {node}"));
         node.uid.get().hash(&mut self.trace);
         let local = self.local_instant(slot);
+        self.sharding_started(slot, &node);
         if let Some(s) = self.singletons.as_mut() {
             s.on_start(slot, node, local);
         }
@@ -111,6 +112,7 @@ impl Sim {
         if let Some(s) = self.singletons.as_mut() {
             s.on_exit(slot);
         }
+        self.sharding_exit(slot);
         if let Some(node) = self.slot(slot).node.clone() {
             self.checkers.forget(&node);
             // Only the operator reads these, on its tick.
@@ -127,6 +129,7 @@ impl Sim {
         if self.procs.pause(slot, self.now) {
             "pause".hash(&mut self.trace);
             self.singleton_paused(slot);
+            self.sharding_paused(slot);
         }
     }
 
@@ -143,6 +146,7 @@ impl Sim {
         self.procs.disarm(slot);
         self.arm_timer(slot);
         self.singleton_resumed(slot);
+        self.sharding_resumed(slot);
     }
 
     /// Ends every partition, clog and pause, and restores `net`.

@@ -67,6 +67,7 @@ impl Sim {
                     longest_pause: Duration::ZERO,
                 });
                 self.note(|| format!("slot {slot} SINGLETON STARTS ({me})"));
+                self.coordinator_started(slot);
             }
             Output::StopInstance => {
                 s.hash(now, slot, "stop");
@@ -76,6 +77,7 @@ impl Sim {
                     return;
                 }
                 instance.stop_asked_at = Some(now);
+                self.coordinator_stopped(slot);
                 let incarnation = self.procs.slot(slot).incarnations;
                 self.push(now + delay, Event::InstanceStopped { slot, incarnation });
                 self.note(|| format!("slot {slot} singleton asked to stop (ends in {delay:?})"));

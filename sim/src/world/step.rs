@@ -101,6 +101,7 @@ impl Sim {
             if let Some(members) = &members {
                 self.singleton_members(slot, members);
             }
+            self.sharding_exit(slot);
             self.singleton_terminated(slot, &reason);
             let restart = self.supervisor.on_stopped(&reason);
             self.procs.stop(slot, reason);
@@ -114,6 +115,7 @@ impl Sim {
         self.arm_timer(slot);
         if let Some(members) = &members {
             self.singleton_members(slot, members);
+            self.sharding_members(slot, members);
         }
     }
 

@@ -11,6 +11,7 @@ use crate::invariants::{InstanceView, Violation, WorldView};
 use crate::net::{Links, NetConfig};
 use crate::operator::Operator;
 use crate::processes::Slot;
+use crate::sharding::Shardings;
 use crate::singleton::Singletons;
 
 impl Sim {
@@ -142,6 +143,11 @@ impl Sim {
     /// Every slot's state and view, one line per slot plus one per member, for failure reports.
     pub fn dump(&self) -> Vec<String> {
         self.procs.dump()
+    }
+
+    /// The cluster sharding layer, when the run has one.
+    pub fn shardings(&self) -> Option<&Shardings> {
+        self.shardings.as_ref()
     }
 
     /// The cluster singleton layer, when the run has one.

@@ -1,0 +1,409 @@
+//! Cluster sharding in the simulation: one entity type whose region and replica run in every
+//! process, whose coordinator runs as the cluster singleton's instance, and a stream of asks to
+//! its entities; what became of them, for the checker (S18), the liveness checks (L9, L10) and
+//! the reports.
+//!
+//! The model:
+//! - Every incarnation runs a [`Region`] and a [`Replica`] of entity type [`TYPE_NAME`], created
+//!   with the process and fed the members of the core's gossip whenever the singleton manager
+//!   is (same steps, same list).
+//! - The coordinator is the singleton: when the manager in a slot starts its instance, a
+//!   [`Coordinator`] starts there (a fresh instance number), and it is gone as soon as the
+//!   manager asks the instance to stop, or the process exits. A new coordinator recovers the
+//!   allocation table from the replicas.
+//! - Shards ([`Shard`]) start and stop as their region says; an entity starts on its first
+//!   message and stops at once when its shard asks it to (passivation, handoff).
+//! - Sharding messages go over the modelled network as a TCP connection would carry them (see
+//!   [`crate::delivery`]): no loss, in order per pair of slots, dropped by partitions, held by
+//!   clogs. A paused process queues them until it resumes.
+//! - A process that shuts down (downed, removed, left) or crashes takes its region, replica,
+//!   coordinator, shards and entities with it at once.
+//! - The load: every [`ASK_INTERVAL`] a running process, drawn from the layer's random stream,
+//!   asks one of [`ENTITIES`] entities. The entity answers over the network; a message the
+//!   region or shard drops is answered with a failure by the node that dropped it.
+//!
+//! Like the singleton layer, nothing here touches the membership core or its trace; its steps go
+//! into a trace hash of their own.
+
+use std::collections::BTreeMap;
+use std::hash::Hash;
+use std::time::Duration;
+
+use convoke_membership::UniqueAddress;
+use convoke_sharding::sharding::{
+    Coordinator, CoordinatorMsg, EntityId, Region, RegionMsg, Replica, ReplicaMsg, Shard, ShardId,
+    ShardingConfig,
+};
+use convoke_sharding::singleton::SingletonConfig;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::trace::TraceHash;
+
+/// The simulated entity type.
+pub const TYPE_NAME: &str = "sim-entity";
+/// Shards of the simulated entity type.
+pub const SHARDS: u32 = 30;
+/// Entities the load addresses.
+pub const ENTITIES: u32 = 300;
+/// How often the load sends an ask.
+pub const ASK_INTERVAL: Duration = Duration::from_millis(100);
+/// An ask sent while the cluster is settled must be answered, successfully, within this long.
+pub const ASK_BOUND: Duration = Duration::from_secs(5);
+
+/// The sharding settings of a simulated cluster whose singleton runs with `singleton`: short
+/// intervals so that rebalancing and passivation happen within a run, and the singleton's
+/// removal margin, as the runtime passes it.
+pub fn config(singleton: &SingletonConfig) -> ShardingConfig {
+    let mut c = ShardingConfig::new(TYPE_NAME);
+    c.number_of_shards = SHARDS;
+    c.buffer_size = 2_000;
+    c.passivate_idle_after = Some(Duration::from_secs(20));
+    c.retry_interval = Duration::from_secs(1);
+    c.handoff_timeout = Duration::from_secs(20);
+    c.shard_start_timeout = Duration::from_secs(5);
+    c.rebalance_interval = Duration::from_secs(5);
+    c.removal_margin = singleton.removal_margin;
+    c
+}
+
+/// What the load sends to an entity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ask {
+    /// The ask's number, unique in the run.
+    pub id: u64,
+    /// The entity asked.
+    pub entity: EntityId,
+}
+
+/// A sharding message between two slots.
+#[derive(Clone, Debug)]
+pub enum ShardingWire {
+    /// Region → coordinator.
+    ToCoordinator(CoordinatorMsg),
+    /// Coordinator → region.
+    ToRegion(RegionMsg),
+    /// Coordinator → replica.
+    ToReplica(ReplicaMsg),
+    /// Replica → coordinator.
+    FromReplica(ReplicaMsg),
+    /// An ask on its way to the region that hosts its shard.
+    Forward(ShardId, Ask),
+    /// The answer to ask `id`: whether the entity handled it.
+    Reply {
+        /// The ask.
+        id: u64,
+        /// The entity handled it (else a region or shard dropped it).
+        ok: bool,
+    },
+}
+
+impl ShardingWire {
+    /// The message's name and shard, for the step log.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::ToCoordinator(m) => format!("{m:?}"),
+            Self::ToRegion(RegionMsg::ShardHomes(homes)) => format!("ShardHomes({})", homes.len()),
+            Self::ToRegion(m) => format!("{m:?}"),
+            Self::ToReplica(m) | Self::FromReplica(m) => m.name().to_owned(),
+            Self::Forward(shard, ask) => format!("Forward({shard}, {})", ask.id),
+            Self::Reply { id, ok } => format!("Reply({id}, {ok})"),
+        }
+    }
+
+    /// The message's name, for the trace.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::ToCoordinator(m) => m.name(),
+            Self::ToRegion(m) => m.name(),
+            Self::ToReplica(m) | Self::FromReplica(m) => m.name(),
+            Self::Forward(..) => "Forward",
+            Self::Reply { .. } => "Reply",
+        }
+    }
+}
+
+/// An entity running in a slot.
+#[derive(Clone, Copy, Debug)]
+pub struct EntityRun {
+    /// When it started (global virtual time).
+    pub since: Duration,
+    /// The slot's count of long pauses when its shard started (see
+    /// [`SlotSharding::long_pauses`]).
+    pub long_pauses: u32,
+}
+
+/// The sharding side of one slot.
+#[derive(Debug, Default)]
+pub struct SlotSharding {
+    /// The node of the current incarnation, while its sharding runs.
+    pub node: Option<UniqueAddress>,
+    /// Its region.
+    pub region: Option<Region<Ask>>,
+    /// Its replica of the coordinator's table.
+    pub replica: Option<Replica>,
+    /// The coordinator, while the singleton instance runs here and has not been asked to stop.
+    pub coordinator: Option<Coordinator>,
+    /// The shards it hosts.
+    pub shards: BTreeMap<ShardId, Shard<Ask>>,
+    /// The entities that run here, by id.
+    pub entities: BTreeMap<EntityId, EntityRun>,
+    /// Per hosted shard, the count of long pauses when it started.
+    pub shard_epochs: BTreeMap<ShardId, u32>,
+    /// Pauses of this process longer than the removal margin so far: an entity that started
+    /// before one of them no longer counts for S18.
+    pub long_pauses: u32,
+    /// When the process was paused, while it is.
+    pub paused_at: Option<Duration>,
+    /// The messages that queued up during a long pause are being taken in: what they start is
+    /// as stale as what ran through the pause.
+    pub stale_replay: bool,
+    /// Sharding messages that arrived while the process was paused.
+    pub(crate) inbox: Vec<crate::delivery::ShardingInFlight>,
+    /// The generation of the slot's armed timer, and its deadline.
+    pub(crate) timer_gen: u64,
+    pub(crate) armed: Option<Duration>,
+}
+
+impl SlotSharding {
+    /// Whether an entity that started with `run` still counts for S18 at `now`, given the
+    /// removal margin `margin`: its process has not been frozen for longer than the margin since.
+    pub fn counts(&self, run: &EntityRun, now: Duration, margin: Duration) -> bool {
+        let frozen_now = self.paused_at.is_some_and(|at| now.saturating_sub(at) > margin);
+        run.long_pauses == self.long_pauses && !frozen_now
+    }
+}
+
+/// One ask of the load.
+#[derive(Clone, Copy, Debug)]
+pub struct AskRecord {
+    /// The asking slot, and its incarnation.
+    pub from_slot: usize,
+    /// The incarnation number of the asking process.
+    pub incarnation: u32,
+    /// When it was sent.
+    pub sent_at: Duration,
+    /// When the answer arrived, and whether it was a success.
+    pub answered: Option<(Duration, bool)>,
+}
+
+/// What the sharding layer did in a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ShardingStats {
+    /// Asks sent.
+    pub asks: u64,
+    /// Asks answered by their entity.
+    pub answered_ok: u64,
+    /// Asks answered with a failure (dropped by a region or shard).
+    pub answered_failed: u64,
+    /// Coordinators started.
+    pub coordinators: u64,
+    /// Shards started.
+    pub shard_starts: u64,
+    /// Shards handed off (stopped on the coordinator's order).
+    pub hand_offs: u64,
+    /// Entities started.
+    pub entity_starts: u64,
+    /// Entities stopped (passivated, or for a handoff).
+    pub entity_stops: u64,
+    /// Sharding messages sent.
+    pub messages: u64,
+}
+
+/// Every slot's sharding, the load, the counters and the trace hash.
+#[derive(Debug)]
+pub struct Shardings {
+    config: ShardingConfig,
+    slots: Vec<SlotSharding>,
+    rng: ChaCha8Rng,
+    asks: BTreeMap<u64, AskRecord>,
+    /// What happened so far.
+    pub stats: ShardingStats,
+    trace: TraceHash,
+}
+
+impl Shardings {
+    /// `n` slots running entity type `config`; the load drawn from `rng`.
+    pub fn new(n: usize, config: ShardingConfig, rng: ChaCha8Rng) -> Self {
+        let slots = (0..n).map(|_| SlotSharding::default()).collect();
+        Self {
+            config,
+            slots,
+            rng,
+            asks: BTreeMap::new(),
+            stats: ShardingStats::default(),
+            trace: TraceHash::new(),
+        }
+    }
+
+    /// The entity type's settings.
+    pub fn config(&self) -> &ShardingConfig {
+        &self.config
+    }
+
+    /// Slot `i`.
+    pub fn slot(&self, i: usize) -> &SlotSharding {
+        &self.slots[i]
+    }
+
+    /// Slot `i`, to change.
+    pub(crate) fn slot_mut(&mut self, i: usize) -> &mut SlotSharding {
+        &mut self.slots[i]
+    }
+
+    /// Every slot.
+    pub fn slots(&self) -> &[SlotSharding] {
+        &self.slots
+    }
+
+    /// The asks so far, by number.
+    pub fn asks(&self) -> &BTreeMap<u64, AskRecord> {
+        &self.asks
+    }
+
+    /// The hash of every sharding step so far.
+    pub fn trace_hash(&self) -> u64 {
+        std::hash::Hasher::finish(&self.trace)
+    }
+
+    /// Hashes one step into the sharding trace.
+    pub(crate) fn hash(&mut self, now: Duration, slot: usize, what: &str) {
+        now.hash(&mut self.trace);
+        slot.hash(&mut self.trace);
+        what.hash(&mut self.trace);
+    }
+
+    /// Draws the next ask among `running` slots: the asking slot and the entity.
+    pub(crate) fn draw_ask(&mut self, running: &[usize]) -> Option<(usize, EntityId)> {
+        if running.is_empty() {
+            return None;
+        }
+        let slot = running[self.rng.random_range(0..running.len())];
+        let entity = self.rng.random_range(0..ENTITIES);
+        Some((slot, format!("e{entity}").into()))
+    }
+
+    /// Records a new ask from `from_slot` (incarnation `incarnation`) at `now`; its number.
+    pub(crate) fn new_ask(&mut self, from_slot: usize, incarnation: u32, now: Duration) -> u64 {
+        let id = u64::try_from(self.asks.len()).unwrap_or(u64::MAX) + 1;
+        self.asks.insert(id, AskRecord { from_slot, incarnation, sent_at: now, answered: None });
+        self.stats.asks += 1;
+        id
+    }
+
+    /// The answer to ask `id` reached slot `slot`, incarnation `incarnation`, at `now`.
+    pub(crate) fn answered(
+        &mut self,
+        id: u64,
+        ok: bool,
+        slot: usize,
+        incarnation: u32,
+        now: Duration,
+    ) {
+        let Some(a) = self.asks.get_mut(&id) else { return };
+        if a.from_slot != slot || a.incarnation != incarnation || a.answered.is_some() {
+            return;
+        }
+        a.answered = Some((now, ok));
+        if ok {
+            self.stats.answered_ok += 1;
+        } else {
+            self.stats.answered_failed += 1;
+        }
+    }
+
+    /// The process in `slot` is gone (crashed, shut down): its sharding with it.
+    pub(crate) fn on_exit(&mut self, slot: usize) {
+        let s = &mut self.slots[slot];
+        s.node = None;
+        s.region = None;
+        s.replica = None;
+        s.coordinator = None;
+        s.shards.clear();
+        s.entities.clear();
+        s.shard_epochs.clear();
+        s.inbox.clear();
+        s.paused_at = None;
+        s.armed = None;
+        s.timer_gen += 1;
+    }
+
+    /// S18's question, when `entity` has just started in `slot` at `now`: another slot where it
+    /// runs and counts, if any. Neither side counts when its process was frozen for longer than
+    /// the removal margin since its shard started (see [`SlotSharding::counts`]); a slot whose
+    /// host is in another live cluster than `slot`'s (`split`) is left to S1.
+    pub fn other_host(
+        &self,
+        slot: usize,
+        entity: &EntityId,
+        now: Duration,
+        split: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let margin = self.config.removal_margin;
+        let counts =
+            |s: &SlotSharding| s.entities.get(entity).is_some_and(|r| s.counts(r, now, margin));
+        if !counts(&self.slots[slot]) {
+            return None;
+        }
+        (0..self.slots.len()).find(|&i| i != slot && counts(&self.slots[i]) && !split(i))
+    }
+
+    /// Shard counts per region in the table of the coordinator that runs, if one does and it
+    /// has recovered its table: (slot of the coordinator, counts by region).
+    pub fn allocation(&self) -> Option<(usize, BTreeMap<UniqueAddress, usize>)> {
+        self.slots.iter().enumerate().find_map(|(i, s)| {
+            let c = s.coordinator.as_ref()?;
+            (c.status().phase == "active").then_some(())?;
+            let counts = c.state().regions().map(|(r, shards)| (r.clone(), shards.len())).collect();
+            Some((i, counts))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::singleton;
+
+    fn shardings(slots: usize) -> Shardings {
+        let single = singleton::config(&convoke_membership::Config::default(), Default::default());
+        Shardings::new(
+            slots,
+            config(&single),
+            crate::world::rng(1, crate::world::Stream::ShardingLoad),
+        )
+    }
+
+    fn run(s: &mut Shardings, slot: usize, entity: &EntityId, since: Duration) {
+        let ss = s.slot_mut(slot);
+        let long_pauses = ss.long_pauses;
+        ss.entities.insert(entity.clone(), EntityRun { since, long_pauses });
+    }
+
+    #[test]
+    fn s18_finds_an_entity_that_runs_in_two_slots_unless_one_was_frozen_or_split_off() {
+        let mut s = shardings(3);
+        let e: EntityId = "e1".into();
+        let t = Duration::from_secs(100);
+        run(&mut s, 0, &e, t);
+        assert_eq!(s.other_host(0, &e, t, |_| false), None, "runs once");
+        run(&mut s, 2, &e, t);
+        assert_eq!(s.other_host(2, &e, t, |_| false), Some(0));
+        assert_eq!(s.other_host(2, &e, t, |i| i == 0), None, "left to S1");
+
+        // Slot 0 frozen for longer than the margin since its entity started: it does not count,
+        // while frozen and after it resumed.
+        let margin = s.config().removal_margin;
+        s.slot_mut(0).paused_at = Some(t);
+        let later = t + margin + Duration::from_secs(1);
+        assert_eq!(s.other_host(2, &e, later, |_| false), None);
+        s.slot_mut(0).paused_at = None;
+        s.slot_mut(0).long_pauses += 1;
+        assert_eq!(s.other_host(2, &e, later, |_| false), None);
+        // A shorter pause changes nothing.
+        s.slot_mut(0).long_pauses -= 1;
+        s.slot_mut(0).paused_at = Some(t);
+        assert_eq!(s.other_host(2, &e, t + margin, |_| false), Some(0));
+    }
+}
