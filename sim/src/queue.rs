@@ -84,3 +84,41 @@ mod tests {
         assert_eq!(q.pop_due(s(5)), Some((s(2), "c")));
     }
 }
+
+/// The one timer a layer keeps per slot: its deadline, and a generation that tells the event of
+/// the current arming from the events of earlier ones, which stay in the queue and are ignored.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TimerSlot {
+    generation: u64,
+    at: Option<Duration>,
+}
+
+impl TimerSlot {
+    /// Arms the timer for `at` (`None` disarms it): the event to schedule, with its generation,
+    /// unless the timer is already armed for `at`.
+    pub fn arm(&mut self, at: Option<Duration>) -> Option<(Duration, u64)> {
+        if at == self.at {
+            return None;
+        }
+        self.at = at;
+        self.generation += 1;
+        at.map(|at| (at, self.generation))
+    }
+
+    /// Whether the event of `generation` is the current one.
+    pub fn is_current(&self, generation: u64) -> bool {
+        self.generation == generation
+    }
+
+    /// The deadline is forgotten (its event fired, or the process paused): the next
+    /// [`arm`](Self::arm) schedules an event even for the same deadline.
+    pub fn forget(&mut self) {
+        self.at = None;
+    }
+
+    /// Every scheduled event becomes stale.
+    pub fn cancel(&mut self) {
+        self.at = None;
+        self.generation += 1;
+    }
+}

@@ -26,7 +26,6 @@
 //! into a trace hash of their own.
 
 use std::collections::BTreeMap;
-use std::hash::Hash;
 use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
@@ -39,6 +38,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::queue::TimerSlot;
 use crate::trace::TraceHash;
 
 /// The simulated entity type.
@@ -161,9 +161,8 @@ pub struct SlotSharding {
     pub stale_replay: bool,
     /// Sharding messages that arrived while the process was paused.
     pub(crate) inbox: Vec<crate::delivery::ShardingInFlight>,
-    /// The generation of the slot's armed timer, and its deadline.
-    pub(crate) timer_gen: u64,
-    pub(crate) armed: Option<Duration>,
+    /// The timer of the slot's machines.
+    pub(crate) timer: TimerSlot,
 }
 
 impl SlotSharding {
@@ -269,9 +268,7 @@ impl Shardings {
 
     /// Hashes one step into the sharding trace.
     pub(crate) fn hash(&mut self, now: Duration, slot: usize, what: &str) {
-        now.hash(&mut self.trace);
-        slot.hash(&mut self.trace);
-        what.hash(&mut self.trace);
+        self.trace.step(now, slot, what);
     }
 
     /// Draws the next ask among `running` slots: the asking slot and the entity.
@@ -325,8 +322,7 @@ impl Shardings {
         s.shard_epochs.clear();
         s.inbox.clear();
         s.paused_at = None;
-        s.armed = None;
-        s.timer_gen += 1;
+        s.timer.cancel();
     }
 
     /// S18's question, when `entity` has just started in `slot` at `now`: another slot where it

@@ -25,7 +25,6 @@
 //! `world/singleton.rs`), and its steps go into a trace hash of their own, so that a run's
 //! membership trace hash is the same with or without the singleton.
 
-use std::hash::Hash;
 use std::time::Duration;
 
 use convoke_membership::{Config, UniqueAddress};
@@ -35,6 +34,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::delivery::HandOverInFlight;
+use crate::queue::TimerSlot;
 use crate::trace::TraceHash;
 
 /// The name of the simulated singleton.
@@ -111,9 +111,8 @@ pub struct SlotSingleton {
     pub(crate) inbox: Vec<HandOverInFlight>,
     /// The instance's stop completed while the process was paused.
     pub(crate) stop_due: bool,
-    /// The generation of the manager's armed timer, and its deadline.
-    pub(crate) timer_gen: u64,
-    pub(crate) armed: Option<Duration>,
+    /// The manager's timer.
+    pub(crate) timer: TimerSlot,
 }
 
 /// What the singletons did in a run.
@@ -173,9 +172,7 @@ impl Singletons {
 
     /// Hashes one step into the singleton trace.
     pub(crate) fn hash(&mut self, now: Duration, slot: usize, what: &str) {
-        now.hash(&mut self.trace);
-        slot.hash(&mut self.trace);
-        what.hash(&mut self.trace);
+        self.trace.step(now, slot, what);
     }
 
     /// How long the instance in `slot`, asked to stop now, takes to end.
@@ -212,7 +209,6 @@ impl Singletons {
         s.lingering = false;
         s.inbox.clear();
         s.stop_due = false;
-        s.armed = None;
-        s.timer_gen += 1;
+        s.timer.cancel();
     }
 }

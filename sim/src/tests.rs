@@ -261,8 +261,18 @@ fn s17_fires_for_two_instances_in_one_cluster() {
 
 /// `nodes` slots formed into one cluster that runs the singleton (checkers on).
 fn formed_with_singleton(nodes: usize) -> Sim {
+    formed_with_layers(nodes, false)
+}
+
+/// `nodes` slots formed into one cluster that runs the singleton and, with `sharding`, the
+/// sharded entity type with its load (checkers on).
+fn formed_with_layers(nodes: usize, sharding: bool) -> Sim {
     let mut opts = SimOptions::new(11, nodes);
-    opts.singleton = Some(crate::singleton::config(&Config::default(), Default::default()));
+    let single = crate::singleton::config(&Config::default(), Default::default());
+    if sharding {
+        opts.sharding = Some(crate::sharding::config(&single));
+    }
+    opts.singleton = Some(single);
     let mut sim = Sim::new(opts);
     let slots: Vec<usize> = (0..nodes).collect();
     start_bulk(&mut sim, &slots);
@@ -312,26 +322,9 @@ fn a_host_that_leaves_hands_the_instance_over_before_its_process_exits() {
     assert!(sim.now() < Duration::from_secs(60) + margin, "{:?}", sim.now());
 }
 
-/// `nodes` slots formed into one cluster that runs the singleton and the sharded entity type with
-/// its load (checkers on).
-fn formed_with_sharding(nodes: usize) -> Sim {
-    let mut opts = SimOptions::new(11, nodes);
-    let single = crate::singleton::config(&Config::default(), Default::default());
-    opts.sharding = Some(crate::sharding::config(&single));
-    opts.singleton = Some(single);
-    let mut sim = Sim::new(opts);
-    let slots: Vec<usize> = (0..nodes).collect();
-    start_bulk(&mut sim, &slots);
-    let all_formed = sim.run_until_pred(Duration::from_secs(60), Duration::from_millis(500), |s| {
-        all_up_converged(s, &slots)
-    });
-    assert!(all_formed);
-    sim
-}
-
 #[test]
 fn shards_balance_asks_are_answered_and_a_crashed_regions_shards_come_back_elsewhere() {
-    let mut sim = formed_with_sharding(3);
+    let mut sim = formed_with_layers(3, true);
     let config = sim.shardings().map(|s| s.config().clone()).expect("on");
     let bound = liveness::sharding_bound(&config, sim.net(), 0);
     let balanced = sim.run_until_pred(bound, Duration::from_millis(250), |s| {

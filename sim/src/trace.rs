@@ -23,6 +23,16 @@ impl TraceHash {
     }
 }
 
+impl TraceHash {
+    /// Hashes one step of a layer: when, where, what.
+    pub fn step(&mut self, now: Duration, slot: usize, what: &str) {
+        use std::hash::Hash;
+        now.hash(self);
+        slot.hash(self);
+        what.hash(self);
+    }
+}
+
 impl Default for TraceHash {
     fn default() -> Self {
         Self::new()

@@ -165,11 +165,19 @@ pub struct Coordinator {
     now: Instant,
     /// When the table was last recovered (this coordinator became active).
     active_since: Option<Instant>,
-    /// Regions that registered since then, with the shards they host.
-    registered: BTreeSet<UniqueAddress>,
-    /// Members that left the membership without having registered here, and when that was
-    /// seen, for the removal margin.
+    /// Regions that registered since then, with the shards they listed.
+    registered: BTreeMap<UniqueAddress, Vec<ShardId>>,
+    /// Members whose region must register before a shard with no home is allocated: those with
+    /// the role in this data center whose registration is accepted.
+    must_register: BTreeSet<UniqueAddress>,
+    /// Unreachable nodes, as last reported.
+    unreachable: BTreeSet<UniqueAddress>,
+    /// Members with a replica that were removed (not after a graceful leave) without having
+    /// registered here, and when that was seen, for the removal margin.
     departed: BTreeMap<UniqueAddress, Instant>,
+    /// Shards the table had and let go (their region stopped them, or was removed): allocated
+    /// again without waiting for registrations.
+    freed: BTreeSet<ShardId>,
 }
 
 impl Coordinator {
@@ -214,8 +222,11 @@ impl Coordinator {
             fenced_count: 0,
             now,
             active_since: None,
-            registered: BTreeSet::new(),
+            registered: BTreeMap::new(),
+            must_register: BTreeSet::new(),
+            unreachable: BTreeSet::new(),
             departed: BTreeMap::new(),
+            freed: BTreeSet::new(),
         };
         c.read_view(members, unreachable);
         c.send_reads(now);
@@ -264,14 +275,20 @@ impl Coordinator {
     ) {
         self.now = now;
         let replicas_before = self.replicas.clone();
-        let before: Vec<UniqueAddress> = self.members.keys().cloned().collect();
+        let before = mem::take(&mut self.members);
         self.read_view(members, unreachable);
         let margin = self.config.removal_margin;
         self.departed.retain(|_, at| *at + margin > now);
-        for m in before {
+        for (m, status) in before {
             // A region that registered here listed what it hosts: the table knows its shards,
-            // and the removal margin applies to them through `removed`.
-            if !self.members.contains_key(&m) && !self.registered.contains(&m) {
+            // and the removal margin applies to them through `removed`. A member that left
+            // gracefully handed its shards off first.
+            let gone = !self.members.contains_key(&m);
+            if gone
+                && replicas_before.contains(&m)
+                && status != MemberStatus::Exiting
+                && !self.registered.contains_key(&m)
+            {
                 self.departed.insert(m, now);
             }
         }
@@ -438,6 +455,15 @@ impl Coordinator {
             .map(|m| m.node().clone())
             .collect();
         self.replicas.insert(self.self_node.clone());
+        self.must_register = members
+            .iter()
+            .filter(ours)
+            .filter(|m| {
+                matches!(m.status(), Up | Leaving | PreparingForShutdown | ReadyForShutdown)
+            })
+            .map(|m| m.node().clone())
+            .collect();
+        self.unreachable = unreachable.clone();
         self.calm = unreachable.is_empty()
             && members.iter().all(|m| !matches!(m.status(), Joining | WeaklyUp));
     }
@@ -476,9 +502,18 @@ impl Coordinator {
         self.dirty = true;
         self.queued.push(Effect::HostAll);
         self.timers.set(Timer::Rebalance as usize, now + self.config.rebalance_interval);
-        // Registrations heard before a read that a newer coordinator forced stay valid: the
-        // regions do not register again with a coordinator on the same node.
+        // Registrations heard before a read that a newer coordinator forced stay valid (the
+        // regions do not register again with a coordinator on the same node), and what they
+        // listed is taken back into the table just read.
         self.active_since.get_or_insert(now);
+        let registered: Vec<(UniqueAddress, Vec<ShardId>)> =
+            self.registered.iter().map(|(r, s)| (r.clone(), s.clone())).collect();
+        for (r, hosted) in registered {
+            if self.members.contains_key(&r) && !self.removed.contains_key(&r) {
+                self.proposed.register(r.clone());
+                self.adopt(&r, &hosted);
+            }
+        }
     }
 
     fn restart_recovery(&mut self, promised: Ballot, now: Instant) {
@@ -495,6 +530,7 @@ impl Coordinator {
         self.waiting.clear();
         self.hosting.clear();
         self.handoffs.clear();
+        self.freed.clear();
         self.timers.clear(Timer::Rebalance as usize);
         self.send_reads(now);
     }
@@ -625,11 +661,13 @@ impl Coordinator {
                 return;
             }
         }
-        if self.proposed.home(&shard).is_some() || !self.may_allocate_unknown() {
+        let known = self.freed.contains(&shard);
+        if self.proposed.home(&shard).is_some() || !(known || self.may_allocate_unknown()) {
             // A region asks again while the allocation waits.
             return;
         }
         let Some(region) = self.choose_region() else { return };
+        self.freed.remove(&shard);
         self.proposed.allocate(shard.clone(), region.clone());
         if let Some(r) = requester {
             self.waiting.entry(shard.clone()).or_default().insert(r);
@@ -650,9 +688,41 @@ impl Coordinator {
     fn may_allocate_unknown(&self) -> bool {
         let margin = self.config.removal_margin;
         let now = self.now;
-        let heard_all = self.active_since.is_some_and(|t| t + margin <= now)
-            || self.replicas.iter().all(|r| self.registered.contains(r));
+        let mut silent = self.must_register.iter().filter(|r| !self.registered.contains_key(*r));
+        // A member that stays silent for the margin does not hold allocation up for good,
+        // unless it is unreachable: then it waits for the member's removal and margin.
+        let heard_all = match silent.next() {
+            None => true,
+            Some(first) => {
+                self.active_since.is_some_and(|t| t + margin <= now)
+                    && std::iter::once(first).chain(silent).all(|r| !self.unreachable.contains(r))
+            }
+        };
         heard_all && self.departed.values().all(|&at| at + margin <= now)
+    }
+
+    /// Takes the shards `region` lists as hosted into the table when the table has no home for
+    /// them; a shard the table places in another region is stopped there, so that it does not
+    /// run twice.
+    fn adopt(&mut self, region: &UniqueAddress, hosted: &[ShardId]) {
+        for shard in hosted {
+            if self.handoffs.contains_key(shard) {
+                continue;
+            }
+            match self.proposed.home(shard) {
+                None => {
+                    // Lost from the table, still hosted there: it stays where it is.
+                    self.proposed.allocate(shard.clone(), region.clone());
+                    self.freed.remove(shard);
+                    self.queued.push(Effect::Settle { shard: shard.clone(), eager: false });
+                    self.dirty = true;
+                }
+                Some(home) if home != region => {
+                    self.send(region.clone(), RegionMsg::HandOff(shard.clone()));
+                }
+                Some(_) => {}
+            }
+        }
     }
 
     /// Where a new shard goes, or `None` while too few regions are registered.
@@ -703,18 +773,14 @@ impl Coordinator {
             return;
         }
         self.proxies.remove(&from);
-        self.registered.insert(from.clone());
-        let mut adopted = false;
-        for shard in hosted {
-            if self.proposed.home(&shard).is_none() && !self.handoffs.contains_key(&shard) {
-                // Lost from the table, still hosted there: it stays where it is.
-                self.proposed.register(from.clone());
-                self.proposed.allocate(shard.clone(), from.clone());
-                self.queued.push(Effect::Settle { shard, eager: false });
-                adopted = true;
-            }
-        }
-        if self.proposed.register(from.clone()) || adopted {
+        let new = self.proposed.register(from.clone());
+        let dirty_before = self.dirty;
+        self.dirty = false;
+        self.adopt(&from, &hosted);
+        let adopted = self.dirty;
+        self.dirty |= dirty_before;
+        self.registered.insert(from.clone(), hosted);
+        if new || adopted {
             self.queued.push(Effect::Welcome(from));
             self.dirty = true;
         } else if self.committed.has_region(&from) {
@@ -746,6 +812,7 @@ impl Coordinator {
         self.handoffs.remove(&shard);
         self.hosting.remove(&shard);
         self.proposed.deallocate(&shard);
+        self.freed.insert(shard.clone());
         // Allocated again at once, so the regions that buffer its messages hear of the new home
         // without waiting for their next retry.
         self.queued.push(Effect::Settle { shard, eager: true });
@@ -773,6 +840,7 @@ impl Coordinator {
         self.removed.remove(region);
         self.shutting_down.remove(region);
         let shards = self.proposed.remove_region(region);
+        self.freed.extend(shards.iter().cloned());
         for s in shards {
             self.handoffs.remove(&s);
             self.hosting.remove(&s);
@@ -795,7 +863,8 @@ impl Coordinator {
             && !self.dirty
             && self.handoffs.is_empty()
             && self.removed.is_empty()
-            && self.calm;
+            && self.calm
+            && self.may_allocate_unknown();
         if !quiet {
             return;
         }

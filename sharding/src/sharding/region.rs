@@ -393,12 +393,12 @@ impl<M> Region<M> {
             return;
         }
         let msg = if self.hosting {
-            let hosted = self
-                .local
-                .iter()
-                .filter(|(_, l)| **l == Local::Running)
-                .map(|(s, _)| s.clone())
-                .collect();
+            // Every shard with entities here, stopping ones included, and those it would start
+            // on the next message.
+            let mut hosted: BTreeSet<ShardId> = self.local.keys().cloned().collect();
+            let me = &self.self_node;
+            hosted.extend(self.homes.iter().filter(|(_, h)| *h == me).map(|(s, _)| s.clone()));
+            let hosted = hosted.into_iter().collect();
             CoordinatorMsg::Register { hosted }
         } else {
             CoordinatorMsg::RegisterProxy

@@ -238,26 +238,20 @@ impl Sim {
     fn arm_sharding_timer(&mut self, slot: usize, deadline: Option<Instant>) {
         let at = deadline.map(|t| self.procs.global_at(slot, t));
         let Some(s) = self.shardings.as_mut() else { return };
-        let ss = s.slot_mut(slot);
-        if at == ss.armed {
-            return;
-        }
-        ss.armed = at;
-        ss.timer_gen += 1;
-        let generation = ss.timer_gen;
-        if let Some(at) = at {
+        if let Some((at, generation)) = s.slot_mut(slot).timer.arm(at) {
             self.push(at, Event::ShardingTimer { slot, generation });
         }
     }
 
     pub(super) fn fire_sharding_timer(&mut self, slot: usize, generation: u64) {
-        let current = self.shardings.as_ref().is_some_and(|s| s.slot(slot).timer_gen == generation);
+        let current =
+            self.shardings.as_ref().is_some_and(|s| s.slot(slot).timer.is_current(generation));
         // A paused process's timer is re-armed when it resumes.
         if !current || !self.is_running(slot) {
             return;
         }
         if let Some(s) = self.shardings.as_mut() {
-            s.slot_mut(slot).armed = None;
+            s.slot_mut(slot).timer.forget();
         }
         self.sharding_input(slot, "timer", |s, now| {
             if let Some(c) =
@@ -450,7 +444,7 @@ impl Sim {
         }
         ss.stale_replay = long;
         let inbox = std::mem::take(&mut ss.inbox);
-        ss.armed = None;
+        ss.timer.forget();
         for m in inbox {
             if !self.is_running(slot) || self.violation.is_some() {
                 break;

@@ -90,14 +90,7 @@ impl Sim {
     fn arm_singleton_timer(&mut self, slot: usize, deadline: Option<Instant>) {
         let at = deadline.map(|t| self.procs.global_at(slot, t));
         let Some(s) = self.singletons.as_mut() else { return };
-        let ss = s.slot_mut(slot);
-        if at == ss.armed {
-            return;
-        }
-        ss.armed = at;
-        ss.timer_gen += 1;
-        let generation = ss.timer_gen;
-        if let Some(at) = at {
+        if let Some((at, generation)) = s.slot_mut(slot).timer.arm(at) {
             self.push(at, Event::SingletonTimer { slot, generation });
         }
     }
@@ -181,13 +174,13 @@ impl Sim {
 
     pub(super) fn fire_singleton_timer(&mut self, slot: usize, generation: u64) {
         let current =
-            self.singletons.as_ref().is_some_and(|s| s.slot(slot).timer_gen == generation);
+            self.singletons.as_ref().is_some_and(|s| s.slot(slot).timer.is_current(generation));
         // A paused process's timer is re-armed when it resumes.
         if !current || !self.singleton_live(slot) {
             return;
         }
         if let Some(s) = self.singletons.as_mut() {
-            s.slot_mut(slot).armed = None;
+            s.slot_mut(slot).timer.forget();
         }
         self.singleton_input(slot, "timer", |m, now| m.handle_timeout(now));
         self.end_linger_if_done(slot);
@@ -254,7 +247,7 @@ impl Sim {
         }
         let inbox = std::mem::take(&mut ss.inbox);
         let stop_due = std::mem::take(&mut ss.stop_due);
-        ss.armed = None;
+        ss.timer.forget();
         for m in inbox {
             if !self.singleton_live(slot) || self.violation.is_some() {
                 break;
