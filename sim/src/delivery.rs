@@ -22,12 +22,12 @@ use std::time::Duration;
 
 use convoke_membership::message::Message;
 use convoke_membership::{Address, Cluster, Uid, UniqueAddress};
+use convoke_sharding::sharding::{CoordinatorMsg, EntityId, RegionMsg, ReplicaMsg, ShardId};
 use convoke_sharding::singleton::HandOver;
 use rand_chacha::ChaCha8Rng;
 
 use crate::counters::{NodeCounters, SizeMode, Sizer, kind_index};
 use crate::net::{Links, NetConfig};
-use crate::sharding::ShardingWire;
 
 /// A message on the wire.
 #[derive(Debug)]
@@ -42,6 +42,62 @@ pub struct InFlight {
     pub message: Message,
     /// Its size on the wire, as counted when it was sent.
     pub bytes: usize,
+}
+
+/// What the load sends to an entity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ask {
+    /// The ask's number, unique in the run.
+    pub id: u64,
+    /// The entity asked.
+    pub entity: EntityId,
+}
+
+/// A sharding message between two slots.
+#[derive(Clone, Debug)]
+pub enum ShardingWire {
+    /// Region → coordinator.
+    ToCoordinator(CoordinatorMsg),
+    /// Coordinator → region.
+    ToRegion(RegionMsg),
+    /// Coordinator → replica.
+    ToReplica(ReplicaMsg),
+    /// Replica → coordinator.
+    FromReplica(ReplicaMsg),
+    /// An ask on its way to the region that hosts its shard.
+    Forward(ShardId, Ask),
+    /// The answer to ask `id`: whether the entity handled it.
+    Reply {
+        /// The ask.
+        id: u64,
+        /// The entity handled it (else a region or shard dropped it).
+        ok: bool,
+    },
+}
+
+impl ShardingWire {
+    /// The message's name and shard, for the step log.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::ToCoordinator(m) => format!("{m:?}"),
+            Self::ToRegion(RegionMsg::ShardHomes(homes)) => format!("ShardHomes({})", homes.len()),
+            Self::ToRegion(m) => format!("{m:?}"),
+            Self::ToReplica(m) | Self::FromReplica(m) => m.name().to_owned(),
+            Self::Forward(shard, ask) => format!("Forward({shard}, {})", ask.id),
+            Self::Reply { id, ok } => format!("Reply({id}, {ok})"),
+        }
+    }
+
+    /// The message's name, for the trace.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::ToCoordinator(m) => m.name(),
+            Self::ToRegion(m) => m.name(),
+            Self::ToReplica(m) | Self::FromReplica(m) => m.name(),
+            Self::Forward(..) => "Forward",
+            Self::Reply { .. } => "Reply",
+        }
+    }
 }
 
 /// A message of a layer above the membership (singleton, sharding) on the wire.

@@ -30,14 +30,14 @@ use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
 use convoke_sharding::sharding::{
-    Coordinator, CoordinatorMsg, EntityId, Region, RegionMsg, Replica, ReplicaMsg, Shard, ShardId,
-    ShardingConfig,
+    Coordinator, EntityId, Region, Replica, Shard, ShardId, ShardingConfig,
 };
 use convoke_sharding::singleton::SingletonConfig;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::delivery::Ask;
 use crate::queue::TimerSlot;
 use crate::trace::TraceHash;
 
@@ -66,62 +66,6 @@ pub fn config(singleton: &SingletonConfig) -> ShardingConfig {
     c.rebalance_interval = Duration::from_secs(5);
     c.removal_margin = singleton.removal_margin;
     c
-}
-
-/// What the load sends to an entity.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ask {
-    /// The ask's number, unique in the run.
-    pub id: u64,
-    /// The entity asked.
-    pub entity: EntityId,
-}
-
-/// A sharding message between two slots.
-#[derive(Clone, Debug)]
-pub enum ShardingWire {
-    /// Region → coordinator.
-    ToCoordinator(CoordinatorMsg),
-    /// Coordinator → region.
-    ToRegion(RegionMsg),
-    /// Coordinator → replica.
-    ToReplica(ReplicaMsg),
-    /// Replica → coordinator.
-    FromReplica(ReplicaMsg),
-    /// An ask on its way to the region that hosts its shard.
-    Forward(ShardId, Ask),
-    /// The answer to ask `id`: whether the entity handled it.
-    Reply {
-        /// The ask.
-        id: u64,
-        /// The entity handled it (else a region or shard dropped it).
-        ok: bool,
-    },
-}
-
-impl ShardingWire {
-    /// The message's name and shard, for the step log.
-    pub fn describe(&self) -> String {
-        match self {
-            Self::ToCoordinator(m) => format!("{m:?}"),
-            Self::ToRegion(RegionMsg::ShardHomes(homes)) => format!("ShardHomes({})", homes.len()),
-            Self::ToRegion(m) => format!("{m:?}"),
-            Self::ToReplica(m) | Self::FromReplica(m) => m.name().to_owned(),
-            Self::Forward(shard, ask) => format!("Forward({shard}, {})", ask.id),
-            Self::Reply { id, ok } => format!("Reply({id}, {ok})"),
-        }
-    }
-
-    /// The message's name, for the trace.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::ToCoordinator(m) => m.name(),
-            Self::ToRegion(m) => m.name(),
-            Self::ToReplica(m) | Self::FromReplica(m) => m.name(),
-            Self::Forward(..) => "Forward",
-            Self::Reply { .. } => "Reply",
-        }
-    }
 }
 
 /// An entity running in a slot.

@@ -16,10 +16,11 @@ use convoke_sharding::sharding::{
 
 use super::{Event, Sim, into_queue};
 use crate::delivery::ShardingInFlight;
+use crate::delivery::{Ask, ShardingWire};
 use crate::invariants::Violation;
 use crate::invariants::s17_one_singleton::split;
 use crate::processes::SlotState;
-use crate::sharding::{ASK_INTERVAL, Ask, EntityRun, SHARDS, ShardingWire, SlotSharding};
+use crate::sharding::{ASK_INTERVAL, EntityRun, SHARDS, SlotSharding};
 
 /// One output of a slot's machines, taken out so the world can act on it.
 enum Out {
