@@ -22,7 +22,7 @@
 //! - [`sharding`]: ids, settings and protocol messages; one file per state machine
 //!   ([`Coordinator`](sharding::Coordinator), [`Replica`](sharding::Replica),
 //!   [`Region`](sharding::Region), [`Shard`](sharding::Shard)), the allocation rule and the
-//!   default shard-id extractor. `docs/cluster-sharding.md` explains the design.
+//!   default shard-id extractor. `docs/sharding-design.md` explains the design.
 
 #![warn(missing_docs)]
 

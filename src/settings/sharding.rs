@@ -1,5 +1,5 @@
 //! `[sharding]`: the defaults of every sharded entity type started on the node
-//! (`docs/cluster-sharding.md`).
+//! (`docs/sharding-design.md`).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Cluster sharding: stateful entities addressed by id, spread over the members, each running
-//! on at most one node, moved when nodes join, leave or crash. Design: `docs/cluster-sharding.md`.
+//! on at most one node, moved when nodes join, leave or crash. Design: `docs/sharding-design.md`.
 //!
 //! The decisions are made by the sans-IO state machines of
 //! [`convoke_sharding::sharding`] (region, shard, coordinator, replica), which the simulator
@@ -202,7 +202,7 @@ impl Sharding {
     /// entities. On a node with `role` (any node when `None`) the region hosts shards and
     /// `factory` makes the entities, given their ids; elsewhere it only routes (a proxy). Start
     /// the type on every node that sends to it, with the same role. Entity ids map to
-    /// `sharding.number_of_shards` shards by the default extractor (`docs/cluster-sharding.md`).
+    /// `sharding.number_of_shards` shards by the default extractor (`docs/sharding-design.md`).
     ///
     /// # Errors
     /// The type is already started here, or its endpoint or coordinator cannot be registered.

@@ -684,7 +684,7 @@ impl Coordinator {
     /// margin to do so), and no member that never registered here has left the membership
     /// within the removal margin (a node cut off from the others has had the time to down itself
     /// and stop its entities).
-    /// See docs/cluster-sharding.md.
+    /// See docs/sharding-design.md.
     fn may_allocate_unknown(&self) -> bool {
         let margin = self.config.removal_margin;
         let now = self.now;

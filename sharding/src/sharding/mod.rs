@@ -14,7 +14,7 @@
 //! - [`Shard`] (one per hosted shard): starts entities on their first message, passivates idle
 //!   ones, stops them all for a handoff.
 //!
-//! `docs/cluster-sharding.md` tells the protocol, the state replication and where convoke
+//! `docs/sharding-design.md` tells the protocol, the state replication and where convoke
 //! departs from the usual design.
 //!
 //! Layout: this file holds the vocabulary shared by the machines and their drivers (ids,
