@@ -43,6 +43,24 @@ const CASES: &[Case] = &[
               shard from a HostShard that waited out the pause in its queue (exempt)",
     },
     Case {
+        seed: 154,
+        nodes: 4,
+        downing: ChaosDowning::Resolver,
+        why: "S18: the coordinator restarted on the node of the previous one, so no region saw a \
+              new coordinator and registered again; with the table lost, a shard still hosted \
+              was allocated elsewhere once the wait for registrations ran out (fixed: a new \
+              coordinator asks every member to register again)",
+    },
+    Case {
+        seed: 97,
+        nodes: 4,
+        downing: ChaosDowning::Resolver,
+        why: "S18: a member was downed just before the new coordinator started, so the \
+              coordinator never saw it go and allocated a shard the member still ran (fixed: \
+              the coordinator takes in the departures its node's region saw, and a downed member \
+              counts from when it was downed, not only once removed)",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Resolver,

@@ -455,14 +455,16 @@ impl Task {
                 self.instances += 1;
                 let entity_type = &self.config.type_name;
                 tracing::info!(%entity_type, "shard coordinator starting here");
-                self.coordinator = Some(Coordinator::new(
+                let mut coordinator = Coordinator::new(
                     self.config.clone(),
                     self.self_node.clone(),
                     self.instances,
                     &self.members,
                     &self.unreachable,
                     Self::now(),
-                ));
+                );
+                coordinator.note_departures(self.region.departures());
+                self.coordinator = Some(coordinator);
             }
             CoordinatorCmd::Down(done) => {
                 if self.coordinator.take().is_some() {

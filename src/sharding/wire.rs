@@ -112,6 +112,7 @@ impl From<WireCoordinatorMsg> for CoordinatorMsg {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum WireRegionMsg {
     RegisterAck,
+    RegisterAgain,
     ShardHome { shard: String, region: WireNode },
     ShardHomes(Vec<(String, WireNode)>),
     HostShard(String),
@@ -123,6 +124,7 @@ impl From<&RegionMsg> for WireRegionMsg {
     fn from(m: &RegionMsg) -> Self {
         match m {
             RegionMsg::RegisterAck => Self::RegisterAck,
+            RegionMsg::RegisterAgain => Self::RegisterAgain,
             RegionMsg::ShardHome { shard, region } => {
                 Self::ShardHome { shard: shard.to_string(), region: region.into() }
             }
@@ -143,6 +145,7 @@ impl TryFrom<WireRegionMsg> for RegionMsg {
         let id = |s: String| ShardId::new(s);
         Ok(match m {
             WireRegionMsg::RegisterAck => Self::RegisterAck,
+            WireRegionMsg::RegisterAgain => Self::RegisterAgain,
             WireRegionMsg::ShardHome { shard, region } => {
                 Self::ShardHome { shard: id(shard), region: node(region)? }
             }

@@ -11,7 +11,7 @@ use convoke_membership::{Member, MemberStatus, UniqueAddress};
 use super::allocation::{LeastShardAllocation, RegionLoad};
 use super::state::{Ballot, CoordinatorState, ReplicaMsg, StateVersion};
 use super::timers::Timers;
-use super::{CoordinatorMsg, RegionMsg, ShardId, ShardingConfig};
+use super::{CoordinatorMsg, Departures, RegionMsg, ShardId, ShardingConfig};
 
 /// Homes per ShardHomes message sent to a region that registers.
 const HOMES_PER_MESSAGE: usize = 500;
@@ -167,14 +167,19 @@ pub struct Coordinator {
     active_since: Option<Instant>,
     /// Regions that registered since then, with the shards they listed.
     registered: BTreeMap<UniqueAddress, Vec<ShardId>>,
+    /// Regions that told this coordinator they have stopped: they host nothing and never
+    /// register again, so they hold nothing up.
+    stopped: BTreeSet<UniqueAddress>,
     /// Members whose region must register before a shard with no home is allocated: those with
     /// the role in this data center whose registration is accepted.
     must_register: BTreeSet<UniqueAddress>,
     /// Unreachable nodes, as last reported.
     unreachable: BTreeSet<UniqueAddress>,
-    /// Members with a replica that were removed (not after a graceful leave) without having
-    /// registered here, and when that was seen, for the removal margin.
-    departed: BTreeMap<UniqueAddress, Instant>,
+    /// Members removed without a graceful leave, and when that was seen, for the removal margin;
+    /// those with the role that never registered here hold up the allocation of unknown shards.
+    departures: Departures,
+    /// This node's data center: members elsewhere have their own coordinator.
+    dc: String,
     /// Shards the table had and let go (their region stopped them, or was removed): allocated
     /// again without waiting for registrations.
     freed: BTreeSet<ShardId>,
@@ -223,12 +228,15 @@ impl Coordinator {
             now,
             active_since: None,
             registered: BTreeMap::new(),
+            stopped: BTreeSet::new(),
             must_register: BTreeSet::new(),
             unreachable: BTreeSet::new(),
-            departed: BTreeMap::new(),
+            departures: Departures::default(),
+            dc: String::new(),
             freed: BTreeSet::new(),
         };
         c.read_view(members, unreachable);
+        c.departures.update(members, now, c.config.removal_margin);
         c.send_reads(now);
         c
     }
@@ -275,23 +283,8 @@ impl Coordinator {
     ) {
         self.now = now;
         let replicas_before = self.replicas.clone();
-        let before = mem::take(&mut self.members);
         self.read_view(members, unreachable);
-        let margin = self.config.removal_margin;
-        self.departed.retain(|_, at| *at + margin > now);
-        for (m, status) in before {
-            // A region that registered here listed what it hosts: the table knows its shards,
-            // and the removal margin applies to them through `removed`. A member that left
-            // gracefully handed its shards off first.
-            let gone = !self.members.contains_key(&m);
-            if gone
-                && replicas_before.contains(&m)
-                && status != MemberStatus::Exiting
-                && !self.registered.contains_key(&m)
-            {
-                self.departed.insert(m, now);
-            }
-        }
+        self.departures.update(members, now, self.config.removal_margin);
         if self.replicas != replicas_before && matches!(self.phase, Phase::Active) {
             // The table goes to the new replica set in full, so that a majority of it holds
             // the table, not only a majority of the old set.
@@ -318,6 +311,14 @@ impl Coordinator {
             self.maybe_hand_off(&s);
         }
         self.after_input(now);
+    }
+
+    /// Takes in the members that left without a graceful leave as another observer saw them:
+    /// the driver passes its node's [`Region::departures`](super::Region::departures) right
+    /// after [`Coordinator::new`], so that a removal that came before this coordinator started
+    /// still holds up allocation for the removal margin.
+    pub fn note_departures(&mut self, seen: &Departures) {
+        self.departures.merge(seen);
     }
 
     /// A message from the region (or proxy) on node `from`.
@@ -351,6 +352,9 @@ impl Coordinator {
             CoordinatorMsg::GracefulShutdownReq => self.on_graceful_shutdown(&from, now),
             CoordinatorMsg::RegionStopped => {
                 self.proxies.remove(&from);
+                if self.members.contains_key(&from) {
+                    self.stopped.insert(from.clone());
+                }
                 if self.proposed.has_region(&from) {
                     // Shards it still had were allocated but never started there (it ignores
                     // HostShard while shutting down): regions that were told that home forget it.
@@ -436,16 +440,14 @@ impl Coordinator {
 
     fn read_view(&mut self, members: &[Member], unreachable: &BTreeSet<UniqueAddress>) {
         use MemberStatus::*;
-        let dc = members
+        self.dc = members
             .iter()
             .find(|m| *m.node() == self.self_node)
             .map_or_else(|| "default".to_owned(), |m| m.data_center().to_owned());
-        let role = self.config.role.as_deref();
-        let ours = |m: &&Member| m.data_center() == dc && role.is_none_or(|r| m.has_role(r));
+        let ours: Vec<&Member> = members.iter().filter(|m| self.ours(m)).collect();
         self.members = members.iter().map(|m| (m.node().clone(), m.status())).collect();
-        self.replicas = members
+        self.replicas = ours
             .iter()
-            .filter(ours)
             .filter(|m| {
                 matches!(
                     m.status(),
@@ -455,9 +457,8 @@ impl Coordinator {
             .map(|m| m.node().clone())
             .collect();
         self.replicas.insert(self.self_node.clone());
-        self.must_register = members
+        self.must_register = ours
             .iter()
-            .filter(ours)
             .filter(|m| {
                 matches!(m.status(), Up | Leaving | PreparingForShutdown | ReadyForShutdown)
             })
@@ -466,6 +467,11 @@ impl Coordinator {
         self.unreachable = unreachable.clone();
         self.calm = unreachable.is_empty()
             && members.iter().all(|m| !matches!(m.status(), Joining | WeaklyUp));
+    }
+
+    /// Whether `m` is in this coordinator's data center and has the entity type's role.
+    fn ours(&self, m: &Member) -> bool {
+        m.data_center() == self.dc && self.config.role.as_deref().is_none_or(|r| m.has_role(r))
     }
 
     fn majority(&self) -> usize {
@@ -505,6 +511,14 @@ impl Coordinator {
         // Registrations heard before a read that a newer coordinator forced stay valid (the
         // regions do not register again with a coordinator on the same node), and what they
         // listed is taken back into the table just read.
+        if self.active_since.is_none() {
+            // Regions register when the coordinator's node changes; one that started on the
+            // node of an earlier one (restarted, or back after a freeze) asks them to.
+            let everyone: Vec<UniqueAddress> = self.members.keys().cloned().collect();
+            for m in everyone {
+                self.send(m, RegionMsg::RegisterAgain);
+            }
+        }
         self.active_since.get_or_insert(now);
         let registered: Vec<(UniqueAddress, Vec<ShardId>)> =
             self.registered.iter().map(|(r, s)| (r.clone(), s.clone())).collect();
@@ -680,15 +694,16 @@ impl Coordinator {
     /// Whether a shard the table does not know may be allocated now. The table may have lost
     /// shards (a majority of the replicas gone at once, their successors empty) that a region
     /// still hosts: such a region lists them when it registers, so a shard is allocated only
-    /// once every member with a replica has registered with this coordinator (or had the removal
-    /// margin to do so), and no member that never registered here has left the membership
-    /// within the removal margin (a node cut off from the others has had the time to down itself
-    /// and stop its entities).
+    /// once every member with a replica has registered with this coordinator or told it that its
+    /// region has stopped (or had the removal margin to do so), and no member that did neither
+    /// was downed or left the membership without a graceful leave within the removal margin (a
+    /// node cut off from the others has had the time to down itself and stop its entities).
     /// See docs/sharding-design.md.
     fn may_allocate_unknown(&self) -> bool {
         let margin = self.config.removal_margin;
         let now = self.now;
-        let mut silent = self.must_register.iter().filter(|r| !self.registered.contains_key(*r));
+        let heard = |r: &UniqueAddress| self.registered.contains_key(r) || self.stopped.contains(r);
+        let mut silent = self.must_register.iter().filter(|r| !heard(r));
         // A member that stays silent for the margin does not hold allocation up for good,
         // unless it is unreachable: then it waits for the member's removal and margin.
         let heard_all = match silent.next() {
@@ -698,7 +713,14 @@ impl Coordinator {
                     && std::iter::once(first).chain(silent).all(|r| !self.unreachable.contains(r))
             }
         };
-        heard_all && self.departed.values().all(|&at| at + margin <= now)
+        // A region that registered here listed what it hosts: the table knows its shards, and
+        // the removal margin applies to them through `removed`.
+        heard_all
+            && self
+                .departures
+                .iter()
+                .filter(|(m, _)| self.ours(m) && !heard(m.node()))
+                .all(|(_, at)| at + margin <= now)
     }
 
     /// Takes the shards `region` lists as hosted into the table when the table has no home for

@@ -18,12 +18,13 @@
 //! departs from the usual design.
 //!
 //! Layout: this file holds the vocabulary shared by the machines and their drivers (ids,
-//! settings, protocol messages); `hash.rs` the default shard-id extractor; `allocation.rs` the
+//! settings, protocol messages); `departures.rs` the members that left without handing off; `hash.rs` the default shard-id extractor; `allocation.rs` the
 //! least-shard allocation and rebalance rule; `state.rs` the coordinator's table and its
 //! replication messages; one file per machine; `timers.rs` the small deadline table they share.
 
 mod allocation;
 mod coordinator;
+mod departures;
 mod hash;
 mod region;
 mod shard;
@@ -38,6 +39,7 @@ use convoke_membership::UniqueAddress;
 
 pub use self::allocation::{LeastShardAllocation, RegionLoad};
 pub use self::coordinator::{Coordinator, CoordinatorOutput, CoordinatorStatus};
+pub use self::departures::Departures;
 pub use self::hash::{java_string_hash, shard_for_entity};
 pub use self::region::{DropReason, Region, RegionOutput, RegionStatus};
 pub use self::shard::{Shard, ShardOutput};
@@ -184,6 +186,9 @@ pub enum CoordinatorMsg {
 pub enum RegionMsg {
     /// The coordinator knows the region; it will answer GetShardHome.
     RegisterAck,
+    /// A coordinator has just started (possibly on the node of an earlier one, which regions
+    /// cannot tell from the membership): register again, listing the shards hosted here.
+    RegisterAgain,
     /// The shard lives in the region of that node.
     ShardHome {
         /// The shard.
@@ -222,6 +227,7 @@ impl RegionMsg {
     pub fn name(&self) -> &'static str {
         match self {
             Self::RegisterAck => "RegisterAck",
+            Self::RegisterAgain => "RegisterAgain",
             Self::ShardHome { .. } => "ShardHome",
             Self::ShardHomes(_) => "ShardHomes",
             Self::HostShard(_) => "HostShard",

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use convoke_membership::{Member, UniqueAddress};
 
 use super::timers::Timers;
-use super::{CoordinatorMsg, RegionMsg, ShardId, ShardingConfig};
+use super::{CoordinatorMsg, Departures, RegionMsg, ShardId, ShardingConfig};
 use crate::singleton::oldest_candidate;
 
 /// Why a region gave a message back instead of routing it.
@@ -151,6 +151,8 @@ pub struct Region<M> {
     stopped: bool,
     /// The nodes of the latest membership: homes elsewhere are not taken.
     members: BTreeSet<UniqueAddress>,
+    /// Members that left without handing off, for a coordinator that starts here.
+    departures: Departures,
     timers: Timers<1>,
     outputs: VecDeque<RegionOutput<M>>,
 }
@@ -174,6 +176,7 @@ impl<M> Region<M> {
             shutdown_deadline: None,
             stopped: false,
             members: BTreeSet::new(),
+            departures: Departures::default(),
             timers: Timers::default(),
             outputs: VecDeque::new(),
         }
@@ -208,6 +211,13 @@ impl<M> Region<M> {
         self.homes.get(shard)
     }
 
+    /// Members that left the membership without a graceful leave within the removal margin, as
+    /// this region saw them: a coordinator starting on this node takes them in with
+    /// [`Coordinator::note_departures`](super::Coordinator::note_departures).
+    pub fn departures(&self) -> &Departures {
+        &self.departures
+    }
+
     /// The membership changed: find the coordinator (on the oldest member with the role), and
     /// forget homes on nodes that are gone.
     pub fn handle_members(&mut self, members: &[Member], now: Instant) {
@@ -218,6 +228,7 @@ impl<M> Region<M> {
         let coordinator =
             oldest_candidate(members, dc, self.config.role.as_deref()).map(|m| m.node().clone());
         self.members = members.iter().map(|m| m.node().clone()).collect();
+        self.departures.update(members, now, self.config.removal_margin);
         let known = &self.members;
         self.homes.retain(|_, r| known.contains(r));
         if coordinator != self.coordinator {
@@ -274,6 +285,11 @@ impl<M> Region<M> {
             RegionMsg::RegisterAck => {
                 self.registered = true;
                 self.ask_again(now);
+            }
+            RegionMsg::RegisterAgain => {
+                self.registered = false;
+                self.register_backoff = first_backoff(self.config.retry_interval);
+                self.register(now);
             }
             RegionMsg::ShardHome { shard, region } => self.set_home(shard, region),
             RegionMsg::ShardHomes(homes) => {

@@ -149,14 +149,16 @@ impl Net {
             if here && n.coordinator.is_none() {
                 self.instances += 1;
                 let instance = self.instances;
-                n.coordinator = Some(Coordinator::new(
+                let mut c = Coordinator::new(
                     self.config.clone(),
                     node(i),
                     instance,
                     &members,
                     &none,
                     self.now,
-                ));
+                );
+                c.note_departures(n.region.departures());
+                n.coordinator = Some(c);
             } else if !here {
                 n.coordinator = None;
             }
@@ -560,18 +562,22 @@ fn a_coordinator_superseded_by_a_newer_one_reads_the_replicas_again_before_it_ac
     assert!(rival.state().home(&"x".into()).is_none());
 }
 
-#[test]
-fn a_coordinator_whose_table_lost_a_shard_takes_it_back_from_the_region_that_hosts_it() {
-    let mut net = Net::new(3);
-    net.advance(Duration::from_secs(1));
-    // An entity whose shard lives away from node 0, where the first coordinator runs.
-    let name = entities(50)
+/// An entity whose shard lives away from node 0, where the first coordinator runs.
+fn entity_away_from_node_0(net: &mut Net) -> String {
+    entities(50)
         .into_iter()
         .find(|e| {
             net.tell(0, e);
             net.home_of(e).is_some_and(|h| h != 0)
         })
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_coordinator_whose_table_lost_a_shard_takes_it_back_from_the_region_that_hosts_it() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    let name = entity_away_from_node_0(&mut net);
     let host = net.home_of(&name).unwrap();
     // Every replica loses the table (the host's too, as if the write had reached only the
     // others), then the two other nodes crash: the host's new coordinator starts empty.
@@ -599,6 +605,63 @@ fn a_coordinator_whose_table_lost_a_shard_takes_it_back_from_the_region_that_hos
     net.advance(Duration::from_secs(5));
     assert!(net.delivered(id));
     assert_eq!(net.home_of(&name), Some(host));
+}
+
+#[test]
+fn a_coordinator_restarted_on_the_same_node_has_every_region_register_again() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    let name = entity_away_from_node_0(&mut net);
+    let host = net.home_of(&name).unwrap();
+    // The table is lost and the singleton restarts on the same node: the regions see no change
+    // of coordinator in the membership, yet the new one must hear what they host.
+    for n in &mut net.nodes {
+        n.replica = Replica::new();
+    }
+    net.instances += 1;
+    let members = net.members();
+    let (config, instance, now) = (net.config.clone(), net.instances, net.now);
+    net.nodes[0].coordinator =
+        Some(Coordinator::new(config, node(0), instance, &members, &BTreeSet::new(), now));
+    net.pump();
+    // Well within the removal margin, after which a silent region no longer holds allocation.
+    net.advance(Duration::from_secs(5));
+    let shard = shard_for_entity(&name, SHARDS);
+    assert_eq!(net.coordinator().unwrap().state().home(&shard), Some(&node(host)));
+    let id = net.tell(0, &name);
+    net.advance(Duration::from_secs(1));
+    assert!(net.delivered(id));
+    assert_eq!(net.home_of(&name), Some(host));
+}
+
+#[test]
+fn a_coordinator_started_after_a_removal_waits_the_margin_before_allocating_a_lost_shard() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    let name = entities(50)
+        .into_iter()
+        .find(|e| {
+            net.tell(0, e);
+            net.home_of(e) == Some(2)
+        })
+        .unwrap();
+    // Node 2 is cut off and removed (it stops its entities only 10 s later); the table is lost;
+    // then node 0 crashes: node 1's new coordinator starts after node 2's removal and finds
+    // nothing in its replica, while node 2 still runs the entity.
+    net.cut(2, Duration::from_secs(10));
+    net.advance(Duration::from_secs(1));
+    for n in &mut net.nodes {
+        n.replica = Replica::new();
+    }
+    net.crash(0);
+    let id = net.tell(1, &name);
+    // The harness panics if the entity starts on node 1 while node 2 still runs it.
+    net.advance(Duration::from_secs(15));
+    assert!(!net.delivered(id), "allocated within the removal margin of node 2's removal");
+    // Once the margin since the removal has passed, the shard is allocated to node 1.
+    net.advance(Duration::from_secs(10));
+    assert!(net.delivered(id));
+    assert_eq!(net.home_of(&name), Some(1));
 }
 
 #[test]
@@ -927,4 +990,48 @@ fn a_leaving_member_takes_no_part_in_rebalancing() {
     let after = net.coordinator().unwrap().status().version.unwrap().seq;
     assert_eq!(after, before, "the table was rewritten {} times", after - before);
     assert_eq!(net.counts(), counts);
+}
+
+fn member(i: usize, status: MemberStatus) -> Member {
+    let dc: BTreeSet<String> = ["dc-default".to_owned()].into();
+    Member::from_parts(node(i), UpNumber(1), status, dc, AppVersion::default())
+}
+
+fn departed(d: &Departures) -> Vec<(UniqueAddress, Instant)> {
+    d.iter().map(|(m, at)| (m.node().clone(), at)).collect()
+}
+
+#[test]
+fn downed_and_vanished_members_are_departures_and_those_that_left_gracefully_are_not() {
+    use MemberStatus::*;
+    let margin = Duration::from_secs(20);
+    let t0 = base();
+    let mut d = Departures::default();
+    d.update(&[member(0, Up), member(1, Up), member(2, Exiting), member(3, Up)], t0, margin);
+    assert!(departed(&d).is_empty());
+    // 0 is downed, 1 vanishes while Up, 2 is removed after its graceful leave.
+    let t1 = t0 + Duration::from_secs(1);
+    d.update(&[member(0, Down), member(3, Up)], t1, margin);
+    assert_eq!(departed(&d), [(node(0), t1), (node(1), t1)]);
+    // The removal after the down keeps the time of the down; the margin forgets both.
+    d.update(&[member(3, Up)], t1 + Duration::from_secs(5), margin);
+    assert_eq!(departed(&d), [(node(0), t1), (node(1), t1)]);
+    d.update(&[member(3, Up)], t1 + margin, margin);
+    assert!(departed(&d).is_empty());
+}
+
+#[test]
+fn a_merged_departure_counts_from_the_earlier_sighting() {
+    use MemberStatus::*;
+    let margin = Duration::from_secs(20);
+    let t0 = base();
+    let (t1, t3) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(3));
+    let mut region = Departures::default();
+    region.update(&[member(0, Up), member(1, Up)], t0, margin);
+    region.update(&[member(0, Up)], t1, margin);
+    // The coordinator starts later and still sees node 1, downed.
+    let mut coordinator = Departures::default();
+    coordinator.update(&[member(0, Up), member(1, Down)], t3, margin);
+    coordinator.merge(&region);
+    assert_eq!(departed(&coordinator), [(node(1), t1)]);
 }

@@ -330,8 +330,11 @@ impl Sim {
         let config = s.config().clone();
         self.note(|| format!("slot {slot} COORDINATOR STARTS (instance {instance})"));
         self.sharding_input(slot, "coordinator-start", |s, now| {
-            s.coordinator =
-                Some(Coordinator::new(config, node, instance, &members, &unreachable, now));
+            let mut c = Coordinator::new(config, node, instance, &members, &unreachable, now);
+            if let Some(r) = &s.region {
+                c.note_departures(r.departures());
+            }
+            s.coordinator = Some(c);
         });
     }
 
