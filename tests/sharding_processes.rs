@@ -273,19 +273,28 @@ async fn counters_survive_a_kill_joins_and_a_rolling_restart_and_never_run_twice
     };
     let restart = async {
         let t = Instant::now();
+        let mut steps = Vec::new();
         for _ in 0..live.len() {
             let mut old = live.remove(0);
             fronts.lock().await.retain(|f| *f != old.http);
             let seed = live[0].proc.port;
+            let step = Instant::now();
             old.proc.term();
             let code = old.proc.exit_code(T).await;
             assert_eq!(code, Some(0), "a process did not leave cleanly");
+            let left = step.elapsed();
             ended.push((old.proc, now_secs()));
             let new = start(&dir, Some(seed)).await;
             wait_members(&client, &new, 6).await;
+            steps.push(format!(
+                "{:.1}+{:.1}",
+                left.as_secs_f64(),
+                (step.elapsed() - left).as_secs_f64()
+            ));
             fronts.lock().await.push(new.http.clone());
             live.push(new);
         }
+        eprintln!("rolling restart steps (leave + join, s): {}", steps.join(", "));
         restarting.store(false, Ordering::Relaxed);
         t.elapsed()
     };

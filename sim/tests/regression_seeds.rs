@@ -61,6 +61,15 @@ const CASES: &[Case] = &[
               counts from when it was downed, not only once removed)",
     },
     Case {
+        seed: 450,
+        nodes: 4,
+        downing: ChaosDowning::Resolver,
+        why: "L10: the coordinator's node was seen unreachable by another member and then \
+              reachable again, which raises no event on that node; the simulator told the \
+              coordinator only of membership changes, so it held rebalancing for good (fixed: \
+              the simulator, like the runtime, passes on every change of reachability)",
+    },
+    Case {
         seed: 2,
         nodes: 5,
         downing: ChaosDowning::Resolver,

@@ -265,6 +265,7 @@ pub(super) fn start(
         self_node,
         replica: Replica::new(),
         coordinator: None,
+        coordinator_stopping: None,
         instances: 0,
         shards: HashMap::new(),
         entities: HashMap::new(),
@@ -298,6 +299,9 @@ struct Task {
     region: Region<Envelope>,
     replica: Replica,
     coordinator: Option<Coordinator>,
+    /// The coordinator was asked to stop while changes to its table waited to be written: it
+    /// stops, and the singleton is told, once they are or at the deadline.
+    coordinator_stopping: Option<(oneshot::Sender<()>, Instant)>,
     /// Coordinators started here so far (their ballots' instance numbers).
     instances: u64,
     shards: HashMap<ShardId, Shard<Envelope>>,
@@ -342,6 +346,7 @@ impl Task {
         let mut idle = tokio::time::interval(idle_every);
         loop {
             self.drain();
+            self.maybe_stop_coordinator();
             let wake = self.next_deadline();
             tokio::select! {
                 changed = snapshots.changed() => {
@@ -390,7 +395,13 @@ impl Task {
     /// by a tick of their own, so that a message costs no walk over every hosted shard.
     fn next_deadline(&self) -> Option<Instant> {
         let coordinator = self.coordinator.as_ref().and_then(Coordinator::poll_timeout);
-        [self.region.poll_timeout(), coordinator].into_iter().flatten().min().map(Instant::from_std)
+        let stopping = self.coordinator_stopping.as_ref().map(|(_, at)| *at);
+        [self.region.poll_timeout(), coordinator]
+            .into_iter()
+            .flatten()
+            .map(Instant::from_std)
+            .chain(stopping)
+            .min()
     }
 
     fn feed_members(&mut self, snapshot: &Snapshot) {
@@ -467,11 +478,11 @@ impl Task {
                 self.coordinator = Some(coordinator);
             }
             CoordinatorCmd::Down(done) => {
-                if self.coordinator.take().is_some() {
-                    let entity_type = &self.config.type_name;
-                    tracing::info!(%entity_type, "shard coordinator stopped here");
-                }
-                let _ = done.send(());
+                // Up to four retries for the last writes: the shards this node just handed off
+                // and its region's stop reach the table the next coordinator reads.
+                let deadline = Instant::now() + self.config.retry_interval * 4;
+                self.coordinator_stopping = Some((done, deadline));
+                self.maybe_stop_coordinator();
             }
         }
     }
@@ -550,6 +561,21 @@ impl Task {
                 self.drain_shard(&shard);
             }
         }
+    }
+
+    /// Stops the coordinator asked to stop once its table is written, or at the deadline.
+    fn maybe_stop_coordinator(&mut self) {
+        let Some((_, deadline)) = &self.coordinator_stopping else { return };
+        let writing = self.coordinator.as_ref().is_some_and(Coordinator::has_unwritten_changes);
+        if writing && Instant::now() < *deadline {
+            return;
+        }
+        let Some((done, _)) = self.coordinator_stopping.take() else { return };
+        if self.coordinator.take().is_some() {
+            let entity_type = &self.config.type_name;
+            tracing::info!(%entity_type, "shard coordinator stopped here");
+        }
+        let _ = done.send(());
     }
 
     fn on_timeout(&mut self) {

@@ -112,12 +112,13 @@ impl From<WireCoordinatorMsg> for CoordinatorMsg {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum WireRegionMsg {
     RegisterAck,
-    RegisterAgain,
     ShardHome { shard: String, region: WireNode },
     ShardHomes(Vec<(String, WireNode)>),
     HostShard(String),
     BeginHandOff(String),
     HandOff(String),
+    // New variants go last: postcard encodes a variant by its index.
+    RegisterAgain,
 }
 
 impl From<&RegionMsg> for WireRegionMsg {
@@ -319,6 +320,25 @@ mod tests {
         let Frame::Replica(wire) = postcard::from_bytes(&bytes).unwrap() else { panic!() };
         let back = ReplicaMsg::try_from(wire).unwrap();
         assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn every_region_message_travels_and_comes_back_the_same() {
+        let shard = || ShardId::new("7");
+        let all = [
+            RegionMsg::RegisterAck,
+            RegionMsg::RegisterAgain,
+            RegionMsg::ShardHome { shard: shard(), region: n(2) },
+            RegionMsg::ShardHomes(vec![(shard(), n(1)), (ShardId::new("8"), n(3))]),
+            RegionMsg::HostShard(shard()),
+            RegionMsg::BeginHandOff(shard()),
+            RegionMsg::HandOff(shard()),
+        ];
+        for msg in all {
+            let bytes = postcard::to_stdvec(&Frame::ToRegion((&msg).into())).unwrap();
+            let Frame::ToRegion(wire) = postcard::from_bytes(&bytes).unwrap() else { panic!() };
+            assert_eq!(RegionMsg::try_from(wire).unwrap(), msg);
+        }
     }
 
     #[test]

@@ -175,8 +175,9 @@ pub struct Coordinator {
     must_register: BTreeSet<UniqueAddress>,
     /// Unreachable nodes, as last reported.
     unreachable: BTreeSet<UniqueAddress>,
-    /// Members removed without a graceful leave, and when that was seen, for the removal margin;
-    /// those with the role that never registered here hold up the allocation of unknown shards.
+    /// Members downed, or removed without a graceful leave, until a removal margin after their
+    /// removal; those of this data center with the role that neither registered here nor said
+    /// their region has stopped hold up the allocation of unknown shards.
     departures: Departures,
     /// This node's data center: members elsewhere have their own coordinator.
     dc: String,
@@ -253,6 +254,14 @@ impl Coordinator {
         [self.timers.earliest(), handoff, margin].into_iter().flatten().min()
     }
 
+    /// Whether changes to the table wait to be written to a majority. A coordinator stopped
+    /// before they are loses them: its successor reads the table without them (a region that
+    /// stopped, shards that were handed off), and waits out a removal margin where it need not.
+    /// The driver of a coordinator asked to stop may let it finish, for a bounded time.
+    pub fn has_unwritten_changes(&self) -> bool {
+        self.write.is_some() || self.dirty
+    }
+
     /// The table last written to a majority.
     pub fn state(&self) -> &CoordinatorState {
         &self.committed
@@ -318,7 +327,7 @@ impl Coordinator {
     /// after [`Coordinator::new`], so that a removal that came before this coordinator started
     /// still holds up allocation for the removal margin.
     pub fn note_departures(&mut self, seen: &Departures) {
-        self.departures.merge(seen);
+        self.departures.merge(seen, self.now);
     }
 
     /// A message from the region (or proxy) on node `from`.
@@ -508,12 +517,13 @@ impl Coordinator {
         self.dirty = true;
         self.queued.push(Effect::HostAll);
         self.timers.set(Timer::Rebalance as usize, now + self.config.rebalance_interval);
-        // Registrations heard before a read that a newer coordinator forced stay valid (the
-        // regions do not register again with a coordinator on the same node), and what they
-        // listed is taken back into the table just read.
+        // Registrations heard before a read that a newer coordinator forced stay valid (regions
+        // do not register again when a read is forced), and what they listed is taken back into
+        // the table just read.
         if self.active_since.is_none() {
             // Regions register when the coordinator's node changes; one that started on the
-            // node of an earlier one (restarted, or back after a freeze) asks them to.
+            // node of an earlier one (restarted, or back after a freeze) asks them to. Members
+            // that stay silent are asked again on every retry.
             let everyone: Vec<UniqueAddress> = self.members.keys().cloned().collect();
             for m in everyone {
                 self.send(m, RegionMsg::RegisterAgain);
@@ -564,7 +574,8 @@ impl Coordinator {
             }
             self.write = Some(Write { version, state, acks: BTreeSet::new(), effects });
         }
-        let waiting = self.write.is_some() || !self.hosting.is_empty();
+        let waiting =
+            self.write.is_some() || !self.hosting.is_empty() || !self.unheard().is_empty();
         if waiting || matches!(self.phase, Phase::Recovering(_)) {
             self.timers.set_at_most(Timer::Retry as usize, now + self.config.retry_interval);
         }
@@ -644,6 +655,11 @@ impl Coordinator {
                 for (r, s) in again {
                     self.send(r, RegionMsg::HostShard(s));
                 }
+                // A RegisterAgain may have been lost (a partition), or undone by a late
+                // RegisterAck from an earlier coordinator on this node.
+                for m in self.unheard() {
+                    self.send(m, RegionMsg::RegisterAgain);
+                }
             }
         }
         self.timers.set(Timer::Retry as usize, now + self.config.retry_interval);
@@ -702,8 +718,7 @@ impl Coordinator {
     fn may_allocate_unknown(&self) -> bool {
         let margin = self.config.removal_margin;
         let now = self.now;
-        let heard = |r: &UniqueAddress| self.registered.contains_key(r) || self.stopped.contains(r);
-        let mut silent = self.must_register.iter().filter(|r| !heard(r));
+        let mut silent = self.must_register.iter().filter(|r| !self.heard(r));
         // A member that stays silent for the margin does not hold allocation up for good,
         // unless it is unreachable: then it waits for the member's removal and margin.
         let heard_all = match silent.next() {
@@ -719,8 +734,21 @@ impl Coordinator {
             && self
                 .departures
                 .iter()
-                .filter(|(m, _)| self.ours(m) && !heard(m.node()))
+                .filter(|(m, _)| self.ours(m) && !self.heard(m.node()))
                 .all(|(_, at)| at + margin <= now)
+    }
+
+    /// Whether the region of `member` registered with this coordinator or said it has stopped.
+    fn heard(&self, member: &UniqueAddress) -> bool {
+        self.registered.contains_key(member) || self.stopped.contains(member)
+    }
+
+    /// Members whose region must register and has not, once this coordinator is active.
+    fn unheard(&self) -> Vec<UniqueAddress> {
+        if self.active_since.is_none() {
+            return Vec::new();
+        }
+        self.must_register.iter().filter(|r| !self.heard(r)).cloned().collect()
     }
 
     /// Takes the shards `region` lists as hosted into the table when the table has no home for

@@ -18,9 +18,10 @@
 //! departs from the usual design.
 //!
 //! Layout: this file holds the vocabulary shared by the machines and their drivers (ids,
-//! settings, protocol messages); `departures.rs` the members that left without handing off; `hash.rs` the default shard-id extractor; `allocation.rs` the
-//! least-shard allocation and rebalance rule; `state.rs` the coordinator's table and its
-//! replication messages; one file per machine; `timers.rs` the small deadline table they share.
+//! settings, protocol messages); `departures.rs` the members that went without handing off;
+//! `hash.rs` the default shard-id extractor; `allocation.rs` the least-shard allocation and
+//! rebalance rule; `state.rs` the coordinator's table and its replication messages; one file per
+//! machine; `timers.rs` the small deadline table they share.
 
 mod allocation;
 mod coordinator;

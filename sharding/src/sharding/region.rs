@@ -151,7 +151,7 @@ pub struct Region<M> {
     stopped: bool,
     /// The nodes of the latest membership: homes elsewhere are not taken.
     members: BTreeSet<UniqueAddress>,
-    /// Members that left without handing off, for a coordinator that starts here.
+    /// Members downed or removed without handing off, for a coordinator that starts here.
     departures: Departures,
     timers: Timers<1>,
     outputs: VecDeque<RegionOutput<M>>,
@@ -211,8 +211,8 @@ impl<M> Region<M> {
         self.homes.get(shard)
     }
 
-    /// Members that left the membership without a graceful leave within the removal margin, as
-    /// this region saw them: a coordinator starting on this node takes them in with
+    /// Members downed, or removed without a graceful leave, until a removal margin after their
+    /// removal, as this region saw them: a coordinator starting on this node takes them in with
     /// [`Coordinator::note_departures`](super::Coordinator::note_departures).
     pub fn departures(&self) -> &Departures {
         &self.departures

@@ -379,6 +379,36 @@ impl Net {
         self.membership_changed();
     }
 
+    /// Every replica loses the table, as when most of them restart at once.
+    fn lose_table(&mut self) {
+        for n in &mut self.nodes {
+            n.replica = Replica::new();
+        }
+    }
+
+    /// The singleton restarts on node 0, where it ran (as after a freeze): a new coordinator
+    /// there, which regions cannot tell from the membership.
+    fn restart_coordinator_on_node_0(&mut self) {
+        self.instances += 1;
+        let members = self.members();
+        let (config, instance, now) = (self.config.clone(), self.instances, self.now);
+        let c = Coordinator::new(config, node(0), instance, &members, &BTreeSet::new(), now);
+        self.nodes[0].coordinator = Some(c);
+        self.pump();
+    }
+
+    /// An entity whose shard lives on a node that `host` accepts, found by sending to entities
+    /// from node 0.
+    fn entity_hosted(&mut self, host: impl Fn(usize) -> bool) -> String {
+        entities(50)
+            .into_iter()
+            .find(|e| {
+                self.tell(0, e);
+                self.home_of(e).is_some_and(&host)
+            })
+            .unwrap()
+    }
+
     fn coordinator(&self) -> Option<&Coordinator> {
         self.nodes
             .iter()
@@ -562,28 +592,15 @@ fn a_coordinator_superseded_by_a_newer_one_reads_the_replicas_again_before_it_ac
     assert!(rival.state().home(&"x".into()).is_none());
 }
 
-/// An entity whose shard lives away from node 0, where the first coordinator runs.
-fn entity_away_from_node_0(net: &mut Net) -> String {
-    entities(50)
-        .into_iter()
-        .find(|e| {
-            net.tell(0, e);
-            net.home_of(e).is_some_and(|h| h != 0)
-        })
-        .unwrap()
-}
-
 #[test]
 fn a_coordinator_whose_table_lost_a_shard_takes_it_back_from_the_region_that_hosts_it() {
     let mut net = Net::new(3);
     net.advance(Duration::from_secs(1));
-    let name = entity_away_from_node_0(&mut net);
+    let name = net.entity_hosted(|h| h != 0);
     let host = net.home_of(&name).unwrap();
     // Every replica loses the table (the host's too, as if the write had reached only the
     // others), then the two other nodes crash: the host's new coordinator starts empty.
-    for n in &mut net.nodes {
-        n.replica = Replica::new();
-    }
+    net.lose_table();
     for i in (0..3).filter(|i| *i != host) {
         net.nodes[i].alive = false;
         net.nodes[i].status = MemberStatus::Removed;
@@ -611,19 +628,12 @@ fn a_coordinator_whose_table_lost_a_shard_takes_it_back_from_the_region_that_hos
 fn a_coordinator_restarted_on_the_same_node_has_every_region_register_again() {
     let mut net = Net::new(3);
     net.advance(Duration::from_secs(1));
-    let name = entity_away_from_node_0(&mut net);
+    let name = net.entity_hosted(|h| h != 0);
     let host = net.home_of(&name).unwrap();
     // The table is lost and the singleton restarts on the same node: the regions see no change
     // of coordinator in the membership, yet the new one must hear what they host.
-    for n in &mut net.nodes {
-        n.replica = Replica::new();
-    }
-    net.instances += 1;
-    let members = net.members();
-    let (config, instance, now) = (net.config.clone(), net.instances, net.now);
-    net.nodes[0].coordinator =
-        Some(Coordinator::new(config, node(0), instance, &members, &BTreeSet::new(), now));
-    net.pump();
+    net.lose_table();
+    net.restart_coordinator_on_node_0();
     // Well within the removal margin, after which a silent region no longer holds allocation.
     net.advance(Duration::from_secs(5));
     let shard = shard_for_entity(&name, SHARDS);
@@ -634,34 +644,127 @@ fn a_coordinator_restarted_on_the_same_node_has_every_region_register_again() {
     assert_eq!(net.home_of(&name), Some(host));
 }
 
+/// Node 2 hosts an entity and goes without handing off (cut off and removed, or first downed
+/// and removed `removed_after` later); it stops its entities only 19 s after it was cut off.
+/// Node 0 then leaves gracefully, and the table is lost just before the coordinator moves to
+/// node 1, whose region saw node 2 go. A message sent through node 1 reaches the entity only
+/// once the removal margin since node 2's removal has passed, and then on node 1.
+fn lost_shard_after_a_departure(net: &mut Net, removed_after: Option<Duration>) {
+    net.advance(Duration::from_secs(1));
+    let name = net.entity_hosted(|h| h == 2);
+    let cut_at = net.now;
+    net.nodes[2].dies_at = Some(cut_at + Duration::from_secs(19));
+    net.nodes[2].status =
+        if removed_after.is_some() { MemberStatus::Down } else { MemberStatus::Removed };
+    net.membership_changed();
+    let mut margin_from = cut_at;
+    if let Some(after) = removed_after {
+        net.advance(after);
+        net.nodes[2].status = MemberStatus::Removed;
+        net.membership_changed();
+        margin_from = net.now;
+    }
+    let now = net.now;
+    net.nodes[0].region.graceful_shutdown(now);
+    net.pump();
+    net.advance(Duration::from_secs(2));
+    assert!(net.nodes[0].region.status().stopped);
+    net.lose_table();
+    net.nodes[0].status = MemberStatus::Exiting;
+    net.membership_changed();
+    net.nodes[0].status = MemberStatus::Removed;
+    net.nodes[0].alive = false;
+    net.membership_changed();
+    assert!(net.nodes[1].coordinator.is_some());
+    let id = net.tell(1, &name);
+    // The harness panics if the entity starts on node 1 while node 2 still runs it.
+    net.advance(margin_from + Duration::from_millis(18_500) - net.now);
+    assert!(!net.delivered(id), "allocated within the removal margin of node 2's removal");
+    // Once the margin since the removal has passed, the shard is allocated to node 1.
+    net.advance(Duration::from_secs(3));
+    assert!(net.delivered(id));
+    assert_eq!(net.home_of(&name), Some(1));
+}
+
+#[test]
+fn a_region_that_missed_the_request_to_register_again_is_asked_again() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    let name = net.entity_hosted(|h| h == 2);
+    // The table is lost and the coordinator restarts on the same node while everything sent to
+    // node 2 is lost (node 2 stays a member and keeps its entities).
+    net.lose_table();
+    net.nodes[2].alive = false;
+    net.restart_coordinator_on_node_0();
+    net.advance(Duration::from_millis(500));
+    assert_eq!(net.coordinator().unwrap().status().phase, "active");
+    net.nodes[2].alive = true;
+    // Past the removal margin, after which a silent member no longer holds allocation up: node
+    // 2 has registered again in the meantime and its shard stayed there.
+    net.advance(Duration::from_secs(25));
+    let shard = shard_for_entity(&name, SHARDS);
+    assert_eq!(net.coordinator().unwrap().state().home(&shard), Some(&node(2)));
+    let id = net.tell(0, &name);
+    net.advance(Duration::from_secs(1));
+    assert!(net.delivered(id));
+    assert_eq!(net.home_of(&name), Some(2));
+}
+
+#[test]
+fn a_coordinator_says_whether_changes_wait_to_be_written() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    assert!(!net.coordinator().unwrap().has_unwritten_changes());
+    // Two of three replicas out of reach: an allocation cannot reach a majority.
+    net.replica_cut.extend([1, 2]);
+    let id = net.tell(0, &entities(1)[0]);
+    assert!(net.coordinator().unwrap().has_unwritten_changes());
+    assert!(!net.delivered(id));
+    net.replica_cut.clear();
+    net.advance(Duration::from_secs(3));
+    assert!(net.delivered(id));
+    assert!(!net.coordinator().unwrap().has_unwritten_changes());
+}
+
 #[test]
 fn a_coordinator_started_after_a_removal_waits_the_margin_before_allocating_a_lost_shard() {
     let mut net = Net::new(3);
+    lost_shard_after_a_departure(&mut net, None);
+}
+
+#[test]
+fn a_downed_member_holds_allocation_until_a_margin_after_its_removal() {
+    let mut net = Net::new(3);
+    // Node 2 is downed 5 s before its removal: a margin from the down is not enough.
+    lost_shard_after_a_departure(&mut net, Some(Duration::from_secs(5)));
+}
+
+#[test]
+fn a_region_that_has_stopped_does_not_hold_up_a_restarted_coordinator() {
+    let mut net = Net::new(3);
     net.advance(Duration::from_secs(1));
-    let name = entities(50)
-        .into_iter()
-        .find(|e| {
-            net.tell(0, e);
-            net.home_of(e) == Some(2)
-        })
-        .unwrap();
-    // Node 2 is cut off and removed (it stops its entities only 10 s later); the table is lost;
-    // then node 0 crashes: node 1's new coordinator starts after node 2's removal and finds
-    // nothing in its replica, while node 2 still runs the entity.
-    net.cut(2, Duration::from_secs(10));
-    net.advance(Duration::from_secs(1));
-    for n in &mut net.nodes {
-        n.replica = Replica::new();
+    for e in entities(5) {
+        net.tell(0, &e);
     }
-    net.crash(0);
+    // Node 2 is leaving and its region has stopped.
+    let now = net.now;
+    net.nodes[2].region.graceful_shutdown(now);
+    net.pump();
+    net.advance(Duration::from_secs(2));
+    assert!(net.nodes[2].region.status().stopped);
+    net.nodes[2].status = MemberStatus::Leaving;
+    net.membership_changed();
+    // The coordinator restarts on the same node; an entity of a shard never allocated.
+    net.restart_coordinator_on_node_0();
+    let table = net.coordinator().unwrap().state().clone();
+    let name = entities(200)
+        .into_iter()
+        .find(|e| table.home(&shard_for_entity(e, SHARDS)).is_none())
+        .unwrap();
     let id = net.tell(1, &name);
-    // The harness panics if the entity starts on node 1 while node 2 still runs it.
-    net.advance(Duration::from_secs(15));
-    assert!(!net.delivered(id), "allocated within the removal margin of node 2's removal");
-    // Once the margin since the removal has passed, the shard is allocated to node 1.
-    net.advance(Duration::from_secs(10));
+    // Well within the removal margin, which is how long a silent leaving member would hold it.
+    net.advance(Duration::from_secs(2));
     assert!(net.delivered(id));
-    assert_eq!(net.home_of(&name), Some(1));
 }
 
 #[test]
@@ -916,12 +1019,7 @@ fn a_coordinator_restarted_on_the_same_node_writes_tables_the_replicas_keep() {
         net.tell(1, &e);
     }
     // The singleton restarts on the same node (as after a freeze).
-    net.instances += 1;
-    let members = net.members();
-    let (config, instance, now) = (net.config.clone(), net.instances, net.now);
-    net.nodes[0].coordinator =
-        Some(Coordinator::new(config, node(0), instance, &members, &BTreeSet::new(), now));
-    net.pump();
+    net.restart_coordinator_on_node_0();
     net.advance(Duration::from_secs(3));
     let now = net.now;
     net.nodes[2].region.graceful_shutdown(now);
@@ -1005,33 +1103,40 @@ fn departed(d: &Departures) -> Vec<(UniqueAddress, Instant)> {
 fn downed_and_vanished_members_are_departures_and_those_that_left_gracefully_are_not() {
     use MemberStatus::*;
     let margin = Duration::from_secs(20);
-    let t0 = base();
+    let b = base();
+    let t = |s: u64| b + Duration::from_secs(s);
     let mut d = Departures::default();
-    d.update(&[member(0, Up), member(1, Up), member(2, Exiting), member(3, Up)], t0, margin);
+    let all = [member(0, Up), member(1, Up), member(2, Exiting), member(3, Up), member(4, Leaving)];
+    d.update(&all, t(0), margin);
     assert!(departed(&d).is_empty());
-    // 0 is downed, 1 vanishes while Up, 2 is removed after its graceful leave.
-    let t1 = t0 + Duration::from_secs(1);
-    d.update(&[member(0, Down), member(3, Up)], t1, margin);
-    assert_eq!(departed(&d), [(node(0), t1), (node(1), t1)]);
-    // The removal after the down keeps the time of the down; the margin forgets both.
-    d.update(&[member(3, Up)], t1 + Duration::from_secs(5), margin);
-    assert_eq!(departed(&d), [(node(0), t1), (node(1), t1)]);
-    d.update(&[member(3, Up)], t1 + margin, margin);
+    // 0 is downed, 1 vanishes while Up, 2 and 4 are removed after their graceful leave (the
+    // Exiting step of 4 unseen).
+    d.update(&[member(0, Down), member(3, Up)], t(1), margin);
+    assert_eq!(departed(&d), [(node(0), t(1)), (node(1), t(1))]);
+    // While downed, the margin starts over at every sighting, and again at the removal.
+    d.update(&[member(0, Down), member(3, Up)], t(6), margin);
+    assert_eq!(departed(&d), [(node(0), t(6)), (node(1), t(1))]);
+    d.update(&[member(3, Up)], t(11), margin);
+    assert_eq!(departed(&d), [(node(0), t(11)), (node(1), t(1))]);
+    d.update(&[member(3, Up)], t(21), margin);
+    assert_eq!(departed(&d), [(node(0), t(11))]);
+    d.update(&[member(3, Up)], t(31), margin);
     assert!(departed(&d).is_empty());
 }
 
 #[test]
-fn a_merged_departure_counts_from_the_earlier_sighting() {
+fn a_coordinator_takes_in_what_its_region_saw_go_before_it_started() {
     use MemberStatus::*;
     let margin = Duration::from_secs(20);
-    let t0 = base();
-    let (t1, t3) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(3));
+    let b = base();
+    let t = |s: u64| b + Duration::from_secs(s);
     let mut region = Departures::default();
-    region.update(&[member(0, Up), member(1, Up)], t0, margin);
-    region.update(&[member(0, Up)], t1, margin);
-    // The coordinator starts later and still sees node 1, downed.
+    region.update(&[member(0, Up), member(1, Up), member(2, Up), member(3, Up)], t(0), margin);
+    // The region saw 1 removed at 1 s and 3 downed at 2 s, and has not yet seen 2 go.
+    region.update(&[member(0, Up), member(2, Up), member(3, Down)], t(1), margin);
+    region.update(&[member(0, Up), member(2, Up), member(3, Down)], t(2), margin);
     let mut coordinator = Departures::default();
-    coordinator.update(&[member(0, Up), member(1, Down)], t3, margin);
-    coordinator.merge(&region);
-    assert_eq!(departed(&coordinator), [(node(1), t1)]);
+    coordinator.update(&[member(0, Up), member(3, Down)], t(3), margin);
+    coordinator.merge(&region, t(3));
+    assert_eq!(departed(&coordinator), [(node(1), t(1)), (node(2), t(3)), (node(3), t(3))]);
 }

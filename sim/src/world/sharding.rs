@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
+use convoke_membership::gossip::Gossip;
 use convoke_membership::reachability::ReachabilityStatus;
 use convoke_membership::{Member, UniqueAddress};
 use convoke_sharding::sharding::{
@@ -293,16 +294,8 @@ impl Sim {
 
     /// The members and unreachable nodes as the core in `slot` sees them.
     fn view_of(&self, slot: usize) -> Option<(Vec<Member>, BTreeSet<UniqueAddress>)> {
-        let core = self.procs.core(slot)?;
-        let g = core.gossip();
-        let members = g.members().cloned().collect();
-        let unreachable = g
-            .reachability()
-            .records()
-            .filter(|r| r.status != ReachabilityStatus::Reachable)
-            .map(|r| r.subject.clone())
-            .collect();
-        Some((members, unreachable))
+        let g = self.procs.core(slot)?.gossip();
+        Some((g.members().cloned().collect(), unreachable_in(g)))
     }
 
     /// After a step of the core in `slot` that changed its members: region and coordinator see
@@ -461,4 +454,14 @@ impl Sim {
         let deadline = self.shardings.as_ref().and_then(|s| next_deadline(s.slot(slot)));
         self.arm_sharding_timer(slot, deadline);
     }
+}
+
+/// The nodes some member observes as unreachable in `gossip`.
+pub(super) fn unreachable_in(gossip: &Gossip) -> BTreeSet<UniqueAddress> {
+    gossip
+        .reachability()
+        .records()
+        .filter(|r| r.status != ReachabilityStatus::Reachable)
+        .map(|r| r.subject.clone())
+        .collect()
 }

@@ -12,6 +12,7 @@ use convoke_membership::member::{Member, MemberStatus};
 use convoke_membership::message::{Message, Transmit};
 use convoke_membership::{Cluster, UniqueAddress};
 
+use super::sharding::unreachable_in;
 use super::{Sim, into_queue};
 use crate::delivery::InFlight;
 use crate::invariants::{Cause, Delivered, Observation, SbrDecision, Violation};
@@ -62,6 +63,9 @@ impl Sim {
             decisions.push(SbrDecision::from(&d));
         }
         let changed = !Arc::ptr_eq(&before, core.gossip()) || !decisions.is_empty();
+        let reachability_changed = self.shardings.is_some()
+            && !Arc::ptr_eq(&before, core.gossip())
+            && unreachable_in(&before) != unreachable_in(core.gossip());
         let confirms = matches!(cause, Cause::Message(Delivered::Other("ExitingConfirmed")));
         if (changed || confirms) && !self.checkers.is_empty() && self.violation.is_none() {
             let leader = core.membership().leader().cloned();
@@ -116,6 +120,16 @@ impl Sim {
         if let Some(members) = &members {
             self.singleton_members(slot, members);
             self.sharding_members(slot, members);
+        } else if reachability_changed {
+            // The coordinator holds rebalancing while a member is unreachable; the runtime
+            // feeds it every change of the cluster state, reachability included (also what
+            // other members observe of this node, which raises no event here).
+            let members: Vec<Member> = self
+                .procs
+                .core(slot)
+                .map(|c| c.gossip().members().cloned().collect())
+                .unwrap_or_default();
+            self.sharding_members(slot, &members);
         }
     }
 
