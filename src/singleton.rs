@@ -159,6 +159,13 @@ struct Inner {
     leaves: Mutex<Vec<mpsc::Sender<oneshot::Sender<()>>>>,
 }
 
+impl Singletons {
+    /// How long an instance asked to stop may take before it is aborted.
+    pub(crate) fn hand_over_timeout(&self) -> Duration {
+        self.inner.settings.hand_over_timeout
+    }
+}
+
 impl fmt::Debug for Singletons {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Singletons").field("statuses", &self.inner.statuses).finish_non_exhaustive()

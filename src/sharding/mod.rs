@@ -255,6 +255,10 @@ impl Sharding {
         )?;
         if hosting {
             let coordinator = started.coordinator.clone();
+            // A coordinator asked to stop may finish its writes for four retry intervals, and
+            // never for more than half of the time after which the singleton aborts it.
+            let budget =
+                (inner.settings.retry_interval * 4).min(inner.singletons.hand_over_timeout() / 2);
             inner
                 .singletons
                 .start(&format!("sharding/{type_name}"), role, move |ctx| {
@@ -265,7 +269,8 @@ impl Sharding {
                             return;
                         }
                         ctx.stopped().await;
-                        let _ = coordinator.send(region::CoordinatorCmd::Down(done)).await;
+                        let down = region::CoordinatorCmd::Down { done, budget };
+                        let _ = coordinator.send(down).await;
                         let _ = stopped.await;
                     }
                 })

@@ -45,10 +45,11 @@ enum Protocol {
     Replica(ReplicaMsg),
 }
 
-/// The singleton tells the region task that the coordinator runs here now (`Up`) or no more.
+/// The singleton tells the region task that the coordinator runs here now (`Up`) or no more
+/// (`Down`: it stops once its pending writes are done or `budget` has passed, then says `done`).
 pub(super) enum CoordinatorCmd {
     Up,
-    Down(oneshot::Sender<()>),
+    Down { done: oneshot::Sender<()>, budget: Duration },
 }
 
 type Reply = Result<Vec<u8>, WireFailure>;
@@ -463,6 +464,9 @@ impl Task {
     fn on_coordinator_cmd(&mut self, cmd: CoordinatorCmd) {
         match cmd {
             CoordinatorCmd::Up => {
+                // The singleton starts an instance only after the previous one has ended; one
+                // still finishing its writes here has been given up on.
+                self.stop_coordinator();
                 self.instances += 1;
                 let entity_type = &self.config.type_name;
                 tracing::info!(%entity_type, "shard coordinator starting here");
@@ -477,11 +481,13 @@ impl Task {
                 coordinator.note_departures(self.region.departures());
                 self.coordinator = Some(coordinator);
             }
-            CoordinatorCmd::Down(done) => {
-                // Up to four retries for the last writes: the shards this node just handed off
-                // and its region's stop reach the table the next coordinator reads.
-                let deadline = Instant::now() + self.config.retry_interval * 4;
-                self.coordinator_stopping = Some((done, deadline));
+            CoordinatorCmd::Down { done, budget } => {
+                // The last writes (the shards this node just handed off, its region's stop)
+                // reach the table the next coordinator reads; nothing new is taken on.
+                if let Some(c) = &mut self.coordinator {
+                    c.begin_stop();
+                }
+                self.coordinator_stopping = Some((done, Instant::now() + budget));
                 self.maybe_stop_coordinator();
             }
         }
@@ -563,19 +569,26 @@ impl Task {
         }
     }
 
-    /// Stops the coordinator asked to stop once its table is written, or at the deadline.
+    /// Stops the coordinator asked to stop once its table is written, at the deadline, or as
+    /// soon as the singleton no longer waits for it.
     fn maybe_stop_coordinator(&mut self) {
-        let Some((_, deadline)) = &self.coordinator_stopping else { return };
+        let Some((done, deadline)) = &self.coordinator_stopping else { return };
         let writing = self.coordinator.as_ref().is_some_and(Coordinator::has_unwritten_changes);
-        if writing && Instant::now() < *deadline {
+        if writing && Instant::now() < *deadline && !done.is_closed() {
             return;
         }
-        let Some((done, _)) = self.coordinator_stopping.take() else { return };
+        self.stop_coordinator();
+    }
+
+    /// Stops the coordinator now and tells the singleton if it waits.
+    fn stop_coordinator(&mut self) {
+        if let Some((done, _)) = self.coordinator_stopping.take() {
+            let _ = done.send(());
+        }
         if self.coordinator.take().is_some() {
             let entity_type = &self.config.type_name;
             tracing::info!(%entity_type, "shard coordinator stopped here");
         }
-        let _ = done.send(());
     }
 
     fn on_timeout(&mut self) {

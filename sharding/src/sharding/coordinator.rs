@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::mem;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use convoke_membership::{Member, MemberStatus, UniqueAddress};
 
@@ -184,6 +184,11 @@ pub struct Coordinator {
     /// Shards the table had and let go (their region stopped them, or was removed): allocated
     /// again without waiting for registrations.
     freed: BTreeSet<ShardId>,
+    /// When RegisterAgain next goes to members not heard from, and the wait after that
+    /// (doubling up to the removal margin).
+    register_again: Option<(Instant, Duration)>,
+    /// Asked to stop: only finishes what it has begun.
+    stopping: bool,
 }
 
 impl Coordinator {
@@ -235,6 +240,8 @@ impl Coordinator {
             departures: Departures::default(),
             dc: String::new(),
             freed: BTreeSet::new(),
+            register_again: None,
+            stopping: false,
         };
         c.read_view(members, unreachable);
         c.departures.update(members, now, c.config.removal_margin);
@@ -260,6 +267,15 @@ impl Coordinator {
     /// The driver of a coordinator asked to stop may let it finish, for a bounded time.
     pub fn has_unwritten_changes(&self) -> bool {
         self.write.is_some() || self.dirty
+    }
+
+    /// The coordinator is about to be stopped (the singleton hands over): from now on it takes
+    /// on nothing new (no allocation, registration, rebalance or handoff), so that the driver
+    /// can let it finish the writes it has begun (see
+    /// [`has_unwritten_changes`](Self::has_unwritten_changes)) before it drops it.
+    pub fn begin_stop(&mut self) {
+        self.stopping = true;
+        self.timers.clear(Timer::Rebalance as usize);
     }
 
     /// The table last written to a majority.
@@ -520,7 +536,7 @@ impl Coordinator {
         // Registrations heard before a read that a newer coordinator forced stay valid (regions
         // do not register again when a read is forced), and what they listed is taken back into
         // the table just read.
-        if self.active_since.is_none() {
+        if self.active_since.is_none() && !self.stopping {
             // Regions register when the coordinator's node changes; one that started on the
             // node of an earlier one (restarted, or back after a freeze) asks them to. Members
             // that stay silent are asked again on every retry.
@@ -528,6 +544,8 @@ impl Coordinator {
             for m in everyone {
                 self.send(m, RegionMsg::RegisterAgain);
             }
+            let every = self.config.retry_interval;
+            self.register_again = Some((now + every, every));
         }
         self.active_since.get_or_insert(now);
         let registered: Vec<(UniqueAddress, Vec<ShardId>)> =
@@ -574,8 +592,7 @@ impl Coordinator {
             }
             self.write = Some(Write { version, state, acks: BTreeSet::new(), effects });
         }
-        let waiting =
-            self.write.is_some() || !self.hosting.is_empty() || !self.unheard().is_empty();
+        let waiting = self.write.is_some() || !self.hosting.is_empty();
         if waiting || matches!(self.phase, Phase::Recovering(_)) {
             self.timers.set_at_most(Timer::Retry as usize, now + self.config.retry_interval);
         }
@@ -656,9 +673,17 @@ impl Coordinator {
                     self.send(r, RegionMsg::HostShard(s));
                 }
                 // A RegisterAgain may have been lost (a partition), or undone by a late
-                // RegisterAck from an earlier coordinator on this node.
-                for m in self.unheard() {
-                    self.send(m, RegionMsg::RegisterAgain);
+                // RegisterAck from an earlier coordinator on this node; a member that never
+                // starts the entity type is asked less and less often.
+                if let Some((at, every)) = self.register_again
+                    && at <= now
+                    && !self.stopping
+                {
+                    for m in self.unheard() {
+                        self.send(m, RegionMsg::RegisterAgain);
+                    }
+                    let every = (every * 2).min(self.config.removal_margin);
+                    self.register_again = Some((now + every, every));
                 }
             }
         }
@@ -692,7 +717,8 @@ impl Coordinator {
             }
         }
         let known = self.freed.contains(&shard);
-        if self.proposed.home(&shard).is_some() || !(known || self.may_allocate_unknown()) {
+        let blocked = self.stopping || !(known || self.may_allocate_unknown());
+        if self.proposed.home(&shard).is_some() || blocked {
             // A region asks again while the allocation waits.
             return;
         }
@@ -819,7 +845,7 @@ impl Coordinator {
             .members
             .get(&from)
             .is_some_and(|s| matches!(s, Up | Leaving | PreparingForShutdown | ReadyForShutdown));
-        if !accepted || self.removed.contains_key(&from) {
+        if !accepted || self.removed.contains_key(&from) || self.stopping {
             return;
         }
         self.proxies.remove(&from);
@@ -870,7 +896,7 @@ impl Coordinator {
     }
 
     fn on_graceful_shutdown(&mut self, from: &UniqueAddress, now: Instant) {
-        if !self.proposed.has_region(from) {
+        if !self.proposed.has_region(from) || self.stopping {
             return;
         }
         self.shutting_down.insert(from.clone());
@@ -908,7 +934,8 @@ impl Coordinator {
 
     fn rebalance(&mut self, now: Instant) {
         self.timers.set(Timer::Rebalance as usize, now + self.config.rebalance_interval);
-        let quiet = matches!(self.phase, Phase::Active)
+        let quiet = !self.stopping
+            && matches!(self.phase, Phase::Active)
             && self.write.is_none()
             && !self.dirty
             && self.handoffs.is_empty()

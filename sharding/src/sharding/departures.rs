@@ -9,31 +9,37 @@ use std::time::{Duration, Instant};
 
 use convoke_membership::{Member, MemberStatus, UniqueAddress};
 
-/// Members that may still run entities the cluster no longer counts on: those seen `Down`
-/// (for as long as they are, and a removal margin after), and those removed from the membership
-/// while last seen `Up` (or preparing for a full shutdown), for a removal margin after the removal
-/// was seen. A member last seen `Leaving` or `Exiting` left gracefully: a node hands its shards
-/// off before it leaves, and an observer may miss the `Exiting` step between two views. Both the region and the coordinator keep one: a
-/// coordinator that starts after a member went learns of it from its node's region.
+/// Members that may still run entities the cluster no longer counts on, each with the time its
+/// removal margin starts: a member seen `Down`, from when it was first seen so (a node cut off
+/// from the others downs itself within the margin of the decision), and again from its removal
+/// when that is seen; a member removed from the membership while last seen `Up` (or preparing
+/// for a full shutdown), from the removal. A member last seen `Leaving` or `Exiting` left
+/// gracefully: a node hands its shards off before it leaves, and an observer may miss the
+/// `Exiting` step between two views. (It may also miss a `Down` step: a member cut off while
+/// leaving, whose down went unseen, counts as gone gracefully.)
+///
+/// Both the region and the coordinator keep one: a coordinator that starts after a member went
+/// learns of it from its node's region.
 #[derive(Clone, Debug, Default)]
 pub struct Departures {
     /// The latest membership, by node.
     last: BTreeMap<UniqueAddress, Member>,
-    /// Departed members as last seen, and when the removal margin starts for each (the latest
-    /// sighting while it is still `Down`, its removal after that).
+    /// Departed members as last seen, and when the removal margin starts for each.
     gone: BTreeMap<UniqueAddress, (Member, Instant)>,
 }
 
 impl Departures {
-    /// Takes in the membership seen at `now`; departures whose margin has run out are forgotten.
+    /// Takes in the membership seen at `now`. A departure is forgotten once its margin has run
+    /// out, unless the member is still down (it is then not counted again).
     pub fn update(&mut self, members: &[Member], now: Instant, margin: Duration) {
-        self.gone.retain(|_, (_, at)| *at + margin > now);
+        let current: BTreeMap<UniqueAddress, Member> =
+            members.iter().map(|m| (m.node().clone(), m.clone())).collect();
+        let down =
+            |n: &UniqueAddress| current.get(n).is_some_and(|m| m.status() == MemberStatus::Down);
+        self.gone.retain(|n, (_, at)| down(n) || *at + margin > now);
         for m in members.iter().filter(|m| m.status() == MemberStatus::Down) {
-            // A downed member may still run its entities until it has downed itself too; the
-            // margin starts over at its removal.
-            self.gone.insert(m.node().clone(), (m.clone(), now));
+            self.gone.entry(m.node().clone()).or_insert_with(|| (m.clone(), now));
         }
-        let current = members.iter().map(|m| (m.node().clone(), m.clone())).collect();
         let previous = mem::replace(&mut self.last, current);
         self.note_removed(previous, now);
     }

@@ -727,6 +727,30 @@ fn a_coordinator_says_whether_changes_wait_to_be_written() {
 }
 
 #[test]
+fn a_stopping_coordinator_finishes_its_write_and_takes_on_nothing_new() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    let names = entities(50);
+    let first = names[0].clone();
+    let shard = |e: &String| shard_for_entity(e, SHARDS);
+    let second = names.iter().find(|e| shard(e) != shard(&first)).unwrap().clone();
+    // The first allocation waits for a majority when the singleton asks the coordinator to
+    // stop; a message for another new shard comes after.
+    net.replica_cut.extend([1, 2]);
+    let a = net.tell(0, &first);
+    net.nodes[0].coordinator.as_mut().unwrap().begin_stop();
+    let b = net.tell(0, &second);
+    assert!(net.coordinator().unwrap().has_unwritten_changes());
+    net.replica_cut.clear();
+    net.advance(Duration::from_secs(30));
+    let c = net.coordinator().unwrap();
+    assert!(!c.has_unwritten_changes());
+    assert!(net.delivered(a));
+    assert!(!net.delivered(b));
+    assert!(c.state().home(&shard(&second)).is_none());
+}
+
+#[test]
 fn a_coordinator_started_after_a_removal_waits_the_margin_before_allocating_a_lost_shard() {
     let mut net = Net::new(3);
     lost_shard_after_a_departure(&mut net, None);
@@ -1113,14 +1137,15 @@ fn downed_and_vanished_members_are_departures_and_those_that_left_gracefully_are
     // Exiting step of 4 unseen).
     d.update(&[member(0, Down), member(3, Up)], t(1), margin);
     assert_eq!(departed(&d), [(node(0), t(1)), (node(1), t(1))]);
-    // While downed, the margin starts over at every sighting, and again at the removal.
+    // A downed member counts from when it was first seen down, is kept (not counted again)
+    // while it stays down past the margin, and counts again from its removal.
     d.update(&[member(0, Down), member(3, Up)], t(6), margin);
-    assert_eq!(departed(&d), [(node(0), t(6)), (node(1), t(1))]);
-    d.update(&[member(3, Up)], t(11), margin);
-    assert_eq!(departed(&d), [(node(0), t(11)), (node(1), t(1))]);
-    d.update(&[member(3, Up)], t(21), margin);
-    assert_eq!(departed(&d), [(node(0), t(11))]);
-    d.update(&[member(3, Up)], t(31), margin);
+    assert_eq!(departed(&d), [(node(0), t(1)), (node(1), t(1))]);
+    d.update(&[member(0, Down), member(3, Up)], t(25), margin);
+    assert_eq!(departed(&d), [(node(0), t(1))]);
+    d.update(&[member(3, Up)], t(26), margin);
+    assert_eq!(departed(&d), [(node(0), t(26))]);
+    d.update(&[member(3, Up)], t(46), margin);
     assert!(departed(&d).is_empty());
 }
 
