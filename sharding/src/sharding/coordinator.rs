@@ -270,8 +270,9 @@ impl Coordinator {
     }
 
     /// The coordinator is about to be stopped (the singleton hands over): from now on it takes
-    /// on nothing new (no allocation, registration, rebalance or handoff), so that the driver
-    /// can let it finish the writes it has begun (see
+    /// on nothing new (no registration, rebalance, handoff, or allocation other than new homes
+    /// for shards whose handoff has ended), so that the driver can let it finish the writes it
+    /// has begun (see
     /// [`has_unwritten_changes`](Self::has_unwritten_changes)) before it drops it.
     pub fn begin_stop(&mut self) {
         self.stopping = true;
@@ -717,7 +718,9 @@ impl Coordinator {
             }
         }
         let known = self.freed.contains(&shard);
-        let blocked = self.stopping || !(known || self.may_allocate_unknown());
+        // A stopping coordinator still gives the shards it let go a new home (their handoffs
+        // were under way), so that the table its successor reads places them.
+        let blocked = !known && (self.stopping || !self.may_allocate_unknown());
         if self.proposed.home(&shard).is_some() || blocked {
             // A region asks again while the allocation waits.
             return;
@@ -987,7 +990,8 @@ impl Coordinator {
 
     fn maybe_hand_off(&mut self, shard: &ShardId) {
         let Some(h) = self.handoffs.get_mut(shard) else { return };
-        if h.handing_off || !h.awaiting.is_empty() {
+        // A stopping coordinator stops no more shards: the move is left to its successor.
+        if h.handing_off || !h.awaiting.is_empty() || self.stopping {
             return;
         }
         h.handing_off = true;

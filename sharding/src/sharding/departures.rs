@@ -45,14 +45,21 @@ impl Departures {
     }
 
     /// Takes in what another observer on the same node saw (the coordinator from its node's
-    /// region): members that observer knew and this one never saw count as removed at `now`,
-    /// and each departure counts from the later of the two sightings' margins.
+    /// region): members that observer knew and this one never saw count as removed at `now`. A
+    /// member both saw go counts from the earlier sighting while it is still down in both
+    /// views (its first sighting), and from the later one otherwise (its removal).
     pub fn merge(&mut self, other: &Departures, now: Instant) {
         self.note_removed(other.last.clone(), now);
+        let down = |d: &Departures, n: &UniqueAddress| {
+            d.last.get(n).is_some_and(|m| m.status() == MemberStatus::Down)
+        };
         for (node, (member, at)) in &other.gone {
+            let still_down = down(self, node) && down(other, node);
             self.gone
                 .entry(node.clone())
-                .and_modify(|seen| seen.1 = seen.1.max(*at))
+                .and_modify(|seen| {
+                    seen.1 = if still_down { seen.1.min(*at) } else { seen.1.max(*at) }
+                })
                 .or_insert_with(|| (member.clone(), *at));
         }
     }

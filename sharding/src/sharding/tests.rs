@@ -1155,13 +1155,44 @@ fn a_coordinator_takes_in_what_its_region_saw_go_before_it_started() {
     let margin = Duration::from_secs(20);
     let b = base();
     let t = |s: u64| b + Duration::from_secs(s);
+    let all = [member(0, Up), member(1, Up), member(2, Up), member(3, Up), member(4, Up)];
     let mut region = Departures::default();
-    region.update(&[member(0, Up), member(1, Up), member(2, Up), member(3, Up)], t(0), margin);
-    // The region saw 1 removed at 1 s and 3 downed at 2 s, and has not yet seen 2 go.
-    region.update(&[member(0, Up), member(2, Up), member(3, Down)], t(1), margin);
+    region.update(&all, t(0), margin);
+    // The region saw 1 removed and 3 and 4 downed at 1 s, 4 removed at 2 s, and has not yet
+    // seen 2 go.
+    let now_down = [member(0, Up), member(2, Up), member(3, Down), member(4, Down)];
+    region.update(&now_down, t(1), margin);
     region.update(&[member(0, Up), member(2, Up), member(3, Down)], t(2), margin);
+    // The coordinator starts at 3 s: 3 still down counts from when the region first saw it
+    // down; 4 was downed and then removed before the coordinator started (it saw it down) and
+    // counts from the removal.
     let mut coordinator = Departures::default();
-    coordinator.update(&[member(0, Up), member(3, Down)], t(3), margin);
-    coordinator.merge(&region, t(3));
-    assert_eq!(departed(&coordinator), [(node(1), t(1)), (node(2), t(3)), (node(3), t(3))]);
+    coordinator.update(&[member(0, Up), member(3, Down), member(4, Down)], t(3), margin);
+    coordinator.update(&[member(0, Up), member(3, Down)], t(4), margin);
+    coordinator.merge(&region, t(4));
+    let expected = [(node(1), t(1)), (node(2), t(4)), (node(3), t(1)), (node(4), t(4))];
+    assert_eq!(departed(&coordinator), expected);
+}
+
+#[test]
+fn shards_handed_off_as_the_coordinator_is_asked_to_stop_get_a_home_in_the_table() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    let name = net.entity_hosted(|h| h == 2);
+    let shard = shard_for_entity(&name, SHARDS);
+    // Node 2's region shuts down while the table cannot reach a majority; the singleton asks
+    // the coordinator to stop before the shards it let go are written with new homes.
+    net.replica_cut.extend([1, 2]);
+    let now = net.now;
+    net.nodes[2].region.graceful_shutdown(now);
+    net.pump();
+    assert!(net.nodes[2].region.status().stopped);
+    net.nodes[0].coordinator.as_mut().unwrap().begin_stop();
+    net.replica_cut.clear();
+    net.advance(Duration::from_secs(10));
+    let c = net.coordinator().unwrap();
+    assert!(!c.has_unwritten_changes());
+    let home = c.state().home(&shard).cloned();
+    assert!(home.as_ref().is_some_and(|h| *h != node(2)), "{shard:?} has no home: {home:?}");
+    assert!(!c.state().has_region(&node(2)));
 }
