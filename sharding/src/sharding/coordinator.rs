@@ -540,7 +540,7 @@ impl Coordinator {
         if self.active_since.is_none() && !self.stopping {
             // Regions register when the coordinator's node changes; one that started on the
             // node of an earlier one (restarted, or back after a freeze) asks them to. Members
-            // that stay silent are asked again on every retry.
+            // that stay silent are asked again at doubling intervals (see `retry`).
             let everyone: Vec<UniqueAddress> = self.members.keys().cloned().collect();
             for m in everyone {
                 self.send(m, RegionMsg::RegisterAgain);
