@@ -1,19 +1,31 @@
 //! Length-prefixed frames: a `u32` big-endian payload length, then the payload.
 //!
-//! [`FrameCodec`] is a tokio-util codec. It is written here rather than taken from
-//! `LengthDelimitedCodec` because the transport logs why it closed a connection: the decoder's
-//! errors carry the announced length and the limit, and a stream that ends inside a frame is told
-//! apart from an IO error.
+//! The transport reads a connection with [`FrameReader`] and writes one with [`write_frame`].
+//! Neither keeps a buffer between frames: a connection waiting for its next frame holds no
+//! memory for it, and a node holds a few dozen connection ends while a cluster forms (a buffered
+//! reader and writer would keep 8 KiB or more at each). The reader reads the length prefix, then
+//! exactly the payload, into a buffer made for that frame and handed on with it; the writer
+//! hands the prefix and the payload to the socket in one vectored write.
 //!
-//! The decoder checks the announced length against the limit before it keeps any bytes of the
-//! payload, and it never reserves room for a whole announced frame: the read buffer grows only as
-//! bytes actually arrive, so a peer that announces a large frame and sends nothing costs nothing.
+//! [`FrameCodec`] is the same format as a tokio-util codec, for tools and tests that speak the
+//! protocol over a buffer. Both check the announced length with the same rule.
+//!
+//! The errors carry the announced length and the limit, and a stream that ends inside a frame is
+//! told apart from an IO error, because the transport logs why it closed a connection. The
+//! announced length is checked against the limit before any byte of the payload is kept, and
+//! room is never reserved for a whole announced frame: the payload buffer grows by at most
+//! [`READ_CHUNK`] ahead of the bytes that actually arrived, so a peer that announces a large frame
+//! and sends nothing costs little.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{Decoder, Encoder};
 
 /// Bytes in the length prefix.
 pub const LENGTH_PREFIX_BYTES: usize = 4;
+
+/// The most room [`FrameReader`] makes for a payload ahead of its bytes arriving.
+pub const READ_CHUNK: usize = 64 << 10;
 
 /// Why a byte stream is not a sequence of acceptable frames.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +74,18 @@ impl FrameCodec {
     }
 }
 
+/// The payload length `prefix` announces, if it is within `max_frame_size`.
+fn announced(
+    prefix: [u8; LENGTH_PREFIX_BYTES],
+    max_frame_size: usize,
+) -> Result<usize, FrameError> {
+    let len = u32::from_be_bytes(prefix);
+    match usize::try_from(len) {
+        Ok(len) if len <= max_frame_size => Ok(len),
+        _ => Err(FrameError::TooLarge { len: u64::from(len), limit: max_frame_size }),
+    }
+}
+
 impl Decoder for FrameCodec {
     type Item = Bytes;
     type Error = FrameError;
@@ -70,11 +94,7 @@ impl Decoder for FrameCodec {
         let Some(prefix) = src.get(..LENGTH_PREFIX_BYTES) else {
             return Ok(None);
         };
-        let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        if len > self.max_frame_size {
-            return Err(FrameError::TooLarge { len: len as u64, limit: self.max_frame_size });
-        }
+        let len = announced([prefix[0], prefix[1], prefix[2], prefix[3]], self.max_frame_size)?;
         if src.len() - LENGTH_PREFIX_BYTES < len {
             return Ok(None);
         }
@@ -107,6 +127,86 @@ impl Encoder<Bytes> for FrameCodec {
         dst.extend_from_slice(&payload);
         Ok(())
     }
+}
+
+/// Reads frames of at most a limit from a byte stream, one at a time, with no buffer kept between
+/// frames (see the [module docs](self)).
+///
+/// [`next`](Self::next) is not cancellation safe: a frame partly read when its future is dropped
+/// is lost, and the stream is then out of step. The transport drops the connection whenever it
+/// stops waiting for a frame (idle timeout, shutdown), so nothing reads on after a lost frame.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    io: R,
+    max_frame_size: usize,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// A reader of `io` that refuses payloads longer than `max_frame_size` bytes.
+    pub fn new(io: R, max_frame_size: usize) -> Self {
+        Self { io, max_frame_size }
+    }
+
+    /// Changes the limit, e.g. from the small handshake limit to the frame limit once a peer has
+    /// identified itself.
+    pub fn set_max_frame_size(&mut self, max_frame_size: usize) {
+        self.max_frame_size = max_frame_size;
+    }
+
+    /// The next frame's payload; `None` when the stream ends cleanly between frames.
+    ///
+    /// # Errors
+    /// The prefix announces more than the limit ([`FrameError::TooLarge`], read no further), the
+    /// stream ends inside a frame ([`FrameError::Truncated`]), or reading fails.
+    pub async fn next(&mut self) -> Option<Result<Bytes, FrameError>> {
+        let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
+        let mut got = 0;
+        while got < LENGTH_PREFIX_BYTES {
+            match self.io.read(&mut prefix[got..]).await {
+                Ok(0) if got == 0 => return None,
+                Ok(0) => return Some(Err(FrameError::Truncated { buffered: got })),
+                Ok(n) => got += n,
+                Err(e) => return Some(Err(e.into())),
+            }
+        }
+        Some(self.payload(prefix).await)
+    }
+
+    async fn payload(&mut self, prefix: [u8; LENGTH_PREFIX_BYTES]) -> Result<Bytes, FrameError> {
+        let len = announced(prefix, self.max_frame_size)?;
+        let mut payload = BytesMut::new();
+        while payload.len() < len {
+            let start = payload.len();
+            payload.resize(start + (len - start).min(READ_CHUNK), 0);
+            match self.io.read(&mut payload[start..]).await? {
+                0 => {
+                    return Err(FrameError::Truncated { buffered: LENGTH_PREFIX_BYTES + start });
+                }
+                n => payload.truncate(start + n),
+            }
+        }
+        Ok(payload.freeze())
+    }
+}
+
+/// Writes one frame, the prefix and `payload`, in as few writes as the stream takes (one vectored
+/// write on a socket); does not flush.
+///
+/// # Errors
+/// `payload` is longer than `max_frame_size` ([`FrameError::TooLarge`], nothing written), or
+/// writing fails.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    payload: &[u8],
+    max_frame_size: usize,
+) -> Result<(), FrameError> {
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|_| payload.len() <= max_frame_size)
+        .ok_or(FrameError::TooLarge { len: payload.len() as u64, limit: max_frame_size })?;
+    let prefix = len.to_be_bytes();
+    io.write_all_buf(&mut Buf::chain(prefix.as_slice(), payload)).await?;
+    Ok(())
 }
 
 /// One frame as bytes: the prefix, then `payload`. For tools and tests that speak the protocol
@@ -181,6 +281,70 @@ mod tests {
         assert!(matches!(err, FrameError::Truncated { buffered: 7 }), "{err}");
         assert!(decode_all(&mut codec, &bytes[..2]).is_err());
         assert_eq!(decode_all(&mut codec, &encode_frame(b"whole")).unwrap(), [&b"whole"[..]]);
+    }
+
+    fn read_all(bytes: &[u8], limit: usize) -> (Vec<Bytes>, Option<FrameError>) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let mut reader = FrameReader::new(bytes, limit);
+            let mut frames = Vec::new();
+            loop {
+                match reader.next().await {
+                    None => return (frames, None),
+                    Some(Ok(f)) => frames.push(f),
+                    Some(Err(e)) => return (frames, Some(e)),
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn frames_written_one_at_a_time_are_read_back_one_at_a_time() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let payloads = [&b"abc"[..], b"", &[7u8; 100_000][..]];
+        let wire = rt.block_on(async {
+            let mut wire = Vec::new();
+            for p in payloads {
+                write_frame(&mut wire, p, 100_000).await.unwrap();
+            }
+            wire
+        });
+        let mut codec = FrameCodec::new(100_000);
+        assert_eq!(decode_all(&mut codec, &wire).unwrap(), payloads, "the codec reads it too");
+        let (frames, error) = read_all(&wire, 100_000);
+        assert_eq!(frames, payloads);
+        assert!(error.is_none(), "{error:?}");
+    }
+
+    #[test]
+    fn the_reader_refuses_an_oversized_prefix_and_tells_a_truncated_frame_from_a_clean_end() {
+        let (frames, error) = read_all(&u32::MAX.to_be_bytes(), 1024);
+        assert!(frames.is_empty());
+        assert!(matches!(error, Some(FrameError::TooLarge { limit: 1024, .. })), "{error:?}");
+
+        let mut bytes = encode_frame(b"whole");
+        bytes.extend_from_slice(&10u32.to_be_bytes());
+        bytes.extend_from_slice(b"par");
+        let (frames, error) = read_all(&bytes, 1024);
+        assert_eq!(frames, [&b"whole"[..]]);
+        assert!(matches!(error, Some(FrameError::Truncated { buffered: 7 })), "{error:?}");
+
+        let (frames, error) = read_all(&bytes[..11], 1024);
+        assert_eq!(frames, [&b"whole"[..]]);
+        assert!(matches!(error, Some(FrameError::Truncated { buffered: 2 })), "{error:?}");
+
+        let (frames, error) = read_all(&encode_frame(b"whole"), 1024);
+        assert_eq!(frames, [&b"whole"[..]]);
+        assert!(error.is_none(), "{error:?}");
+    }
+
+    #[test]
+    fn the_writer_refuses_a_payload_above_the_limit_and_writes_nothing() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut wire = Vec::new();
+        let err = rt.block_on(write_frame(&mut wire, b"12345", 4)).unwrap_err();
+        assert!(matches!(err, FrameError::TooLarge { len: 5, limit: 4 }), "{err}");
+        assert!(wire.is_empty());
     }
 
     #[test]

@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use convoke_membership::{UniqueAddress, wire};
-use futures::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
-use tokio_util::codec::FramedRead;
 
-use super::frame::{FrameCodec, FrameError, LENGTH_PREFIX_BYTES};
+use super::frame::{FrameError, FrameReader, LENGTH_PREFIX_BYTES};
 use super::handshake::{Handshake, MAX_HANDSHAKE_BYTES, StreamKind};
 use super::stats::{self, inc};
 use super::tls::Io;
@@ -24,11 +23,12 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// At most one "connection refused" line per this interval; a flood is summarised by the counter.
 const REJECT_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Where readers put decoded messages, by stream kind.
+/// Where readers put decoded messages, by stream kind. Boxed: a queue's memory comes in blocks
+/// of slots, and a message is a few hundred bytes where a pointer is eight.
 #[derive(Clone, Debug)]
 pub(super) struct Queues {
-    pub(super) control: mpsc::Sender<Inbound>,
-    pub(super) ordinary: mpsc::Sender<Inbound>,
+    pub(super) control: mpsc::Sender<Box<Inbound>>,
+    pub(super) ordinary: mpsc::Sender<Box<Inbound>>,
 }
 
 /// Accepts connections until the transport stops; each gets a reader task and a connection slot.
@@ -86,7 +86,8 @@ async fn serve(
             let accepted = tokio::select! {
                 biased;
                 () = shared.stopping.cancelled() => return,
-                s = tls.accept(socket, peer, timeout, &shared.counters) => s,
+                // Boxed: large, and only needed until the session is up.
+                s = Box::pin(tls.accept(socket, peer, timeout, &shared.counters)) => s,
             };
             match accepted {
                 Some(s) => s,
@@ -94,11 +95,11 @@ async fn serve(
             }
         }
     };
-    let mut frames = FramedRead::new(socket, FrameCodec::new(MAX_HANDSHAKE_BYTES));
+    let mut frames = FrameReader::new(socket, MAX_HANDSHAKE_BYTES);
     let handshake = tokio::select! {
         biased;
         () = shared.stopping.cancelled() => return,
-        h = handshake(&shared, &mut frames, peer) => h,
+        h = Box::pin(handshake(&shared, &mut frames, peer)) => h,
     };
     let Some(Handshake { from, stream, .. }) = handshake else {
         inc(&shared.counters.handshake_failures);
@@ -106,12 +107,12 @@ async fn serve(
     };
     tracing::debug!(%peer, node = %from, stream = stream.as_str(), "inbound connection");
     shared.introduced(&from);
-    frames.decoder_mut().set_max_frame_size(shared.settings.max_frame_size);
+    frames.set_max_frame_size(shared.settings.max_frame_size);
     let queue = match stream {
         StreamKind::Control => queues.control,
         StreamKind::Ordinary => queues.ordinary,
         StreamKind::Application => {
-            return serve_application(&shared, frames, peer, from).await;
+            return Box::pin(serve_application(&shared, frames, peer, from)).await;
         }
     };
     while let Some(frame) = next_frame(&shared, &mut frames, peer, &from).await {
@@ -136,7 +137,7 @@ async fn serve(
         }
         shared.counters.received(message.kind(), LENGTH_PREFIX_BYTES + frame.len());
         drop(frame);
-        let inbound = Inbound { from: from.clone(), message, received_at };
+        let inbound = Box::new(Inbound { from: from.clone(), message, received_at });
         if !forward(&shared, &queue, inbound).await {
             return;
         }
@@ -146,16 +147,43 @@ async fn serve(
 /// Hands `item` to `queue`, waiting for room: the wait is the backpressure (this connection
 /// stops being read, others go on). `false` when the transport stops; an item the queue's
 /// receiver is gone for is counted as dropped.
-async fn forward<T>(shared: &Shared, queue: &mpsc::Sender<T>, item: T) -> bool {
-    let delivered = tokio::select! {
-        biased;
-        () = shared.stopping.cancelled() => return false,
-        r = queue.send(item) => r.is_ok(),
+///
+/// Not an `async fn`: a reader usually finds room at once, and only the wait for room, which is
+/// large, is kept in (boxed) future state, so a reader waiting for its next frame stays small.
+fn forward<'a, T: Send + 'a>(
+    shared: &'a Shared,
+    queue: &'a mpsc::Sender<T>,
+    item: T,
+) -> impl Future<Output = bool> + Send + 'a {
+    let waiting = match queue.try_send(item) {
+        Ok(()) => None,
+        Err(TrySendError::Closed(_)) => {
+            inc(&shared.counters.dropped_inbound);
+            None
+        }
+        Err(TrySendError::Full(item)) => Some(Box::pin(wait_for_room(shared, queue, item))),
     };
-    if !delivered {
-        inc(&shared.counters.dropped_inbound);
+    async move {
+        let Some(wait) = waiting else { return true };
+        match wait.await {
+            Some(true) => true,
+            Some(false) => {
+                inc(&shared.counters.dropped_inbound);
+                true
+            }
+            None => false,
+        }
     }
-    true
+}
+
+/// Sends `item` once `queue` has room: whether it was delivered, or `None` when the transport
+/// stops first.
+async fn wait_for_room<T>(shared: &Shared, queue: &mpsc::Sender<T>, item: T) -> Option<bool> {
+    tokio::select! {
+        biased;
+        () = shared.stopping.cancelled() => None,
+        r = queue.send(item) => Some(r.is_ok()),
+    }
 }
 
 /// Reads an application stream: each frame goes, undecoded, to the messaging layer's channel
@@ -163,7 +191,7 @@ async fn forward<T>(shared: &Shared, queue: &mpsc::Sender<T>, item: T) -> bool {
 /// messaging layer attached, frames are counted as dropped.
 async fn serve_application(
     shared: &Shared,
-    mut frames: FramedRead<Io, FrameCodec>,
+    mut frames: FrameReader<Io>,
     peer: SocketAddr,
     from: UniqueAddress,
 ) {
@@ -185,7 +213,7 @@ async fn serve_application(
 /// ends, idles out, misbehaves or the transport stops.
 async fn next_frame(
     shared: &Shared,
-    frames: &mut FramedRead<Io, FrameCodec>,
+    frames: &mut FrameReader<Io>,
     peer: SocketAddr,
     from: &UniqueAddress,
 ) -> Option<Bytes> {
@@ -221,7 +249,7 @@ async fn next_frame(
 /// Reads and checks the handshake within `handshake_timeout`; `None` (logged) when it fails.
 async fn handshake(
     shared: &Shared,
-    frames: &mut FramedRead<Io, FrameCodec>,
+    frames: &mut FrameReader<Io>,
     peer: SocketAddr,
 ) -> Option<Handshake> {
     let timeout = shared.settings.handshake_timeout;
@@ -266,8 +294,8 @@ async fn handshake(
 /// choice is made as late as possible.
 pub(super) async fn deliver(
     shared: Arc<Shared>,
-    mut control: mpsc::Receiver<Inbound>,
-    mut ordinary: mpsc::Receiver<Inbound>,
+    mut control: mpsc::Receiver<Box<Inbound>>,
+    mut ordinary: mpsc::Receiver<Box<Inbound>>,
     out: mpsc::Sender<Inbound>,
 ) {
     loop {
@@ -285,6 +313,6 @@ pub(super) async fn deliver(
             Some(m) = control.recv() => m,
             Some(m) = ordinary.recv() => m,
         };
-        slot.send(next);
+        slot.send(*next);
     }
 }

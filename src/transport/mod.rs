@@ -51,8 +51,11 @@
 //! to send closes its connection before the peer's idle timeout could cut it in the middle of a
 //! write: a control stream after half of `idle_timeout`, an ordinary or application stream after
 //! 5 s or that, whichever is shorter (gossip picks a random member each round, so an idle
-//! connection is seldom reused, and each open one holds a socket at both ends). Its task ends
-//! after `idle_timeout` without traffic.
+//! connection is seldom reused, and each open one holds a socket at both ends). Its queue and
+//! task end with that connection (the next message starts new ones), or after `idle_timeout`
+//! when nothing was ever sent. A connection end holds no buffer between frames
+//! ([`frame::FrameReader`], [`frame::write_frame`]), so what an open connection costs a node is
+//! its socket and its task.
 //! When a peer stays unreachable and nothing new has been queued for it for `idle_timeout`, the
 //! queue is dropped and counted.
 //!
@@ -342,7 +345,7 @@ impl Transport {
             inc(&shared.counters.dropped_outbound);
             return;
         }
-        self.lane(to, stream).push(&shared.counters, Outgoing::Cluster(message));
+        self.with_lane(to, stream, |lane| lane.push(&shared.counters, Outgoing::Cluster(message)));
     }
 
     /// Queues an application frame (already encoded by the messaging layer) for `to`, on the
@@ -364,8 +367,9 @@ impl Transport {
             inc(&shared.counters.oversized_outbound);
             return Err(ApplicationSendError::TooLarge { bytes: payload.len(), limit });
         }
-        let lane = self.lane(to, StreamKind::Application);
-        if lane.try_push(Outgoing::Application(payload)) {
+        if self.with_lane(to, StreamKind::Application, |lane| {
+            lane.try_push(Outgoing::Application(payload))
+        }) {
             Ok(())
         } else {
             inc(&shared.counters.dropped_outbound);
@@ -380,12 +384,14 @@ impl Transport {
         self.shared.application_rx.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 
-    /// The queue of `stream` to `to`, started (with its task) when there is none.
-    fn lane(&self, to: &Address, stream: StreamKind) -> Arc<Lane> {
+    /// Runs `queue` on the queue of `stream` to `to`, started (with its task) when there is
+    /// none. The map stays locked meanwhile, so the lane cannot be retired (its task ended)
+    /// between being found and being given the message.
+    fn with_lane<R>(&self, to: &Address, stream: StreamKind, queue: impl FnOnce(&Lane) -> R) -> R {
         let shared = &self.shared;
         let mut lanes = shared.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(lane) = lanes.get_mut(to).and_then(|peer| peer.get_mut(stream).clone()) {
-            return lane;
+        if let Some(lane) = lanes.get_mut(to).and_then(|peer| peer.get_mut(stream).as_ref()) {
+            return queue(lane);
         }
         let capacity = match stream {
             StreamKind::Ordinary | StreamKind::Application => shared.settings.outbound_queue_size,
@@ -395,8 +401,9 @@ impl Transport {
         };
         let lane = Arc::new(Lane::new(to.clone(), stream, capacity));
         *lanes.entry(to.clone()).or_default().get_mut(stream) = Some(lane.clone());
-        shared.spawn(outbound::run(self.shared.clone(), lane.clone()));
-        lane
+        let queued = queue(&lane);
+        shared.spawn(outbound::run(self.shared.clone(), lane));
+        queued
     }
 
     /// A snapshot of the counters.

@@ -14,15 +14,13 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use bytes::Bytes;
 use convoke_membership::wire;
 use convoke_membership::{Address, Message};
-use futures::SinkExt;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::codec::FramedWrite;
 
 use super::Shared;
-use super::frame::{FrameCodec, LENGTH_PREFIX_BYTES};
+use super::frame::{LENGTH_PREFIX_BYTES, write_frame};
 use super::handshake::{MAX_HANDSHAKE_BYTES, StreamKind};
 use super::stats::{self, Counters, inc};
 use super::tls::Io;
@@ -216,6 +214,9 @@ impl Lane {
         let message = q.messages.pop_front();
         if q.messages.is_empty() {
             q.dropping = false;
+            // Most lanes carry a message now and then: an empty queue gives its room back
+            // rather than hold it (a few hundred bytes per lane) until the lane ends.
+            q.messages = VecDeque::new();
         }
         message
     }
@@ -283,7 +284,9 @@ pub(super) async fn run(shared: Arc<Shared>, lane: Arc<Lane>) {
         let connected = tokio::select! {
             biased;
             () = shared.closed.cancelled() => return,
-            r = connect(&shared, &lane.peer) => r,
+            // Boxed, as is the writer below: each is large and lives only while it runs, so a
+            // lane waiting for work holds neither.
+            r = Box::pin(connect(&shared, &lane.peer)) => r,
         };
         let delay = match connected {
             Ok(socket) => {
@@ -293,12 +296,17 @@ pub(super) async fn run(shared: Arc<Shared>, lane: Arc<Lane>) {
                     biased;
                     () = shared.closed.cancelled() => return,
                     () = lane.replaced.notified() => End::Replaced,
-                    end = write(&shared, &lane, socket) => end,
+                    end = Box::pin(write(&shared, &lane, socket)) => end,
                 };
                 match end {
                     End::Stopped => return,
                     End::Idle => {
                         tracing::debug!(peer = %lane.peer, stream = lane.stream.as_str(), "closed an idle connection");
+                        // Nothing to send: the lane goes too (a send starts a new one), so that
+                        // a node holds lanes only to the peers it talks to now.
+                        if retire(&shared, &lane, false) {
+                            return;
+                        }
                         continue;
                     }
                     End::Replaced => {
@@ -393,10 +401,8 @@ async fn connect(shared: &Shared, peer: &Address) -> io::Result<Io> {
 
 /// Sends the handshake, then queued messages until the connection ends.
 async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
-    let (mut read_half, write_half) = tokio::io::split(socket);
+    let (mut read_half, mut write_half) = tokio::io::split(socket);
     let max_frame_size = shared.settings.max_frame_size;
-    let mut sink =
-        FramedWrite::new(write_half, FrameCodec::new(max_frame_size.max(MAX_HANDSHAKE_BYTES)));
     let handshake = match shared.handshake(lane.stream) {
         Ok(h) => h.clone(),
         Err(e) => {
@@ -404,7 +410,7 @@ async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
             return End::Failed(format!("cannot encode the handshake: {e}"));
         }
     };
-    if let Err(e) = sink.send(handshake).await {
+    if let Err(e) = write_frame(&mut write_half, &handshake, MAX_HANDSHAKE_BYTES).await {
         return End::Failed(e.to_string());
     }
     let _open = stats::open(&shared.counters.open_outbound);
@@ -434,15 +440,15 @@ async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
                 continue;
             }
             shared.counters.sent(kind, LENGTH_PREFIX_BYTES + payload.len());
-            if let Err(e) = sink.feed(payload).await {
+            if let Err(e) = write_frame(&mut write_half, &payload, max_frame_size).await {
                 return End::Failed(e.to_string());
             }
         }
-        if let Err(e) = sink.flush().await {
+        if let Err(e) = write_half.flush().await {
             return End::Failed(e.to_string());
         }
         if shared.stopping.is_cancelled() {
-            let _ = sink.close().await;
+            let _ = write_half.shutdown().await;
             return End::Stopped;
         }
         tokio::select! {
@@ -461,7 +467,7 @@ async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
             }
             () = tokio::time::sleep(idle) => {
                 if lane.is_empty() {
-                    let _ = sink.close().await;
+                    let _ = write_half.shutdown().await;
                     return End::Idle;
                 }
             }
