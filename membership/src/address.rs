@@ -36,13 +36,29 @@ impl Address {
         port: u16,
     ) -> Result<Self, AddressError> {
         let system = system.into();
-        let mut host = host.into();
+        validate_system(&system)?;
+        Self::in_system(&system.into(), host.into(), port)
+    }
+
+    /// An address in `system`, sharing its string (decoding a table of addresses in a few
+    /// systems); `host` is checked as by [`new`](Self::new), `system` is not (the caller did).
+    pub(crate) fn in_system(
+        system: &Arc<str>,
+        host: String,
+        port: u16,
+    ) -> Result<Self, AddressError> {
+        let mut host = host;
         if host.starts_with('[') && host.ends_with(']') && host.len() > 2 {
             host = host[1..host.len() - 1].to_owned();
         }
-        validate_system(&system)?;
         validate_host(&host)?;
-        Ok(Self { system: system.into(), host: host.into(), port })
+        Ok(Self { system: system.clone(), host: host.into(), port })
+    }
+
+    /// Checks a system name as [`new`](Self::new) does, for [`in_system`](Self::in_system).
+    pub(crate) fn checked_system(system: &str) -> Result<Arc<str>, AddressError> {
+        validate_system(system)?;
+        Ok(system.into())
     }
 
     /// The same system and host on another port, sharing their strings (cheaper to clone and to

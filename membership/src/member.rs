@@ -207,7 +207,8 @@ pub struct Member {
     app_version: Arc<AppVersion>,
 }
 
-fn data_center_of(roles: &BTreeSet<String>) -> Arc<str> {
+/// The data center `roles` names (the suffix of its `dc-` role, else `default`).
+pub(crate) fn data_center_of(roles: &BTreeSet<String>) -> Arc<str> {
     roles.iter().find_map(|r| r.strip_prefix(DC_ROLE_PREFIX)).unwrap_or("default").into()
 }
 
@@ -232,14 +233,23 @@ impl Member {
         roles: BTreeSet<String>,
         app_version: AppVersion,
     ) -> Self {
-        Self {
-            node,
-            up_number,
-            status,
-            data_center: data_center_of(&roles),
-            roles: Arc::new(roles),
-            app_version: Arc::new(app_version),
-        }
+        let data_center = data_center_of(&roles);
+        let (roles, app_version) = (Arc::new(roles), Arc::new(app_version));
+        Self::from_shared_parts(node, up_number, status, roles, data_center, app_version)
+    }
+
+    /// A member whose roles, data center and version are shared with others (decoding a gossip,
+    /// where many members have the same ones); `data_center` must be the one `roles` names.
+    pub(crate) fn from_shared_parts(
+        node: UniqueAddress,
+        up_number: UpNumber,
+        status: MemberStatus,
+        roles: Arc<BTreeSet<String>>,
+        data_center: Arc<str>,
+        app_version: Arc<AppVersion>,
+    ) -> Self {
+        debug_assert_eq!(data_center, data_center_of(&roles));
+        Self { node, up_number, status, roles, data_center, app_version }
     }
 
     /// The synthetic Removed member reported for a node no longer in the gossip.

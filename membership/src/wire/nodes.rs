@@ -2,6 +2,7 @@
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::{DecodeError, pb};
 use crate::address::{Address, Uid, UniqueAddress};
@@ -94,13 +95,18 @@ pub(super) fn decode_node_table(
     systems: &[String],
     nodes: Vec<pb::Node>,
 ) -> Result<Vec<UniqueAddress>, DecodeError> {
+    // Each system name is checked and allocated once, and shared by its addresses.
+    let systems =
+        systems.iter().map(|s| Address::checked_system(s)).collect::<Result<Vec<Arc<str>>, _>>()?;
     let table = nodes
         .into_iter()
         .map(|n| {
-            let system = lookup(systems, n.system, "all_systems")?;
-            unique_address(system.as_str(), n.host, n.port, n.uid)
+            let system = lookup(&systems, n.system, "all_systems")?;
+            let uid = Uid::new(n.uid).ok_or(DecodeError::ZeroUid)?;
+            let address = Address::in_system(system, n.host, port(n.port)?)?;
+            Ok(UniqueAddress::new(address, uid))
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, DecodeError>>()?;
     let mut sorted: Vec<&UniqueAddress> = table.iter().collect();
     sorted.sort_unstable();
     if sorted.windows(2).any(|w| w[0] == w[1]) {
@@ -111,17 +117,6 @@ pub(super) fn decode_node_table(
 
 fn port(port: u32) -> Result<u16, DecodeError> {
     u16::try_from(port).map_err(|_| DecodeError::PortOutOfRange(port))
-}
-
-fn unique_address(
-    system: &str,
-    host: String,
-    port_number: u32,
-    uid: u64,
-) -> Result<UniqueAddress, DecodeError> {
-    let uid = Uid::new(uid).ok_or(DecodeError::ZeroUid)?;
-    let address = Address::new(system, host, port(port_number)?)?;
-    Ok(UniqueAddress::new(address, uid))
 }
 
 pub(super) fn address_to_pb(a: &Address) -> pb::Address {

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
+use std::sync::Arc;
 
 use flate2::Compression;
 use flate2::read::GzDecoder;
@@ -12,7 +13,7 @@ use super::nodes::{Interner, NodeTable, decode_node_table, lookup, vclock_from_p
 use super::{DecodeError, DecodeLimits, pb};
 use crate::address::UniqueAddress;
 use crate::gossip::{Gossip, WallMillis};
-use crate::member::{Member, MemberStatus, UpNumber};
+use crate::member::{Member, MemberStatus, UpNumber, data_center_of};
 use crate::reachability::{Reachability, ReachabilityStatus, Record};
 use crate::version::AppVersion;
 
@@ -150,25 +151,42 @@ fn reachability_status_from_pb(n: i32) -> Result<ReachabilityStatus, DecodeError
     }
 }
 
+/// A decoded role set and the data center it names, shared by the members that list it.
+type SharedRoles = (Arc<BTreeSet<String>>, Arc<str>);
+
 fn from_pb(p: pb::GossipPayload) -> Result<Gossip, DecodeError> {
     let nodes = decode_node_table(&p.all_systems, p.all_addresses)?;
     let node = |i: u32| lookup(&nodes, i, "all_addresses");
-    let versions: Vec<AppVersion> =
-        p.all_app_versions.iter().map(|v| AppVersion::parse(v)).collect();
+    // Members share their version and, when they list the same roles, their role set: a
+    // gossip of a thousand members in one data center holds one of each, not a thousand.
+    let versions: Vec<Arc<AppVersion>> =
+        p.all_app_versions.iter().map(|v| Arc::new(AppVersion::parse(v))).collect();
+    let mut role_sets: BTreeMap<Vec<u32>, SharedRoles> = BTreeMap::new();
 
     let mut members = BTreeMap::new();
     for m in p.members {
         let id = node(m.node)?;
         let status = MemberStatus::from_wire_number(m.status)
             .ok_or(DecodeError::UnknownMemberStatus(m.status))?;
-        let mut roles = BTreeSet::new();
-        for r in &m.roles {
-            if !roles.insert(lookup(&p.all_roles, *r, "all_roles")?.clone()) {
-                return Err(DecodeError::Duplicate("member role"));
+        let (roles, data_center) = match role_sets.get(&m.roles) {
+            Some(shared) => shared.clone(),
+            None => {
+                let mut roles = BTreeSet::new();
+                for r in &m.roles {
+                    if !roles.insert(lookup(&p.all_roles, *r, "all_roles")?.clone()) {
+                        return Err(DecodeError::Duplicate("member role"));
+                    }
+                }
+                let data_center = data_center_of(&roles);
+                let shared = (Arc::new(roles), data_center);
+                role_sets.insert(m.roles, shared.clone());
+                shared
             }
-        }
+        };
         let version = lookup(&versions, m.app_version, "all_app_versions")?.clone();
-        let member = Member::from_parts(id.clone(), UpNumber(m.up_number), status, roles, version);
+        let up_number = UpNumber(m.up_number);
+        let member =
+            Member::from_shared_parts(id.clone(), up_number, status, roles, data_center, version);
         if members.insert(id, member).is_some() {
             return Err(DecodeError::Duplicate("member"));
         }

@@ -708,3 +708,31 @@ fn gossip_size_of_1000_up_members_stays_under_64_kib() {
         }
     }
 }
+
+#[test]
+fn decoded_members_share_their_system_role_set_and_version_but_not_different_ones() {
+    let roles = |rs: &[&str]| rs.iter().map(|r| (*r).to_owned()).collect::<BTreeSet<String>>();
+    let members = [
+        Member::joining(n("a", 1), roles(&["dc-default", "web"]), AppVersion::parse("1.0")),
+        Member::joining(n("b", 2), roles(&["dc-default", "web"]), AppVersion::parse("1.0")),
+        Member::joining(n("c", 3), roles(&["dc-east"]), AppVersion::parse("2.0")),
+    ];
+    let g = Gossip::from_parts(
+        members,
+        BTreeSet::new(),
+        Reachability::default(),
+        VectorClock::new(),
+        BTreeMap::new(),
+    );
+    let back = decode_gossip(&encode_gossip(&g)).unwrap();
+    assert!(same_gossip(&g, &back));
+    let [a, b, c] = [1, 2, 3].map(|i| back.members().find(|m| m.node().uid.get() == i).unwrap());
+    assert!(std::ptr::eq(a.roles(), b.roles()), "one role set for the same roles");
+    assert!(std::ptr::eq(a.app_version(), b.app_version()), "one version for the same version");
+    assert!(std::ptr::eq(a.data_center(), b.data_center()));
+    let system = |m: &Member| m.node().address.system().as_ptr();
+    assert!(system(a) == system(b) && system(b) == system(c), "one string per system");
+    assert!(!std::ptr::eq(a.roles(), c.roles()));
+    assert!(!std::ptr::eq(a.app_version(), c.app_version()));
+    assert_eq!((a.data_center(), c.data_center()), ("default", "east"));
+}
