@@ -44,10 +44,9 @@ impl Address {
     /// systems); `host` is checked as by [`new`](Self::new), `system` is not (the caller did).
     pub(crate) fn in_system(
         system: &Arc<str>,
-        host: String,
+        mut host: String,
         port: u16,
     ) -> Result<Self, AddressError> {
-        let mut host = host;
         if host.starts_with('[') && host.ends_with(']') && host.len() > 2 {
             host = host[1..host.len() - 1].to_owned();
         }

@@ -86,6 +86,15 @@ fn announced(
     }
 }
 
+/// The length prefix of a `len`-byte payload, if it is within `max_frame_size`.
+fn prefix_for(len: usize, max_frame_size: usize) -> Result<[u8; LENGTH_PREFIX_BYTES], FrameError> {
+    u32::try_from(len)
+        .ok()
+        .filter(|_| len <= max_frame_size)
+        .map(u32::to_be_bytes)
+        .ok_or(FrameError::TooLarge { len: len as u64, limit: max_frame_size })
+}
+
 impl Decoder for FrameCodec {
     type Item = Bytes;
     type Error = FrameError;
@@ -115,15 +124,9 @@ impl Encoder<Bytes> for FrameCodec {
     type Error = FrameError;
 
     fn encode(&mut self, payload: Bytes, dst: &mut BytesMut) -> Result<(), FrameError> {
-        let len = u32::try_from(payload.len())
-            .ok()
-            .filter(|_| payload.len() <= self.max_frame_size)
-            .ok_or(FrameError::TooLarge {
-                len: payload.len() as u64,
-                limit: self.max_frame_size,
-            })?;
+        let prefix = prefix_for(payload.len(), self.max_frame_size)?;
         dst.reserve(LENGTH_PREFIX_BYTES + payload.len());
-        dst.put_u32(len);
+        dst.put_slice(&prefix);
         dst.extend_from_slice(&payload);
         Ok(())
     }
@@ -200,11 +203,7 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     payload: &[u8],
     max_frame_size: usize,
 ) -> Result<(), FrameError> {
-    let len = u32::try_from(payload.len())
-        .ok()
-        .filter(|_| payload.len() <= max_frame_size)
-        .ok_or(FrameError::TooLarge { len: payload.len() as u64, limit: max_frame_size })?;
-    let prefix = len.to_be_bytes();
+    let prefix = prefix_for(payload.len(), max_frame_size)?;
     io.write_all_buf(&mut Buf::chain(prefix.as_slice(), payload)).await?;
     Ok(())
 }
