@@ -55,7 +55,12 @@
 //! task end with that connection (the next message starts new ones), or after `idle_timeout`
 //! when nothing was ever sent. A connection end holds no buffer between frames
 //! ([`frame::FrameReader`], [`frame::write_frame`]), so what an open connection costs a node is
-//! its socket and its task.
+//! its socket and its task. Sockets are a resource of the process, shared by every node it runs:
+//! while the connections of all transports in the process hold half of its file-descriptor
+//! limit (the soft `RLIMIT_NOFILE`) or more, an ordinary or application connection closes as
+//! soon as its queue is empty, so a process running many nodes, or one with a low limit, keeps
+//! descriptors for heartbeats and new connections instead of running out of them (see
+//! `docs/benchmarks.md`, "250 nodes in one process").
 //! When a peer stays unreachable and nothing new has been queued for it for `idle_timeout`, the
 //! queue is dropped and counted.
 //!

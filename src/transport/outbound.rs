@@ -451,6 +451,12 @@ async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
             let _ = write_half.shutdown().await;
             return End::Stopped;
         }
+        // Short of descriptors (many nodes in one process, or a low limit): give this one back
+        // now rather than after an idle while. Heartbeats keep their connections.
+        if lane.stream != StreamKind::Control && lane.is_empty() && stats::crowded() {
+            let _ = write_half.shutdown().await;
+            return End::Idle;
+        }
         tokio::select! {
             biased;
             () = shared.stopping.cancelled() => {}

@@ -1,8 +1,8 @@
 //! Counters, updated lock-free by the connection tasks, read as a [`TransportStats`] snapshot.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// A snapshot of the transport's counters, for tests, logs and metrics.
 ///
@@ -147,18 +147,55 @@ impl Counters {
     }
 }
 
-/// Counts one open connection in `gauge` until the guard drops.
+/// Sockets of the connections open in all the transports of this process (an end each): file
+/// descriptors are a resource of the process, shared by every node it runs.
+static OPEN_IN_PROCESS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one open connection in `gauge` (and in the process's count) until the guard drops.
 pub(super) fn open(gauge: &AtomicU64) -> OpenGuard<'_> {
     gauge.fetch_add(1, Ordering::Relaxed);
+    OPEN_IN_PROCESS.fetch_add(1, Ordering::Relaxed);
     OpenGuard(gauge)
 }
 
-/// Decrements its gauge when dropped, so every exit path of a connection task is counted.
+/// Decrements its gauges when dropped, so every exit path of a connection task is counted.
 #[derive(Debug)]
 pub(super) struct OpenGuard<'a>(&'a AtomicU64);
 
 impl Drop for OpenGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        OPEN_IN_PROCESS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether the sockets of open connections in this process hold half or more of its
+/// file-descriptor limit (the soft `RLIMIT_NOFILE`, read once). Then an ordinary or application
+/// connection closes as soon as its queue is empty instead of after an idle while, so that the
+/// process keeps descriptors for new connections, heartbeats and the application.
+pub(super) fn crowded() -> bool {
+    static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
+    let limit = *LIMIT
+        .get_or_init(|| rustix::process::getrlimit(rustix::process::Resource::Nofile).current);
+    holds_half(OPEN_IN_PROCESS.load(Ordering::Relaxed), limit)
+}
+
+/// Whether `open` sockets are half or more of a descriptor limit; without a limit, never.
+fn holds_half(open: u64, limit: Option<u64>) -> bool {
+    limit.is_some_and(|limit| open >= limit / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds_half;
+
+    #[test]
+    fn crowded_from_half_the_descriptor_limit_and_never_without_one() {
+        assert!(!holds_half(0, Some(1024)));
+        assert!(!holds_half(511, Some(1024)));
+        assert!(holds_half(512, Some(1024)));
+        assert!(holds_half(10_000, Some(20_000)));
+        assert!(!holds_half(9_999, Some(20_000)));
+        assert!(!holds_half(u64::MAX, None));
     }
 }

@@ -53,9 +53,12 @@ pub(super) fn decode_uncompressed(raw: &[u8]) -> Result<Gossip, DecodeError> {
     from_pb(pb::GossipPayload::decode(raw)?)
 }
 
+/// Gzips a payload at the fastest level: a gossip is compressed once per version on every node
+/// that sends it, which at a few hundred members costs more CPU than anything else a forming
+/// cluster does at the default level, for a few per cent fewer bytes (docs/benchmarks.md, "250
+/// nodes in one process, again").
 pub(super) fn compress(raw: &[u8]) -> Vec<u8> {
-    let mut encoder =
-        GzEncoder::new(Vec::with_capacity(raw.len() / 2 + 64), Compression::default());
+    let mut encoder = GzEncoder::new(Vec::with_capacity(raw.len() / 2 + 64), Compression::fast());
     encoder.write_all(raw).expect("writing to a Vec cannot fail");
     encoder.finish().expect("writing to a Vec cannot fail")
 }
