@@ -21,7 +21,7 @@
 //! only reads connections it accepted. Two nodes talking both ways therefore use two connections
 //! per stream kind, one dialled by each.
 //!
-//! For each peer address a node dials up to two connections, each fed by its own bounded queue
+//! For each peer address a node dials up to three connections, each fed by its own bounded queue
 //! and written by its own task:
 //! - the **control** stream carries heartbeats and heartbeat responses only;
 //! - the **ordinary** stream carries everything else (join handshake, gossip, status, ...);
@@ -57,10 +57,14 @@
 //! ([`frame::FrameReader`], [`frame::write_frame`]), so what an open connection costs a node is
 //! its socket and its task. Sockets are a resource of the process, shared by every node it runs:
 //! while the connections of all transports in the process hold half of its file-descriptor
-//! limit (the soft `RLIMIT_NOFILE`) or more, an ordinary or application connection closes as
-//! soon as its queue is empty, so a process running many nodes, or one with a low limit, keeps
-//! descriptors for heartbeats and new connections instead of running out of them (see
-//! `docs/benchmarks.md`, "250 nodes in one process").
+//! limit (the soft `RLIMIT_NOFILE`) or more, an ordinary connection closes as soon as its queue
+//! is drained (counted in [`TransportStats::closed_crowded`]), so a process running many
+//! nodes, or one with a low limit, keeps descriptors for heartbeats and new connections instead
+//! of running out of them (see `docs/benchmarks.md`, "250 nodes in one process, again").
+//! Control connections are kept, and application connections too: a frame sent on a new
+//! connection has a new reader at the peer, which could deliver it before the frames still
+//! read from the old one. Ordinary messages do not rely on their order (a gossip is the whole
+//! state, the join handshake is retried).
 //! When a peer stays unreachable and nothing new has been queued for it for `idle_timeout`, the
 //! queue is dropped and counted.
 //!

@@ -451,9 +451,12 @@ async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
             let _ = write_half.shutdown().await;
             return End::Stopped;
         }
-        // Short of descriptors (many nodes in one process, or a low limit): give this one back
-        // now rather than after an idle while. Heartbeats keep their connections.
-        if lane.stream != StreamKind::Control && lane.is_empty() && stats::crowded() {
+        // Short of descriptors (many nodes in one process, or a low limit): an ordinary
+        // connection is given back as soon as it is drained. Heartbeats keep theirs, and
+        // application frames keep their order (a new connection has a new reader at the peer,
+        // which could overtake the old one).
+        if lane.stream == StreamKind::Ordinary && lane.is_empty() && stats::crowded() {
+            inc(&shared.counters.closed_crowded);
             let _ = write_half.shutdown().await;
             return End::Idle;
         }

@@ -1,8 +1,8 @@
 //! Counters, updated lock-free by the connection tasks, read as a [`TransportStats`] snapshot.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 
 /// A snapshot of the transport's counters, for tests, logs and metrics.
 ///
@@ -35,6 +35,9 @@ pub struct TransportStats {
     pub closed_bad_frame: u64,
     /// Inbound connections closed after `idle_timeout` without a frame.
     pub closed_idle: u64,
+    /// Outbound ordinary connections closed as soon as they were drained because the process
+    /// was short of file descriptors (see the transport's connection model).
+    pub closed_crowded: u64,
     /// Inbound connections closed for a missing, late, malformed or mismatched handshake.
     pub handshake_failures: u64,
     /// Outbound connection attempts that failed (resolution, refusal or timeout).
@@ -68,6 +71,7 @@ pub(super) struct Counters {
     pub(super) rejected_connections: AtomicU64,
     pub(super) closed_bad_frame: AtomicU64,
     pub(super) closed_idle: AtomicU64,
+    pub(super) closed_crowded: AtomicU64,
     pub(super) handshake_failures: AtomicU64,
     pub(super) connect_failures: AtomicU64,
     pub(super) open_inbound: AtomicU64,
@@ -131,6 +135,7 @@ impl Counters {
             rejected_connections: load(&self.rejected_connections),
             closed_bad_frame: load(&self.closed_bad_frame),
             closed_idle: load(&self.closed_idle),
+            closed_crowded: load(&self.closed_crowded),
             handshake_failures: load(&self.handshake_failures),
             connect_failures: load(&self.connect_failures),
             open_inbound: load(&self.open_inbound),
@@ -170,14 +175,22 @@ impl Drop for OpenGuard<'_> {
 }
 
 /// Whether the sockets of open connections in this process hold half or more of its
-/// file-descriptor limit (the soft `RLIMIT_NOFILE`, read once). Then an ordinary or application
-/// connection closes as soon as its queue is empty instead of after an idle while, so that the
-/// process keeps descriptors for new connections, heartbeats and the application.
+/// file-descriptor limit (the soft `RLIMIT_NOFILE`, read at each call: a program may raise it).
+/// Then an ordinary connection closes as soon as it is drained instead of after an idle while,
+/// so that the process keeps descriptors for new connections, heartbeats and the application.
 pub(super) fn crowded() -> bool {
-    static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
-    let limit = *LIMIT
-        .get_or_init(|| rustix::process::getrlimit(rustix::process::Resource::Nofile).current);
-    holds_half(OPEN_IN_PROCESS.load(Ordering::Relaxed), limit)
+    holds_half(OPEN_IN_PROCESS.load(Ordering::Relaxed), nofile_limit())
+}
+
+#[cfg(unix)]
+fn nofile_limit() -> Option<u64> {
+    let (soft, _hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).ok()?;
+    (soft != rlimit::INFINITY).then_some(soft)
+}
+
+#[cfg(not(unix))]
+fn nofile_limit() -> Option<u64> {
+    None
 }
 
 /// Whether `open` sockets are half or more of a descriptor limit; without a limit, never.
