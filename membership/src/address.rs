@@ -16,13 +16,60 @@ pub const SCHEME: &str = "convoke";
 /// assignment order and split-brain tie-breaks, so it must be the same on every node: it depends on
 /// nothing but the three fields.
 ///
-/// The strings are shared (`Arc<str>`): every gossip holds every member's address, and cloning a
-/// gossip for a merge would otherwise allocate two strings per member.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Address {
+/// An address is one pointer to shared parts: every node holds every member's address in several
+/// tables (its gossip's seen set and clock, the resolver's and heartbeat sender's tables), so a
+/// clone is one reference count and a copy in a table is 8 bytes. Two addresses equal when their
+/// parts do; clones of one address compare without looking at the strings.
+#[derive(Clone)]
+pub struct Address(Arc<Parts>);
+
+/// What an [`Address`] points to. The strings are shared with the addresses made from this one by
+/// [`Address::with_port`], and the system name with the others decoded from the same message.
+struct Parts {
     system: Arc<str>,
     host: Arc<str>,
     port: u16,
+    /// The host's first 16 bytes, zero-padded, as a big-endian number: ordering two hosts by it
+    /// orders them as their bytes do up to there, which decides most comparisons (an IPv4 host
+    /// fits whole) without reading the strings.
+    host_prefix: u128,
+}
+
+impl Parts {
+    fn new(system: Arc<str>, host: Arc<str>, port: u16) -> Self {
+        let mut prefix = [0u8; 16];
+        let n = host.len().min(16);
+        prefix[..n].copy_from_slice(&host.as_bytes()[..n]);
+        Self { system, host, port, host_prefix: u128::from_be_bytes(prefix) }
+    }
+
+    /// The hosts' byte order. Equal prefixes of hosts no longer than the prefix differ only in
+    /// length, and then the shorter is a prefix of the longer (the rest of the longer is zeros),
+    /// so it sorts first.
+    fn cmp_host(&self, other: &Self) -> Ordering {
+        self.host_prefix.cmp(&other.host_prefix).then_with(|| {
+            if self.host.len() <= 16 && other.host.len() <= 16 {
+                self.host.len().cmp(&other.host.len())
+            } else {
+                self.host.as_bytes().cmp(other.host.as_bytes())
+            }
+        })
+    }
+}
+
+impl PartialEq for Parts {
+    fn eq(&self, other: &Self) -> bool {
+        self.port == other.port
+            && self.host_prefix == other.host_prefix
+            && self.host == other.host
+            && self.system == other.system
+    }
+}
+
+impl std::hash::Hash for Parts {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (&self.system, &self.host, self.port).hash(state);
+    }
 }
 
 impl Address {
@@ -51,7 +98,7 @@ impl Address {
             host = host[1..host.len() - 1].to_owned();
         }
         validate_host(&host)?;
-        Ok(Self { system: system.clone(), host: host.into(), port })
+        Ok(Self(Arc::new(Parts::new(system.clone(), host.into(), port))))
     }
 
     /// Checks a system name as [`new`](Self::new) does, for [`in_system`](Self::in_system).
@@ -60,34 +107,30 @@ impl Address {
         Ok(system.into())
     }
 
-    /// The same system and host on another port, sharing their strings (cheaper to clone and to
-    /// compare than an address built from scratch).
+    /// The same system and host on another port, sharing their strings.
     pub fn with_port(&self, port: u16) -> Self {
-        Self { system: self.system.clone(), host: self.host.clone(), port }
+        Self(Arc::new(Parts::new(self.0.system.clone(), self.0.host.clone(), port)))
     }
 
     /// The actor-system-like cluster name; nodes of different systems never join.
     pub fn system(&self) -> &str {
-        &self.system
+        &self.0.system
     }
 
     /// The host, without brackets for IPv6.
     pub fn host(&self) -> &str {
-        &self.host
+        &self.0.host
     }
 
     /// The transport port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.0.port
     }
 
     /// `host:port`, with brackets around an IPv6 host.
     pub fn host_port(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
+        let Parts { host, port, .. } = &*self.0;
+        if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
     }
 }
 
@@ -113,15 +156,44 @@ fn validate_host(host: &str) -> Result<(), AddressError> {
     Ok(())
 }
 
+impl PartialEq for Address {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+    }
+}
+
+impl Eq for Address {}
+
+impl std::hash::Hash for Address {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
 impl Ord for Address {
     fn cmp(&self, other: &Self) -> Ordering {
-        // A shared string is equal to itself without looking at its bytes.
-        let cmp = |a: &Arc<str>, b: &Arc<str>| {
-            if Arc::ptr_eq(a, b) { Ordering::Equal } else { a.as_bytes().cmp(b.as_bytes()) }
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return Ordering::Equal;
+        }
+        let (a, b) = (&*self.0, &*other.0);
+        let system = || {
+            if Arc::ptr_eq(&a.system, &b.system) {
+                Ordering::Equal
+            } else {
+                a.system.as_bytes().cmp(b.system.as_bytes())
+            }
         };
-        cmp(&self.host, &other.host)
-            .then(self.port.cmp(&other.port))
-            .then_with(|| cmp(&self.system, &other.system))
+        a.cmp_host(b).then(a.port.cmp(&b.port)).then_with(system)
+    }
+}
+
+impl fmt::Debug for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Address")
+            .field("system", &self.system())
+            .field("host", &self.host())
+            .field("port", &self.port())
+            .finish()
     }
 }
 
@@ -133,7 +205,7 @@ impl PartialOrd for Address {
 
 impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{SCHEME}://{}@{}", self.system, self.host_port())
+        write!(f, "{SCHEME}://{}@{}", self.system(), self.host_port())
     }
 }
 
@@ -296,6 +368,41 @@ mod tests {
 
     fn addr(s: &str) -> Address {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn addresses_order_by_host_bytes_then_port_then_system() {
+        let hosts = [
+            "10.0.0.10",
+            "10.0.0.9",
+            "10.0.0.1",
+            "10.0.0.1x",
+            "a",
+            "ab",
+            "abcdefghijklmnop",
+            "abcdefghijklmnopq",
+            "abcdefghijklmnopa",
+            "abcdefghijklmnop-long.example",
+            "abcdefghijklmno",
+        ];
+        let mut all = Vec::new();
+        for host in hosts {
+            for port in [1, 2] {
+                for system in ["a", "b"] {
+                    all.push(Address::new(system, host, port).unwrap());
+                }
+            }
+        }
+        let key = |a: &Address| (a.host().as_bytes().to_vec(), a.port(), a.system().to_owned());
+        for a in &all {
+            for b in &all {
+                assert_eq!(a.cmp(b), key(a).cmp(&key(b)), "{a} vs {b}");
+                assert_eq!(a == b, key(a) == key(b), "{a} vs {b}");
+                // A copy built from scratch equals the original and orders with it.
+                let copy: Address = a.to_string().parse().unwrap();
+                assert_eq!(copy.cmp(b), a.cmp(b), "{copy} vs {b}");
+            }
+        }
     }
 
     #[test]

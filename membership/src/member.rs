@@ -194,10 +194,15 @@ pub struct InvalidTransition {
 
 /// One member of the cluster. Equality and ordering are those of its [`UniqueAddress`] alone.
 ///
-/// Roles and app version never change for a member and are shared between its copies, so cloning
-/// a gossip does not copy them.
+/// A member is one pointer to its fields, which a change (of status, of up-number) copies: every
+/// node of a process holds every member in its gossip and in its resolver's table, and a copy in
+/// a table is 8 bytes shared with the other tables that hold the same version of the member.
+/// Roles and app version never change for a member and are shared between all its versions.
+#[derive(Clone)]
+pub struct Member(Arc<MemberParts>);
+
 #[derive(Clone, Debug)]
-pub struct Member {
+struct MemberParts {
     node: UniqueAddress,
     up_number: UpNumber,
     status: MemberStatus,
@@ -205,6 +210,20 @@ pub struct Member {
     /// The suffix of the `dc-` role, read off `roles` once: every view filters by it.
     data_center: Arc<str>,
     app_version: Arc<AppVersion>,
+}
+
+impl fmt::Debug for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &*self.0;
+        f.debug_struct("Member")
+            .field("node", &p.node)
+            .field("up_number", &p.up_number)
+            .field("status", &p.status)
+            .field("roles", &p.roles)
+            .field("data_center", &p.data_center)
+            .field("app_version", &p.app_version)
+            .finish()
+    }
 }
 
 /// The data center `roles` names (the suffix of its `dc-` role, else `default`).
@@ -215,14 +234,14 @@ pub(crate) fn data_center_of(roles: &BTreeSet<String>) -> Arc<str> {
 impl Member {
     /// A new Joining member. `roles` should contain its `dc-` role.
     pub fn joining(node: UniqueAddress, roles: BTreeSet<String>, app_version: AppVersion) -> Self {
-        Self {
+        Self(Arc::new(MemberParts {
             node,
             up_number: UpNumber::UNASSIGNED,
             status: MemberStatus::Joining,
             data_center: data_center_of(&roles),
             roles: Arc::new(roles),
             app_version: Arc::new(app_version),
-        }
+        }))
     }
 
     /// A member with every field given (for decoding and tests); checks nothing.
@@ -249,69 +268,69 @@ impl Member {
         app_version: Arc<AppVersion>,
     ) -> Self {
         debug_assert_eq!(data_center, data_center_of(&roles));
-        Self { node, up_number, status, roles, data_center, app_version }
+        Self(Arc::new(MemberParts { node, up_number, status, roles, data_center, app_version }))
     }
 
     /// The synthetic Removed member reported for a node no longer in the gossip.
     pub fn removed(node: UniqueAddress) -> Self {
-        Self {
+        Self(Arc::new(MemberParts {
             node,
             up_number: UpNumber::UNASSIGNED,
             status: MemberStatus::Removed,
             roles: Arc::new(BTreeSet::from([format!("{DC_ROLE_PREFIX}N/A")])),
             data_center: "N/A".into(),
             app_version: Arc::default(),
-        }
+        }))
     }
 
     /// A copy with status Removed and everything else kept, for the event reporting its removal.
     pub(crate) fn as_removed(&self) -> Member {
-        Member { status: MemberStatus::Removed, ..self.clone() }
+        Member(Arc::new(MemberParts { status: MemberStatus::Removed, ..(*self.0).clone() }))
     }
 
     /// Its identity.
     pub fn node(&self) -> &UniqueAddress {
-        &self.node
+        &self.0.node
     }
 
     /// Its address.
     pub fn address(&self) -> &Address {
-        &self.node.address
+        &self.0.node.address
     }
 
     /// Its status.
     pub fn status(&self) -> MemberStatus {
-        self.status
+        self.0.status
     }
 
     /// Its up-number.
     pub fn up_number(&self) -> UpNumber {
-        self.up_number
+        self.0.up_number
     }
 
     /// Leaving without an up number: it was asked to leave while still Joining or WeaklyUp.
     pub fn left_while_joining(&self) -> bool {
-        self.status == MemberStatus::Leaving && self.up_number == UpNumber::UNASSIGNED
+        self.0.status == MemberStatus::Leaving && self.0.up_number == UpNumber::UNASSIGNED
     }
 
     /// Its roles, including the `dc-` role.
     pub fn roles(&self) -> &BTreeSet<String> {
-        &self.roles
+        &self.0.roles
     }
 
     /// Whether it has `role`.
     pub fn has_role(&self, role: &str) -> bool {
-        self.roles.contains(role)
+        self.0.roles.contains(role)
     }
 
     /// Its data center: the suffix of its `dc-` role, `"default"` if it has none.
     pub fn data_center(&self) -> &str {
-        &self.data_center
+        &self.0.data_center
     }
 
     /// Its application version.
     pub fn app_version(&self) -> &AppVersion {
-        &self.app_version
+        &self.0.app_version
     }
 
     /// A copy with a new status.
@@ -319,10 +338,10 @@ impl Member {
     /// # Errors
     /// When the transition is outside the allowed graph.
     pub fn with_status(&self, to: MemberStatus) -> Result<Member, InvalidTransition> {
-        if !self.status.can_move_to(to) {
-            return Err(InvalidTransition { node: self.node.clone(), from: self.status, to });
+        if !self.0.status.can_move_to(to) {
+            return Err(InvalidTransition { node: self.0.node.clone(), from: self.0.status, to });
         }
-        Ok(Member { status: to, ..self.clone() })
+        Ok(Member(Arc::new(MemberParts { status: to, ..(*self.0).clone() })))
     }
 
     /// A copy moved Up (or WeaklyUp promoted to Up) with an up-number.
@@ -331,7 +350,7 @@ impl Member {
     /// When the member may not move Up.
     pub fn with_up(&self, up_number: UpNumber) -> Result<Member, InvalidTransition> {
         let mut m = self.with_status(MemberStatus::Up)?;
-        m.up_number = up_number;
+        Arc::make_mut(&mut m.0).up_number = up_number;
         Ok(m)
     }
 
@@ -343,14 +362,14 @@ impl Member {
 
     /// Age ordering: oldest first.
     pub fn age_cmp(&self, other: &Member) -> Ordering {
-        self.up_number.cmp(&other.up_number).then_with(|| self.address().cmp(other.address()))
+        self.0.up_number.cmp(&other.0.up_number).then_with(|| self.address().cmp(other.address()))
     }
 
     /// Of two versions of the same node, the one that wins a gossip merge: the higher status rank
     /// (see `merge_rank`, which ranks the shutdown statuses below Leaving); with equal statuses the
     /// older one; identical ones keep `b`.
     pub fn highest_priority_of<'a>(a: &'a Member, b: &'a Member) -> &'a Member {
-        match a.status.merge_rank().cmp(&b.status.merge_rank()) {
+        match a.0.status.merge_rank().cmp(&b.0.status.merge_rank()) {
             Ordering::Greater => a,
             Ordering::Less => b,
             Ordering::Equal if a.is_older_than(b) => a,
@@ -360,17 +379,18 @@ impl Member {
 
     /// Whether every field, not just the identity, is the same.
     pub fn same_state(&self, other: &Member) -> bool {
-        self.node == other.node
-            && self.status == other.status
-            && self.up_number == other.up_number
-            && self.roles == other.roles
-            && self.app_version == other.app_version
+        Arc::ptr_eq(&self.0, &other.0)
+            || self.0.node == other.0.node
+                && self.0.status == other.0.status
+                && self.0.up_number == other.0.up_number
+                && self.0.roles == other.0.roles
+                && self.0.app_version == other.0.app_version
     }
 }
 
 impl PartialEq for Member {
     fn eq(&self, other: &Self) -> bool {
-        self.node == other.node
+        self.0.node == other.0.node
     }
 }
 
@@ -384,19 +404,19 @@ impl PartialOrd for Member {
 
 impl Ord for Member {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.node.cmp(&other.node)
+        self.0.node.cmp(&other.0.node)
     }
 }
 
 impl std::hash::Hash for Member {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.node.hash(state);
+        self.0.node.hash(state);
     }
 }
 
 impl fmt::Display for Member {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Member({}, {})", self.node, self.status)
+        write!(f, "Member({}, {})", self.0.node, self.0.status)
     }
 }
 
@@ -412,7 +432,7 @@ pub fn leader_status_cmp(a: &Member, b: &Member) -> Ordering {
             _ => 0,
         }
     }
-    rank(a.status).cmp(&rank(b.status)).then_with(|| a.cmp(b))
+    rank(a.0.status).cmp(&rank(b.0.status)).then_with(|| a.cmp(b))
 }
 
 #[cfg(test)]

@@ -445,12 +445,12 @@ impl Cluster {
 
     /// The next message to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        pop_and_trim(&mut self.transmits)
     }
 
     /// The next cluster event.
     pub fn poll_event(&mut self) -> Option<ClusterEvent> {
-        self.events.pop_front()
+        pop_and_trim(&mut self.events)
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called; `None` after shutdown.
@@ -685,6 +685,19 @@ impl Cluster {
                 .iter()
                 .all(|(role, min)| g.members().filter(|m| m.has_role(role)).count() >= *min)
     }
+}
+
+/// Pops the front of an output queue, and gives back its buffer once it is drained if it grew
+/// past a few entries: a node that took in a large cluster at once (a welcome, a merge after a
+/// partition) would otherwise keep room for hundreds of events or messages for good, which adds
+/// up over the nodes of one process.
+fn pop_and_trim<T>(queue: &mut VecDeque<T>) -> Option<T> {
+    const KEPT: usize = 16;
+    let front = queue.pop_front();
+    if queue.is_empty() && queue.capacity() > KEPT {
+        *queue = VecDeque::new();
+    }
+    front
 }
 
 #[cfg(test)]

@@ -220,6 +220,11 @@ impl DowningModel {
     ) {
         let cut_off: BTreeSet<UniqueAddress> = self_node.map_or_else(BTreeSet::new, |me| {
             let observed = r.all_unreachable_from(me);
+            if observed.is_empty() {
+                // Nothing this node sees unreachable can be cut off (the common case, and the
+                // side below costs a look-up per member).
+                return BTreeSet::new();
+            }
             let side: Vec<&UniqueAddress> = (self.members.keys())
                 .filter(|m| *m == me || (self.is_active(m) && !observed.contains(*m)))
                 .collect();
