@@ -115,8 +115,10 @@ pub fn diff(old: &MembershipState<'_>, new: &MembershipState<'_>) -> Vec<Cluster
     // Both member maps iterate in member order: walk them side by side.
     let mut removed = Vec::new();
     let mut changed = Vec::new();
-    let mut olds = old.gossip.members().peekable();
-    for m in new.gossip.members() {
+    // A shared member table holds the same members: most new versions only add to the seen set.
+    let same_members = old.gossip.shares_members_with(new.gossip);
+    let mut olds = old.gossip.members().take_while(|_| !same_members).peekable();
+    for m in new.gossip.members().take_while(|_| !same_members) {
         while let Some(o) = olds.next_if(|o| o.node() < m.node()) {
             removed.push(o);
         }

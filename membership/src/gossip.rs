@@ -1,5 +1,6 @@
 //! The replicated cluster state: members, seen set, reachability, vector clock and tombstones.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -41,10 +42,28 @@ pub struct Gossip {
     /// Shared between copies until one changes it: a node takes in a received gossip by copying it
     /// and adding itself to the seen set, which leaves the members as they were.
     members: Arc<BTreeMap<UniqueAddress, Member>>,
-    seen: BTreeSet<UniqueAddress>,
+    /// Shared the same way: a copy taken in by a node that has already seen it, and the
+    /// resolver's view of who has seen the current version, hold the same set.
+    seen: Arc<BTreeSet<UniqueAddress>>,
     reachability: Reachability,
     version: VectorClock,
     tombstones: BTreeMap<UniqueAddress, WallMillis>,
+}
+
+/// A gossip's member table, held apart from the gossip (see [`Gossip::member_table`]).
+#[derive(Clone, Debug, Default)]
+pub struct MemberTable(Arc<BTreeMap<UniqueAddress, Member>>);
+
+impl MemberTable {
+    /// Whether `gossip` has this very table (see [`Gossip::shares_members_with`]).
+    pub fn is_of(&self, gossip: &Gossip) -> bool {
+        Arc::ptr_eq(&self.0, &gossip.members)
+    }
+
+    /// The members in member ordering.
+    pub fn members(&self) -> impl DoubleEndedIterator<Item = &Member> + Clone {
+        self.0.values()
+    }
 }
 
 /// A gossip that breaks a structural invariant.
@@ -76,7 +95,7 @@ impl Gossip {
     ) -> Self {
         Self {
             members: Arc::new(members.into_iter().map(|m| (m.node().clone(), m)).collect()),
-            seen,
+            seen: Arc::new(seen),
             reachability,
             version,
             tombstones,
@@ -105,10 +124,34 @@ impl Gossip {
 
     /// Whether another incarnation of `node`'s address (another uid) is a member too.
     pub fn has_other_incarnation(&self, node: &UniqueAddress) -> bool {
-        // Members are ordered by address, then uid: another incarnation is a neighbour.
-        let before = self.members.range(..node).next_back();
-        let after = self.members.range((Bound::Excluded(node), Bound::Unbounded)).next();
-        before.into_iter().chain(after).any(|(n, _)| n.address == node.address)
+        self.other_incarnations(node).next().is_some()
+    }
+
+    /// The members at `node`'s address other than `node` (other uids), in member ordering.
+    pub fn other_incarnations<'a>(
+        &'a self,
+        node: &'a UniqueAddress,
+    ) -> impl Iterator<Item = &'a Member> + 'a {
+        // Members are ordered by address, then uid: the incarnations of an address are neighbours.
+        let same_address = move |(n, _): &(&UniqueAddress, &Member)| n.address == node.address;
+        let mut before: Vec<&Member> =
+            self.members.range(..node).rev().take_while(same_address).map(|(_, m)| m).collect();
+        before.reverse();
+        let after = self.members.range((Bound::Excluded(node), Bound::Unbounded));
+        before.into_iter().chain(after.take_while(same_address).map(|(_, m)| m))
+    }
+
+    /// Whether `other` shares this gossip's member table: a copy that changed no member (only
+    /// the seen set, the clock or reachability), so both hold the same members. False says
+    /// nothing: equal tables built apart are not shared.
+    pub fn shares_members_with(&self, other: &Gossip) -> bool {
+        Arc::ptr_eq(&self.members, &other.members)
+    }
+
+    /// A handle on the member table, to tell later whether a gossip still has these members
+    /// ([`MemberTable::is_of`]) or what changed, without copying them.
+    pub fn member_table(&self) -> MemberTable {
+        MemberTable(self.members.clone())
     }
 
     /// The member nodes.
@@ -121,9 +164,35 @@ impl Gossip {
         self.members.len()
     }
 
+    /// The members in member ordering, each with whether it has seen this version: one pass over
+    /// both sorted tables instead of a seen-set lookup per member.
+    pub fn members_with_seen(&self) -> impl Iterator<Item = (&Member, bool)> + '_ {
+        let mut seen = self.seen.iter().peekable();
+        self.members.iter().map(move |(node, m)| (m, advance_to(&mut seen, node)))
+    }
+
+    /// The members of `self` that `other` does not have, in member ordering.
+    pub fn members_missing_from<'a>(
+        &'a self,
+        other: &'a Gossip,
+    ) -> impl Iterator<Item = &'a Member> + 'a {
+        let shared = Arc::ptr_eq(&self.members, &other.members);
+        let mut theirs = other.members.keys().peekable();
+        self.members
+            .iter()
+            .take_while(move |_| !shared)
+            .filter(move |(node, _)| !advance_to(&mut theirs, node))
+            .map(|(_, m)| m)
+    }
+
     /// Nodes that have seen this version.
     pub fn seen(&self) -> &BTreeSet<UniqueAddress> {
         &self.seen
+    }
+
+    /// The seen set, shared rather than copied.
+    pub fn shared_seen(&self) -> Arc<BTreeSet<UniqueAddress>> {
+        self.seen.clone()
     }
 
     /// Whether `node` has seen this version.
@@ -148,26 +217,52 @@ impl Gossip {
 
     /// Marks this version as seen by `node` (a member).
     pub fn add_seen(&mut self, node: &UniqueAddress) {
-        if self.members.contains_key(node) {
-            self.seen.insert(node.clone());
+        // Copied only when it changes: a node taking in a version it has seen shares the set.
+        if !self.seen.contains(node) && self.members.contains_key(node) {
+            Arc::make_mut(&mut self.seen).insert(node.clone());
         }
     }
 
     /// Only `node` has seen this version.
     pub fn only_seen(&mut self, node: &UniqueAddress) {
-        self.seen.clear();
+        self.clear_seen();
         self.add_seen(node);
     }
 
     /// Nobody has seen this version.
     pub fn clear_seen(&mut self) {
-        self.seen.clear();
+        if !self.seen.is_empty() {
+            self.seen = Arc::default();
+        }
     }
 
-    /// Adds the nodes that have seen `other` (the same version).
+    /// Adds the nodes that have seen `other` (the same version) and are members here.
     pub fn merge_seen(&mut self, other: &Gossip) {
-        for n in &other.seen {
-            self.add_seen(n);
+        // One pass over the sorted tables: a node's gossip is mostly taken in this way, and a
+        // lookup per seen node costs a cluster of thousands more than the rest of it.
+        let mut members = self.members.keys().peekable();
+        let mut theirs = other.seen.iter().filter(|n| advance_to(&mut members, n)).peekable();
+        let mut ours = self.seen.iter().peekable();
+        let mut union = Vec::with_capacity(self.seen.len().max(other.seen.len()));
+        loop {
+            let next = match (ours.peek(), theirs.peek()) {
+                (Some(a), Some(b)) => match a.cmp(b) {
+                    Ordering::Less => ours.next(),
+                    Ordering::Greater => theirs.next(),
+                    Ordering::Equal => {
+                        theirs.next();
+                        ours.next()
+                    }
+                },
+                (Some(_), None) => ours.next(),
+                (None, Some(_)) => theirs.next(),
+                (None, None) => break,
+            };
+            union.extend(next);
+        }
+        if union.len() != self.seen.len() {
+            let seen: BTreeSet<UniqueAddress> = union.into_iter().cloned().collect();
+            self.seen = Arc::new(seen);
         }
     }
 
@@ -202,15 +297,21 @@ impl Gossip {
         }
         let Ok(down) = m.with_status(MemberStatus::Down) else { return false };
         Arc::make_mut(&mut self.members).insert(node.clone(), down);
-        self.seen.remove(node);
+        self.remove_seen(node);
         true
+    }
+
+    fn remove_seen(&mut self, node: &UniqueAddress) {
+        if self.seen.contains(node) {
+            Arc::make_mut(&mut self.seen).remove(node);
+        }
     }
 
     /// Removes `node` for good: from members, seen, reachability and the vector clock, leaving a
     /// tombstone stamped `at`.
     pub fn remove(&mut self, node: &UniqueAddress, at: WallMillis) {
         Arc::make_mut(&mut self.members).remove(node);
-        self.seen.remove(node);
+        self.remove_seen(node);
         self.reachability.remove([node]);
         self.version.prune(node);
         self.tombstones.insert(node.clone(), at);
@@ -272,7 +373,7 @@ impl Gossip {
         let reachability = self.reachability.merge(&allowed, &that.reachability);
         Gossip {
             members: Arc::new(members),
-            seen: BTreeSet::new(),
+            seen: Arc::default(),
             reachability,
             version,
             tombstones,
@@ -308,7 +409,8 @@ impl Gossip {
         if let Some(m) = self.members.values().find(|m| m.status() == MemberStatus::Removed) {
             return Err(InvalidGossip(format!("member {} is Removed", m.node())));
         }
-        if let Some(n) = self.seen.iter().find(|n| !self.members.contains_key(*n)) {
+        let mut members = self.members.keys().peekable();
+        if let Some(n) = self.seen.iter().find(|n| !advance_to(&mut members, n)) {
             return Err(InvalidGossip(format!("seen node {n} is not a member")));
         }
         if let Some(n) =
@@ -333,6 +435,28 @@ impl Gossip {
         }
         Ok(())
     }
+}
+
+/// Moves the sorted `keys` past every key below `key`; returns whether `key` is among them (and
+/// moves past it too). Walking a sorted table this way for keys taken in order costs one pass over
+/// it, where a lookup per key costs a tree search each.
+fn advance_to<'a, I>(keys: &mut std::iter::Peekable<I>, key: &UniqueAddress) -> bool
+where
+    I: Iterator<Item = &'a UniqueAddress>,
+{
+    while let Some(k) = keys.peek() {
+        match (*k).cmp(key) {
+            Ordering::Less => {
+                keys.next();
+            }
+            Ordering::Equal => {
+                keys.next();
+                return true;
+            }
+            Ordering::Greater => return false,
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -457,11 +581,33 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn other_incarnations_are_the_members_at_the_same_address_in_member_order() {
+        let at = |host: &str, uid: u64| {
+            Member::joining(node(host, uid), BTreeSet::new(), Default::default())
+        };
+        let g = Gossip::with_members([
+            at("h1:1", 3),
+            at("h2:1", 1),
+            at("h2:1", 2),
+            at("h2:1", 5),
+            at("h3:1", 2),
+        ]);
+        let uids = |of: &UniqueAddress| -> Vec<UniqueAddress> {
+            g.other_incarnations(of).map(|m| m.node().clone()).collect()
+        };
+        assert_eq!(uids(&node("h2:1", 2)), vec![node("h2:1", 1), node("h2:1", 5)]);
+        assert_eq!(uids(&node("h2:1", 3)), vec![node("h2:1", 1), node("h2:1", 2), node("h2:1", 5)]);
+        assert_eq!(uids(&node("h1:1", 3)), Vec::<UniqueAddress>::new());
+        assert!(g.has_other_incarnation(&node("h3:1", 1)));
+        assert!(!g.has_other_incarnation(&node("h4:1", 1)));
+    }
+
+    #[test]
     fn invariant_checks_name_the_broken_rule() {
         let g = Gossip::with_members([member("h1:1", Removed)]);
         assert!(g.check_invariants().unwrap_err().to_string().contains("Removed"));
         let mut g = Gossip::with_members([member("h1:1", Up)]);
-        g.seen.insert(n(2));
+        Arc::make_mut(&mut g.seen).insert(n(2));
         assert!(g.check_invariants().unwrap_err().to_string().contains("seen"));
     }
 
@@ -567,6 +713,37 @@ pub(crate) mod tests {
     }
 
     proptest! {
+        /// The one-pass walks over sorted tables agree with a lookup per node, with and without
+        /// seen nodes that are not members (which the walks must step over).
+        #[test]
+        fn walks_over_sorted_tables_agree_with_lookups(
+            v in arb_views(2),
+            strays in prop::collection::btree_set(0u64..9, 0..4),
+        ) {
+            let (mut a, b) = (v[0].clone(), v[1].clone());
+            Arc::make_mut(&mut a.seen).extend(strays.iter().map(|i| n(*i)));
+            let flags: Vec<(UniqueAddress, bool)> =
+                a.members_with_seen().map(|(m, seen)| (m.node().clone(), seen)).collect();
+            let looked_up: Vec<(UniqueAddress, bool)> =
+                a.members().map(|m| (m.node().clone(), a.seen_by(m.node()))).collect();
+            prop_assert_eq!(flags, looked_up);
+
+            let missing: Vec<&Member> = a.members_missing_from(&b).collect();
+            let by_lookup: Vec<&Member> = a.members().filter(|m| !b.has_member(m.node())).collect();
+            prop_assert_eq!(missing, by_lookup);
+            prop_assert_eq!(a.members_missing_from(&a.clone()).count(), 0);
+
+            let mut merged = a.clone();
+            merged.merge_seen(&b);
+            let mut expected = BTreeSet::clone(&a.seen);
+            expected.extend(b.seen.iter().filter(|s| a.has_member(s)).cloned());
+            prop_assert_eq!(merged.seen(), &expected);
+
+            let strays_are_members = strays.iter().all(|i| a.has_member(&n(*i)));
+            prop_assert_eq!(a.check_invariants().is_ok(), v[0].check_invariants().is_ok()
+                && strays_are_members);
+        }
+
         #[test]
         fn merge_is_commutative(v in arb_views(2)) {
             prop_assert!(same_state(&v[0].merge(&v[1]), &v[1].merge(&v[0])));

@@ -48,6 +48,11 @@ impl FailureDetectorRegistry {
         self.detectors.get(address).is_some_and(PhiAccrualFailureDetector::is_monitoring)
     }
 
+    /// Whether any address counts as not alive at `now`.
+    pub fn any_unavailable(&self, now: Instant) -> bool {
+        self.detectors.values().any(|d| !d.is_available(now))
+    }
+
     /// The suspicion level of `address` at `now`; `None` when it is not monitored.
     pub fn phi(&self, address: &Address, now: Instant) -> Option<f64> {
         self.detectors.get(address).map(|d| d.phi(now))
@@ -295,6 +300,11 @@ impl HeartbeatSender {
     /// Whether `address` counts as alive at `now`; true when it is not monitored.
     pub fn is_available(&self, address: &Address, now: Instant) -> bool {
         self.registry.is_available(address, now)
+    }
+
+    /// Whether any address counts as not alive at `now` (see [`Self::is_available`]).
+    pub fn any_unavailable(&self, now: Instant) -> bool {
+        self.registry.any_unavailable(now)
     }
 
     /// Forgets the failure-detector state of `address`, so a node that (re)joins there starts

@@ -81,10 +81,10 @@ impl<'a> MembershipState<'a> {
         let needs_to_have_seen = |m: &Member| {
             m.status().is_leader_eligible() || (first_member_in_dc && m.status().is_joining())
         };
-        let hindering = self.gossip.members().any(|m| {
+        let hindering = self.gossip.members_with_seen().any(|(m, seen)| {
             (first_member_in_dc || m.data_center() == self.self_dc)
                 && needs_to_have_seen(m)
-                && !self.gossip.seen_by(m.node())
+                && !seen
                 && !exiting_confirmed.contains(m.node())
         });
         if hindering {

@@ -75,7 +75,7 @@ impl Cluster {
             sbr.handle_event(now, e);
         }
         sbr.handle_reachability(self.latest.reachability());
-        sbr.handle_seen(self.latest.seen());
+        sbr.handle_seen(&self.latest.shared_seen());
     }
 
     /// Carries out the resolver's downs, in its order (this node last), and arms its timer.

@@ -48,14 +48,15 @@ impl Cluster {
         }
     }
 
-    /// The members gossip may go to, in member order: those of this data center that are valid
-    /// gossip targets (see [`MembershipState::is_valid_gossip_target`]).
-    fn valid_targets<'g>(&self, g: &'g Gossip) -> Vec<&'g UniqueAddress> {
+    /// The members gossip may go to, in member order, each with whether it has seen `g`: those of
+    /// this data center that are valid gossip targets (see
+    /// [`MembershipState::is_valid_gossip_target`]).
+    fn valid_targets<'g>(&self, g: &'g Gossip) -> Vec<(&'g UniqueAddress, bool)> {
         let state = MembershipState::new(g, &self.self_node, &self.config.data_center);
-        g.members()
-            .filter(|m| m.data_center() == self.config.data_center)
-            .map(|m| m.node())
-            .filter(|n| state.is_valid_gossip_target(n))
+        g.members_with_seen()
+            .filter(|(m, _)| m.data_center() == self.config.data_center)
+            .map(|(m, seen)| (m.node(), seen))
+            .filter(|(n, _)| state.is_valid_gossip_target(n))
             .collect()
     }
 
@@ -72,21 +73,21 @@ impl Cluster {
         };
         if p >= 1.0 || self.rng.random::<f64>() < p {
             let unseen: Vec<&UniqueAddress> =
-                candidates.iter().copied().filter(|n| !latest.seen_by(n)).collect();
+                candidates.iter().filter(|(_, seen)| !seen).map(|(n, _)| *n).collect();
             if let Some(n) = unseen.choose(&mut self.rng) {
                 return Some((*n).clone());
             }
         }
-        candidates.choose(&mut self.rng).map(|n| (*n).clone())
+        candidates.choose(&mut self.rng).map(|(n, _)| (*n).clone())
     }
 
     /// The digest of the current seen set, computed once per gossip version.
     fn current_seen_digest(&mut self) -> [u8; 20] {
         match &self.seen_digest {
-            Some((g, digest)) if Arc::ptr_eq(g, &self.latest) => *digest,
+            Some((g, digest)) if std::ptr::eq(g.as_ptr(), Arc::as_ptr(&self.latest)) => *digest,
             _ => {
                 let digest = self.latest.seen_digest();
-                self.seen_digest = Some((self.latest.clone(), digest));
+                self.seen_digest = Some((Arc::downgrade(&self.latest), digest));
                 digest
             }
         }
@@ -137,12 +138,13 @@ impl Cluster {
     }
 
     /// Sends the full gossip to up to `n` random valid members that `pick` accepts.
-    fn gossip_random_n_of(&mut self, n: usize, pick: impl Fn(&Gossip, &UniqueAddress) -> bool) {
+    /// `pick` is given each candidate and whether it has seen the current version.
+    fn gossip_random_n_of(&mut self, n: usize, pick: impl Fn(&UniqueAddress, bool) -> bool) {
         let latest = self.latest.clone();
         let mut candidates = self.valid_targets(&latest);
-        candidates.retain(|t| pick(&latest, t));
+        candidates.retain(|(t, seen)| pick(t, *seen));
         let targets: Vec<UniqueAddress> =
-            candidates.choose_multiple(&mut self.rng, n).map(|t| (*t).clone()).collect();
+            candidates.choose_multiple(&mut self.rng, n).map(|(t, _)| (*t).clone()).collect();
         for t in targets {
             self.gossip_to(&t);
         }
@@ -156,7 +158,7 @@ impl Cluster {
     /// Sends the full gossip to up to `n` random valid members other than `skip` (who hears of
     /// it anyway) that have not seen it.
     pub(super) fn gossip_unseen_n(&mut self, n: usize, skip: &UniqueAddress) {
-        self.gossip_random_n_of(n, |g, t| !g.seen_by(t) && t != skip);
+        self.gossip_random_n_of(n, |t, seen| !seen && t != skip);
     }
 
     pub(super) fn on_gossip_status(
@@ -275,7 +277,7 @@ impl Cluster {
                 .any(|l| winner.member(l.node()).is_some_and(|m| m.status() == MemberStatus::Up));
         self.heard_from_member(now);
         let was_down = self.self_status() == MemberStatus::Down;
-        for m in winner.members().filter(|m| !local.has_member(m.node())) {
+        for m in winner.members_missing_from(&local) {
             self.heartbeat.forget(m.address());
         }
         self.set_latest(winner);
@@ -328,8 +330,7 @@ impl Cluster {
     /// marked terminated and Down, so the leader removes it and then moves this one up (S5).
     pub(super) fn down_other_incarnations_of_self(&mut self) {
         let me = &self.self_node;
-        let stale: Vec<UniqueAddress> = (self.latest.members())
-            .filter(|m| m.address() == &me.address && m.node() != me)
+        let stale: Vec<UniqueAddress> = (self.latest.other_incarnations(me))
             .filter(|m| m.status() != MemberStatus::Down)
             .map(|m| m.node().clone())
             .collect();

@@ -29,8 +29,8 @@ impl Cluster {
                 }
             }
         }
-        let members = self.latest.member_nodes();
-        self.exiting_confirmed.retain(|n| members.contains(n));
+        let latest = &self.latest;
+        self.exiting_confirmed.retain(|n| latest.has_member(n));
         self.check_for_prepare_for_shutdown(now);
         self.shutdown_self_when_down();
     }
@@ -180,6 +180,13 @@ impl Cluster {
             return;
         }
         let me = self.self_node.clone();
+        // A member changes here only when its detector says it is not available or this node
+        // flags it: with neither, nothing is walked (this runs every second on every node).
+        if !self.heartbeat.any_unavailable(now)
+            && self.latest.reachability().all_unreachable_from(&me).is_empty()
+        {
+            return;
+        }
         // Decided on the current gossip, which is copied only when something changed: this runs
         // every second on every node, and a copy costs a member table.
         let (became_reachable, became_unreachable): (Vec<_>, Vec<_>) =

@@ -13,7 +13,7 @@ mod join;
 mod leader;
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use rand::SeedableRng;
@@ -22,9 +22,9 @@ use rand_chacha::ChaCha8Rng;
 use crate::address::{Address, UniqueAddress};
 use crate::config::{Config, ConfigError};
 use crate::event::{ClusterEvent, CurrentClusterState, diff};
-use crate::gossip::{Gossip, WallMillis};
+use crate::gossip::{Gossip, MemberTable, WallMillis};
 use crate::heartbeat::{HeartbeatSender, HeartbeatSettings};
-use crate::member::MemberStatus;
+use crate::member::{Member, MemberStatus};
 use crate::message::{Message, Transmit};
 use crate::phi::PhiSettings;
 use crate::sbr::{SplitBrainResolver, TICK_INTERVAL};
@@ -205,7 +205,9 @@ pub struct Cluster {
     published: Arc<Gossip>,
     /// The seen digest of a gossip version, kept because every gossip status sent or received
     /// needs the current one.
-    seen_digest: Option<(Arc<Gossip>, [u8; 20])>,
+    /// Weak, so that an old version's seen set is not kept alive by its digest: a weak pointer
+    /// also keeps its allocation from being reused, so a pointer match is the same version.
+    seen_digest: Option<(Weak<Gossip>, [u8; 20])>,
     seed_nodes: Vec<Address>,
     seed_process: Option<SeedProcess>,
     exiting_confirmed: BTreeSet<UniqueAddress>,
@@ -215,7 +217,8 @@ pub struct Cluster {
     preparing_for_shutdown: bool,
     heartbeat: HeartbeatSender,
     heartbeat_active: bool,
-    heartbeat_members: BTreeSet<UniqueAddress>,
+    /// The member table the heartbeat ring was last built from (its data center's members).
+    heartbeat_members: MemberTable,
     heartbeat_unreachable: BTreeSet<UniqueAddress>,
     sbr: Option<SplitBrainResolver>,
     /// The time of the latest input: a gap longer than `stable_after` between two is a pause.
@@ -299,7 +302,7 @@ impl Cluster {
             self_down_counter: 0,
             preparing_for_shutdown: false,
             heartbeat_active: false,
-            heartbeat_members: BTreeSet::new(),
+            heartbeat_members: MemberTable::default(),
             heartbeat_unreachable: BTreeSet::new(),
             sbr,
             last_input: None,
@@ -582,15 +585,31 @@ impl Cluster {
         }
         let state = self.membership();
         let unreachable = state.unreachable_members();
-        // Most changes (seen sets, statuses) leave the ring's input as it was.
-        let same_members = state.dc_members().map(|m| m.node()).eq(self.heartbeat_members.iter());
-        if same_members && unreachable == self.heartbeat_unreachable {
+        // Most changes (seen sets, statuses) leave the ring's input as it was, and most of those
+        // leave the member table itself as it was.
+        let same_table = self.heartbeat_members.is_of(&self.latest);
+        if same_table && unreachable == self.heartbeat_unreachable {
             return;
         }
-        let members: BTreeSet<UniqueAddress> =
-            state.dc_members().map(|m| m.node().clone()).collect();
-        let added: Vec<_> = members.difference(&self.heartbeat_members).cloned().collect();
-        let removed: Vec<_> = self.heartbeat_members.difference(&members).cloned().collect();
+        // The members of this data center that joined and left the ring, each in member order:
+        // one walk over the old and the new table.
+        let (mut added, mut removed) = (Vec::new(), Vec::new());
+        if !same_table {
+            let dc = state.self_dc;
+            let mut old = (self.heartbeat_members.members())
+                .filter(|m| m.data_center() == dc)
+                .map(Member::node)
+                .peekable();
+            for n in state.dc_members().map(Member::node) {
+                while let Some(gone) = old.next_if(|o| *o < n) {
+                    removed.push(gone.clone());
+                }
+                if old.next_if(|o| *o == n).is_none() {
+                    added.push(n.clone());
+                }
+            }
+            removed.extend(old.cloned());
+        }
         let now_unreachable: Vec<_> =
             unreachable.difference(&self.heartbeat_unreachable).cloned().collect();
         let now_reachable: Vec<_> =
@@ -607,7 +626,7 @@ impl Cluster {
         for n in &now_reachable {
             self.heartbeat.reachable_member(n, now);
         }
-        self.heartbeat_members = members;
+        self.heartbeat_members = self.latest.member_table();
         self.heartbeat_unreachable = unreachable;
     }
 

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::address::UniqueAddress;
@@ -127,7 +128,8 @@ pub struct DowningModel {
     unreachable: BTreeSet<UniqueAddress>,
     /// Only Unreachable and Terminated records whose observer and subject are members here.
     reachability: Reachability,
-    seen_by: BTreeSet<UniqueAddress>,
+    /// Shared with the gossip it was read from.
+    seen_by: Arc<BTreeSet<UniqueAddress>>,
 }
 
 impl DowningModel {
@@ -139,7 +141,7 @@ impl DowningModel {
             members: BTreeMap::new(),
             unreachable: BTreeSet::new(),
             reachability: Reachability::new(),
-            seen_by: BTreeSet::new(),
+            seen_by: Arc::default(),
         }
     }
 
@@ -246,7 +248,7 @@ impl DowningModel {
     }
 
     /// The nodes that have seen the current gossip.
-    pub fn set_seen_by(&mut self, seen_by: BTreeSet<UniqueAddress>) {
+    pub fn set_seen_by(&mut self, seen_by: Arc<BTreeSet<UniqueAddress>>) {
         self.seen_by = seen_by;
     }
 

@@ -21,6 +21,7 @@ mod tests;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::address::UniqueAddress;
@@ -146,7 +147,7 @@ enum Waiting {
 enum Input {
     Event(ClusterEvent),
     Reachability(Reachability),
-    SeenBy(BTreeSet<UniqueAddress>),
+    SeenBy(Arc<BTreeSet<UniqueAddress>>),
     QuarantinedByRemote,
 }
 
@@ -283,7 +284,7 @@ impl SplitBrainResolver {
     }
 
     /// The nodes that have seen the current gossip.
-    pub fn handle_seen(&mut self, seen_by: &BTreeSet<UniqueAddress>) {
+    pub fn handle_seen(&mut self, seen_by: &Arc<BTreeSet<UniqueAddress>>) {
         if self.accepts(|| Input::SeenBy(seen_by.clone())) {
             self.model.set_seen_by(seen_by.clone());
         }
