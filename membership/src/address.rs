@@ -341,12 +341,27 @@ impl fmt::Display for Uid {
 
 /// One incarnation of a node: its [`Address`] plus a [`Uid`]. A restart on the same host:port is a
 /// new `UniqueAddress`. Ordered by address, then uid.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, Eq, PartialOrd, Ord)]
 pub struct UniqueAddress {
     /// Where the node listens.
     pub address: Address,
     /// Which incarnation.
     pub uid: Uid,
+}
+
+/// Equal when both parts are. The uid, held inline, is compared first: two nodes almost always
+/// differ in it, and then the address behind its pointer is not read.
+impl PartialEq for UniqueAddress {
+    fn eq(&self, other: &Self) -> bool {
+        self.uid == other.uid && self.address == other.address
+    }
+}
+
+impl std::hash::Hash for UniqueAddress {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.address.hash(state);
+        self.uid.hash(state);
+    }
 }
 
 impl UniqueAddress {

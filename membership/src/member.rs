@@ -228,7 +228,13 @@ impl fmt::Debug for Member {
 
 /// The data center `roles` names (the suffix of its `dc-` role, else `default`).
 pub(crate) fn data_center_of(roles: &BTreeSet<String>) -> Arc<str> {
-    roles.iter().find_map(|r| r.strip_prefix(DC_ROLE_PREFIX)).unwrap_or("default").into()
+    // Most clusters have one data center, the default one: its members share one name, which
+    // the views that filter every member by it then find in cache.
+    static DEFAULT: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| "default".into());
+    match roles.iter().find_map(|r| r.strip_prefix(DC_ROLE_PREFIX)).unwrap_or("default") {
+        "default" => DEFAULT.clone(),
+        dc => dc.into(),
+    }
 }
 
 impl Member {

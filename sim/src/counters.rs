@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use convoke_membership::gossip::Gossip;
 use convoke_membership::message::Message;
@@ -170,9 +170,10 @@ pub enum SizeMode {
 #[derive(Debug, Default)]
 pub struct Sizer {
     mode: SizeMode,
-    /// Per sending node: the last gossip version sized, and the message size it gave. Keeping the
-    /// `Arc` keeps its address from being reused by another gossip.
-    last: Vec<Option<(Arc<Gossip>, usize)>>,
+    /// Per sending node: the last gossip version sized, and the message size it gave. The weak
+    /// pointer keeps its allocation from being reused by another gossip (so a pointer match is
+    /// the same gossip) without keeping its tables alive.
+    last: Vec<Option<(Weak<Gossip>, usize)>>,
     /// Per message type (Gossip or Welcome) and vector clock (by hash): the size of the latest
     /// message encoded with it, and the size of its seen set.
     by_version: BTreeMap<u64, (usize, usize)>,
@@ -193,7 +194,7 @@ impl Sizer {
             _ => return (wire::encode(m).len(), None),
         };
         if let Some((g, size)) = &self.last[from]
-            && Arc::ptr_eq(g, gossip)
+            && std::ptr::eq(g.as_ptr(), Arc::as_ptr(gossip))
             && matches!(m, Message::Gossip { .. })
         {
             return (*size, Some(gossip.len()));
@@ -222,7 +223,7 @@ impl Sizer {
             }
         };
         if !welcome {
-            self.last[from] = Some((gossip.clone(), size));
+            self.last[from] = Some((Arc::downgrade(gossip), size));
         }
         (size, Some(gossip.len()))
     }

@@ -13,6 +13,12 @@ use convoke_sim::commands::detect::{self, DetectOptions};
 use convoke_sim::singleton::Margin;
 use serde::Serialize;
 
+/// The simulator holds thousands of nodes' tables in one heap and replaces them at every step;
+/// the system allocator spent a third of a 5,000-node run in `malloc` (docs/benchmarks.md,
+/// "Simulator at scale").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `println!` for the reports: when stdout is closed (the reader went away, as `| head` does) the
 /// program ends quietly with the status a SIGPIPE death gives, instead of panicking.
 macro_rules! say {

@@ -42,35 +42,69 @@ impl<K: Ord> Interner<K> {
     }
 }
 
-/// The nodes one message mentions, each stored once; system names are a table of their own since a
-/// cluster usually has just one.
+/// The nodes one message mentions, each stored once, indexed in order of first use; system names
+/// are a table of their own since a cluster usually has just one.
+///
+/// A gossip names its members first, in member order: while nodes come in ascending order they
+/// are appended to `sorted` (index = position, found again by binary search), so the common case
+/// costs one comparison per member and no tree. Nodes first named out of order go to `others`.
 #[derive(Debug)]
 pub(super) struct NodeTable {
-    nodes: Interner<UniqueAddress>,
+    sorted: Vec<UniqueAddress>,
+    others: BTreeMap<UniqueAddress, u32>,
 }
 
 impl NodeTable {
     pub(super) fn new() -> Self {
-        Self { nodes: Interner::new() }
+        Self { sorted: Vec::new(), others: BTreeMap::new() }
     }
 
     /// The index of `node`, adding it if new.
     pub(super) fn index(&mut self, node: &UniqueAddress) -> u32 {
-        self.nodes.intern(node)
+        // A table of 2^32 entries would need far more memory than any gossip can hold.
+        let next = || u32::try_from(self.sorted.len() + self.others.len());
+        let next = next().expect("a table holds fewer than 2^32 entries");
+        if self.others.is_empty() && self.sorted.last().is_none_or(|last| last < node) {
+            self.sorted.push(node.clone());
+            return next;
+        }
+        if let Ok(i) = self.sorted.binary_search(node) {
+            return u32::try_from(i).expect("a table holds fewer than 2^32 entries");
+        }
+        *self.others.entry(node.clone()).or_insert(next)
     }
 
     /// The system-name table and the node table.
     pub(super) fn finish(self) -> (Vec<String>, Vec<pb::Node>) {
         let mut systems: Interner<String> = Interner::new();
-        let nodes = self
-            .nodes
-            .into_items()
-            .into_iter()
-            .map(|n| pb::Node {
-                system: systems.intern(n.address.system()),
-                host: n.address.host().to_owned(),
-                port: u32::from(n.address.port()),
-                uid: n.uid.get(),
+        let mut others: Vec<(UniqueAddress, u32)> = self.others.into_iter().collect();
+        others.sort_unstable_by_key(|(_, i)| *i);
+        // Addresses of one system mostly share its name: the last one found is tried first, by
+        // pointer (every node here stays alive until the end, so a pointer names one string),
+        // before the table is searched.
+        let mut last_system: Option<(*const u8, usize, u32)> = None;
+        let nodes = (self.sorted.iter())
+            .chain(others.iter().map(|(n, _)| n))
+            .map(|n| {
+                let name = n.address.system();
+                let system = match last_system {
+                    Some((ptr, len, i))
+                        if std::ptr::eq(ptr, name.as_ptr()) && len == name.len() =>
+                    {
+                        i
+                    }
+                    _ => {
+                        let i = systems.intern(name);
+                        last_system = Some((name.as_ptr(), name.len(), i));
+                        i
+                    }
+                };
+                pb::Node {
+                    system,
+                    host: n.address.host().to_owned(),
+                    port: u32::from(n.address.port()),
+                    uid: n.uid.get(),
+                }
             })
             .collect();
         (systems.into_items(), nodes)
@@ -165,4 +199,45 @@ pub(super) fn vclock_from_pb(
         }
     }
     Ok(VectorClock::from_entries(clock))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(host: &str, uid: u64) -> UniqueAddress {
+        let address: Address = format!("convoke://sys@{host}:1").parse().unwrap();
+        UniqueAddress::new(address, Uid::new(uid).unwrap())
+    }
+
+    #[test]
+    fn nodes_are_indexed_in_order_of_first_use_in_order_or_not() {
+        let mut table = NodeTable::new();
+        let (a, b, c, d) = (node("a", 1), node("b", 1), node("c", 1), node("d", 1));
+        assert_eq!(table.index(&b), 0);
+        assert_eq!(table.index(&d), 1);
+        assert_eq!(table.index(&b), 0);
+        assert_eq!(table.index(&a), 2, "out of order: a new index");
+        assert_eq!(table.index(&d), 1);
+        assert_eq!(table.index(&c), 3);
+        assert_eq!(table.index(&a), 2);
+        let (systems, nodes) = table.finish();
+        assert_eq!(systems, vec!["sys".to_owned()]);
+        let hosts: Vec<&str> = nodes.iter().map(|n| n.host.as_str()).collect();
+        assert_eq!(hosts, ["b", "d", "a", "c"]);
+        assert!(nodes.iter().all(|n| n.system == 0));
+    }
+
+    #[test]
+    fn every_system_name_is_listed_once() {
+        let mut table = NodeTable::new();
+        for (system, host) in [("x", "a"), ("y", "b"), ("x", "c"), ("y", "d")] {
+            let address: Address = format!("convoke://{system}@{host}:1").parse().unwrap();
+            table.index(&UniqueAddress::new(address, Uid::new(1).unwrap()));
+        }
+        let (systems, nodes) = table.finish();
+        assert_eq!(systems, ["x", "y"]);
+        let refs: Vec<u32> = nodes.iter().map(|n| n.system).collect();
+        assert_eq!(refs, [0, 1, 0, 1]);
+    }
 }

@@ -19,6 +19,13 @@ pub fn seeds(n: usize) -> Vec<usize> {
 /// Whether every node in `slots` runs, has exactly `slots` as members (by address), all Up, and
 /// reports convergence. O(n²): call it rarely.
 pub fn all_up_converged(sim: &Sim, slots: &[usize]) -> bool {
+    let mut listed = Vec::new();
+    for &i in slots {
+        if listed.len() <= i {
+            listed.resize(i + 1, false);
+        }
+        listed[i] = true;
+    }
     slots.iter().all(|i| {
         sim.is_running(*i)
             && sim.core(*i).is_some_and(|c| {
@@ -26,7 +33,9 @@ pub fn all_up_converged(sim: &Sim, slots: &[usize]) -> bool {
                 g.len() == slots.len()
                     && g.members().all(|m| {
                         m.status() == MemberStatus::Up
-                            && sim.slot_of(m.address()).is_some_and(|s| slots.contains(&s))
+                            && sim
+                                .slot_of(m.address())
+                                .is_some_and(|s| listed.get(s) == Some(&true))
                     })
                     && c.convergence()
             })
