@@ -239,7 +239,11 @@ impl Gossip {
     /// Adds the nodes that have seen `other` (the same version) and are members here.
     pub fn merge_seen(&mut self, other: &Gossip) {
         // One pass over the sorted tables: a node's gossip is mostly taken in this way, and a
-        // lookup per seen node costs a cluster of thousands more than the rest of it.
+        // lookup per seen node costs a cluster of thousands more than the rest of it. A first
+        // pass finds whether `other` adds anyone at all: mostly it does not.
+        if Arc::ptr_eq(&self.seen, &other.seen) || !self.adds_to_seen(other) {
+            return;
+        }
         let mut members = self.members.keys().peekable();
         let mut theirs = other.seen.iter().filter(|n| advance_to(&mut members, n)).peekable();
         let mut ours = self.seen.iter().peekable();
@@ -264,6 +268,13 @@ impl Gossip {
             let seen: BTreeSet<UniqueAddress> = union.into_iter().cloned().collect();
             self.seen = Arc::new(seen);
         }
+    }
+
+    /// Whether a member here has seen `other` but not this version.
+    fn adds_to_seen(&self, other: &Gossip) -> bool {
+        let mut members = self.members.keys().peekable();
+        let mut ours = self.seen.iter().peekable();
+        other.seen.iter().any(|n| !advance_to(&mut ours, n) && advance_to(&mut members, n))
     }
 
     /// Bumps `node`'s vector-clock entry: a local change.
@@ -406,7 +417,24 @@ impl Gossip {
     /// # Errors
     /// Names the first one broken.
     pub fn check_invariants(&self) -> Result<(), InvalidGossip> {
-        if let Some(m) = self.members.values().find(|m| m.status() == MemberStatus::Removed) {
+        self.check_invariants_beside(None)
+    }
+
+    /// [`check_invariants`](Self::check_invariants) for a gossip received by a node holding
+    /// `valid`, a gossip that meets them: a member table the two share is not read again.
+    ///
+    /// # Errors
+    /// Names the first one broken.
+    pub fn check_received(&self, valid: &Gossip) -> Result<(), InvalidGossip> {
+        self.check_invariants_beside(Some(valid))
+    }
+
+    fn check_invariants_beside(&self, valid: Option<&Gossip>) -> Result<(), InvalidGossip> {
+        let members_checked = valid.is_some_and(|v| self.shares_members_with(v));
+        if let Some(m) = (self.members.values())
+            .take_while(|_| !members_checked)
+            .find(|m| m.status() == MemberStatus::Removed)
+        {
             return Err(InvalidGossip(format!("member {} is Removed", m.node())));
         }
         let mut members = self.members.keys().peekable();
@@ -426,7 +454,9 @@ impl Gossip {
                 r.subject
             )));
         }
-        if let Some(n) = self.members.keys().find(|n| self.tombstones.contains_key(*n)) {
+        // Both are in node order, so the first tombstone that is a member is the first member
+        // that is tombstoned; there are few tombstones and many members.
+        if let Some(n) = self.tombstones.keys().find(|n| self.members.contains_key(*n)) {
             return Err(InvalidGossip(format!("member {n} is also tombstoned")));
         }
         if let Some((n, _)) = self.version.entries().find(|(n, _)| self.tombstones.contains_key(*n))

@@ -217,7 +217,7 @@ impl Cluster {
             || *to != me
             || !self.latest.reachability().is_reachable_by(&me, &from)
             || !remote.has_member(&me)
-            || remote.check_invariants().is_err()
+            || remote.check_received(&self.latest).is_err()
         {
             return;
         }
@@ -271,6 +271,7 @@ impl Cluster {
         // learns it is all Up within a few round trips rather than a few gossip rounds. Only the
         // local joiners are looked up: in a formed cluster there are none.
         let news_of_up = new_version
+            && !winner.shares_members_with(&local)
             && local
                 .members()
                 .filter(|m| m.status().is_joining())
@@ -282,8 +283,8 @@ impl Cluster {
         }
         self.set_latest(winner);
         let admitting = new_version
-            && self.latest.members().any(|m| m.status().is_joining())
-            && self.membership().is_leader(&me);
+            && self.membership().is_leader(&me)
+            && self.latest.members().any(|m| m.status().is_joining());
         self.down_other_incarnations_of_self();
         self.down_self_if_joined_cluster_is_downed(now);
         self.publish(now);
