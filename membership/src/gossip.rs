@@ -3,7 +3,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sha1::{Digest, Sha1};
@@ -41,7 +41,7 @@ impl WallMillis {
 pub struct Gossip {
     /// Shared between copies until one changes it: a node takes in a received gossip by copying it
     /// and adding itself to the seen set, which leaves the members as they were.
-    members: Arc<BTreeMap<UniqueAddress, Member>>,
+    members: Arc<Members>,
     /// Shared the same way: a copy taken in by a node that has already seen it, and the
     /// resolver's view of who has seen the current version, hold the same set.
     seen: Arc<BTreeSet<UniqueAddress>>,
@@ -50,9 +50,59 @@ pub struct Gossip {
     tombstones: BTreeMap<UniqueAddress, WallMillis>,
 }
 
+/// The members of a gossip by node, with what every view asks of all of them computed once.
+#[derive(Clone, Debug, Default)]
+struct Members {
+    map: BTreeMap<UniqueAddress, Member>,
+    /// The data center of every member when they are all in one (`None` when there are none or
+    /// several), computed on first use: most views filter members by data center, most clusters
+    /// have one, and a table is shared by the copies of a gossip on many nodes.
+    one_data_center: OnceLock<Option<Arc<str>>>,
+}
+
+impl Members {
+    fn new(map: BTreeMap<UniqueAddress, Member>) -> Self {
+        Self { map, one_data_center: OnceLock::new() }
+    }
+
+    /// The table, for a change: what was computed from it is dropped.
+    fn map_mut(&mut self) -> &mut BTreeMap<UniqueAddress, Member> {
+        self.one_data_center = OnceLock::new();
+        &mut self.map
+    }
+
+    fn all_in_data_center(&self, dc: &str) -> bool {
+        let one = self.one_data_center.get_or_init(|| {
+            let mut members = self.map.values();
+            let first = members.next()?.data_center();
+            members.all(|m| m.data_center() == first).then(|| first.into())
+        });
+        match one {
+            Some(one) => **one == *dc,
+            None => self.map.is_empty(),
+        }
+    }
+}
+
+impl std::ops::Deref for Members {
+    type Target = BTreeMap<UniqueAddress, Member>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl PartialEq for Members {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl Eq for Members {}
+
 /// A gossip's member table, held apart from the gossip (see [`Gossip::member_table`]).
 #[derive(Clone, Debug, Default)]
-pub struct MemberTable(Arc<BTreeMap<UniqueAddress, Member>>);
+pub struct MemberTable(Arc<Members>);
 
 impl MemberTable {
     /// Whether `gossip` has this very table (see [`Gossip::shares_members_with`]).
@@ -63,6 +113,11 @@ impl MemberTable {
     /// The members in member ordering.
     pub fn members(&self) -> impl DoubleEndedIterator<Item = &Member> + Clone {
         self.0.values()
+    }
+
+    /// See [`Gossip::all_in_data_center`].
+    pub fn all_in_data_center(&self, dc: &str) -> bool {
+        self.0.all_in_data_center(dc)
     }
 }
 
@@ -80,7 +135,9 @@ impl Gossip {
     /// A gossip with these members and nothing else.
     pub fn with_members(members: impl IntoIterator<Item = Member>) -> Self {
         Self {
-            members: Arc::new(members.into_iter().map(|m| (m.node().clone(), m)).collect()),
+            members: Arc::new(Members::new(
+                members.into_iter().map(|m| (m.node().clone(), m)).collect(),
+            )),
             ..Self::default()
         }
     }
@@ -94,7 +151,9 @@ impl Gossip {
         tombstones: BTreeMap<UniqueAddress, WallMillis>,
     ) -> Self {
         Self {
-            members: Arc::new(members.into_iter().map(|m| (m.node().clone(), m)).collect()),
+            members: Arc::new(Members::new(
+                members.into_iter().map(|m| (m.node().clone(), m)).collect(),
+            )),
             seen: Arc::new(seen),
             reachability,
             version,
@@ -139,6 +198,17 @@ impl Gossip {
         before.reverse();
         let after = self.members.range((Bound::Excluded(node), Bound::Unbounded));
         before.into_iter().chain(after.take_while(same_address).map(|(_, m)| m))
+    }
+
+    /// Whether every member is in data center `dc` (true when there are none). Computed once
+    /// per member table.
+    pub fn all_in_data_center(&self, dc: &str) -> bool {
+        self.members.all_in_data_center(dc)
+    }
+
+    /// The member nodes in member ordering.
+    pub fn nodes(&self) -> impl DoubleEndedIterator<Item = &UniqueAddress> + ExactSizeIterator {
+        self.members.keys()
     }
 
     /// Whether `other` shares this gossip's member table: a copy that changed no member (only
@@ -295,7 +365,7 @@ impl Gossip {
     /// Adds or replaces members (by identity).
     pub fn update(&mut self, changed: impl IntoIterator<Item = Member>) {
         for m in changed {
-            Arc::make_mut(&mut self.members).insert(m.node().clone(), m);
+            Arc::make_mut(&mut self.members).map_mut().insert(m.node().clone(), m);
         }
     }
 
@@ -307,7 +377,7 @@ impl Gossip {
             return false;
         }
         let Ok(down) = m.with_status(MemberStatus::Down) else { return false };
-        Arc::make_mut(&mut self.members).insert(node.clone(), down);
+        Arc::make_mut(&mut self.members).map_mut().insert(node.clone(), down);
         self.remove_seen(node);
         true
     }
@@ -321,7 +391,7 @@ impl Gossip {
     /// Removes `node` for good: from members, seen, reachability and the vector clock, leaving a
     /// tombstone stamped `at`.
     pub fn remove(&mut self, node: &UniqueAddress, at: WallMillis) {
-        Arc::make_mut(&mut self.members).remove(node);
+        Arc::make_mut(&mut self.members).map_mut().remove(node);
         self.remove_seen(node);
         self.reachability.remove([node]);
         self.version.prune(node);
@@ -383,7 +453,7 @@ impl Gossip {
         let allowed: BTreeSet<UniqueAddress> = members.keys().cloned().collect();
         let reachability = self.reachability.merge(&allowed, &that.reachability);
         Gossip {
-            members: Arc::new(members),
+            members: Arc::new(Members::new(members)),
             seen: Arc::default(),
             reachability,
             version,
@@ -630,6 +700,25 @@ pub(crate) mod tests {
         assert_eq!(uids(&node("h1:1", 3)), Vec::<UniqueAddress>::new());
         assert!(g.has_other_incarnation(&node("h3:1", 1)));
         assert!(!g.has_other_incarnation(&node("h4:1", 1)));
+    }
+
+    #[test]
+    fn all_in_one_data_center_is_recomputed_when_members_change() {
+        let in_dc = |host: &str, dc: &str| {
+            let roles = BTreeSet::from([format!("dc-{dc}")]);
+            Member::joining(node(host, 1), roles, Default::default())
+        };
+        assert!(Gossip::empty().all_in_data_center("anything"));
+        let mut g = Gossip::with_members([in_dc("h1:1", "a"), in_dc("h2:1", "a")]);
+        assert!(g.all_in_data_center("a"));
+        assert!(!g.all_in_data_center("b"));
+        let before = g.clone();
+        g.update([in_dc("h3:1", "b")]);
+        assert!(!g.all_in_data_center("a") && !g.all_in_data_center("b"));
+        assert!(before.all_in_data_center("a"), "the copy keeps its own table");
+        g.remove(&n(3), WallMillis(1));
+        assert!(g.all_in_data_center("a"));
+        assert!(g.member_table().all_in_data_center("a"));
     }
 
     #[test]

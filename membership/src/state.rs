@@ -40,7 +40,8 @@ impl<'a> MembershipState<'a> {
 
     /// Members of this node's data center.
     pub fn dc_members(&self) -> impl Iterator<Item = &'a Member> + '_ {
-        self.gossip.members().filter(|m| m.data_center() == self.self_dc)
+        let all = self.gossip.all_in_data_center(self.self_dc);
+        self.gossip.members().filter(move |m| all || m.data_center() == self.self_dc)
     }
 
     /// Reachability without the rows of observers in other data centers.

@@ -53,8 +53,9 @@ impl Cluster {
     /// [`MembershipState::is_valid_gossip_target`]).
     fn valid_targets<'g>(&self, g: &'g Gossip) -> Vec<(&'g UniqueAddress, bool)> {
         let state = MembershipState::new(g, &self.self_node, &self.config.data_center);
+        let one_data_center = g.all_in_data_center(&self.config.data_center);
         g.members_with_seen()
-            .filter(|(m, _)| m.data_center() == self.config.data_center)
+            .filter(|(m, _)| one_data_center || m.data_center() == self.config.data_center)
             .map(|(m, seen)| (m.node(), seen))
             .filter(|(n, _)| state.is_valid_gossip_target(n))
             .collect()
@@ -64,13 +65,16 @@ impl Cluster {
     /// seen the current version, otherwise (or when all have) any valid member.
     fn select_gossip_target(&mut self) -> Option<UniqueAddress> {
         let latest = self.latest.clone();
-        let candidates = self.valid_targets(&latest);
         let p = match self.config.gossip_target_preference {
             TargetPreference::AlwaysPreferUnseen => 1.0,
             TargetPreference::ReducedProbability => {
                 self.config.different_view_probability(latest.len())
             }
         };
+        if let Some(target) = self.any_member_when_all_are_targets(&latest, p) {
+            return target;
+        }
+        let candidates = self.valid_targets(&latest);
         if p >= 1.0 || self.rng.random::<f64>() < p {
             let unseen: Vec<&UniqueAddress> =
                 candidates.iter().filter(|(_, seen)| !seen).map(|(n, _)| *n).collect();
@@ -79,6 +83,34 @@ impl Cluster {
             }
         }
         candidates.choose(&mut self.rng).map(|(n, _)| (*n).clone())
+    }
+
+    /// [`select_gossip_target`](Self::select_gossip_target) in the steady state of a formed
+    /// cluster, without a list of candidates: when every member has seen `g` (so there is no
+    /// unseen one to prefer), all are in this data center and this node flags none, every other
+    /// member is a valid target, and the one at a random position among them is taken, with the
+    /// same draws from the random generator as the general case. `None` when that does not hold.
+    fn any_member_when_all_are_targets(
+        &mut self,
+        g: &Gossip,
+        p: f64,
+    ) -> Option<Option<UniqueAddress>> {
+        let me = &self.self_node;
+        // The seen set holds only members (a gossip invariant): as many means all.
+        let all_targets = g.seen().len() == g.len()
+            && g.all_in_data_center(&self.config.data_center)
+            && g.reachability().all_unreachable_from(me).is_empty();
+        if !all_targets {
+            return None;
+        }
+        // The general case draws to decide whether to prefer unseen members, then finds none.
+        let _prefer_unseen = p >= 1.0 || self.rng.random::<f64>() < p;
+        let others = g.len() - usize::from(g.has_member(me));
+        if others == 0 {
+            return Some(None);
+        }
+        let i = self.rng.random_range(..others);
+        Some(g.nodes().filter(|n| *n != me).nth(i).cloned())
     }
 
     /// The digest of the current seen set, computed once per gossip version.

@@ -596,8 +596,9 @@ impl Cluster {
         let (mut added, mut removed) = (Vec::new(), Vec::new());
         if !same_table {
             let dc = state.self_dc;
+            let all = self.heartbeat_members.all_in_data_center(dc);
             let mut old = (self.heartbeat_members.members())
-                .filter(|m| m.data_center() == dc)
+                .filter(|m| all || m.data_center() == dc)
                 .map(Member::node)
                 .peekable();
             for n in state.dc_members().map(Member::node) {
