@@ -58,17 +58,35 @@ struct Members {
     /// several), computed on first use: most views filter members by data center, most clusters
     /// have one, and a table is shared by the copies of a gossip on many nodes.
     one_data_center: OnceLock<Option<Arc<str>>>,
+    /// Every role of every member, in order, computed on first use: the events compare the
+    /// role leaders of two versions whenever members change.
+    roles: OnceLock<Vec<String>>,
 }
 
 impl Members {
     fn new(map: BTreeMap<UniqueAddress, Member>) -> Self {
-        Self { map, one_data_center: OnceLock::new() }
+        Self { map, one_data_center: OnceLock::new(), roles: OnceLock::new() }
     }
 
     /// The table, for a change: what was computed from it is dropped.
     fn map_mut(&mut self) -> &mut BTreeMap<UniqueAddress, Member> {
         self.one_data_center = OnceLock::new();
+        self.roles = OnceLock::new();
         &mut self.map
+    }
+
+    fn roles(&self) -> &[String] {
+        self.roles.get_or_init(|| {
+            // Few distinct roles among many members: a short list first, then sorted.
+            let mut roles: Vec<&String> = Vec::new();
+            for r in self.map.values().flat_map(|m| m.roles().iter()) {
+                if !roles.contains(&r) {
+                    roles.push(r);
+                }
+            }
+            roles.sort_unstable();
+            roles.into_iter().cloned().collect()
+        })
     }
 
     fn all_in_data_center(&self, dc: &str) -> bool {
@@ -204,6 +222,12 @@ impl Gossip {
     /// per member table.
     pub fn all_in_data_center(&self, dc: &str) -> bool {
         self.members.all_in_data_center(dc)
+    }
+
+    /// Every role of every member (including `dc-` roles), sorted, each once. Computed once per
+    /// member table.
+    pub fn roles(&self) -> &[String] {
+        self.members.roles()
     }
 
     /// The member nodes in member ordering.
@@ -433,32 +457,46 @@ impl Gossip {
             version.prune(node);
         }
 
-        let mut members = BTreeMap::new();
-        let nodes: BTreeSet<&UniqueAddress> =
-            self.members.keys().chain(that.members.keys()).collect();
-        for node in nodes {
-            match (self.members.get(node), that.members.get(node)) {
-                (Some(a), Some(b)) => {
-                    members.insert(node.clone(), Member::highest_priority_of(a, b).clone());
-                }
-                (Some(m), None) | (None, Some(m)) => {
-                    if !tombstones.contains_key(node) {
-                        members.insert(node.clone(), m.clone());
-                    }
-                }
-                (None, None) => {}
+        // Both tables in node order, walked side by side; one shared table is its own merge.
+        let members = if Arc::ptr_eq(&self.members, &that.members) {
+            self.members.clone()
+        } else {
+            let mut merged: Vec<(UniqueAddress, Member)> =
+                Vec::with_capacity(self.members.len().max(that.members.len()));
+            let one_sided = |(node, m): (&UniqueAddress, &Member)| {
+                (!tombstones.contains_key(node)).then(|| (node.clone(), m.clone()))
+            };
+            let (mut ours, mut theirs) =
+                (self.members.iter().peekable(), that.members.iter().peekable());
+            loop {
+                let next = match (ours.peek(), theirs.peek()) {
+                    (Some((a, _)), Some((b, _))) => match a.cmp(b) {
+                        Ordering::Less => ours.next().and_then(one_sided),
+                        Ordering::Greater => theirs.next().and_then(one_sided),
+                        Ordering::Equal => {
+                            let (node, a) = ours.next().expect("peeked");
+                            let (_, b) = theirs.next().expect("peeked");
+                            Some((node.clone(), Member::highest_priority_of(a, b).clone()))
+                        }
+                    },
+                    (Some(_), None) => ours.next().and_then(one_sided),
+                    (None, Some(_)) => theirs.next().and_then(one_sided),
+                    (None, None) => break,
+                };
+                merged.extend(next);
             }
-        }
+            Arc::new(Members::new(merged.into_iter().collect()))
+        };
 
-        let allowed: BTreeSet<UniqueAddress> = members.keys().cloned().collect();
-        let reachability = self.reachability.merge(&allowed, &that.reachability);
-        Gossip {
-            members: Arc::new(Members::new(members)),
-            seen: Arc::default(),
-            reachability,
-            version,
-            tombstones,
-        }
+        let never_flagged = |r: &Reachability| r.is_empty() && r.versions().is_empty();
+        let reachability = if never_flagged(&self.reachability) && never_flagged(&that.reachability)
+        {
+            Reachability::new()
+        } else {
+            let allowed: BTreeSet<UniqueAddress> = members.keys().cloned().collect();
+            self.reachability.merge(&allowed, &that.reachability)
+        };
+        Gossip { members, seen: Arc::default(), reachability, version, tombstones }
     }
 
     /// Whether `other` holds the same members (with status and up-number), reachability and
@@ -703,7 +741,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn all_in_one_data_center_is_recomputed_when_members_change() {
+    fn data_centers_and_roles_are_recomputed_when_members_change() {
         let in_dc = |host: &str, dc: &str| {
             let roles = BTreeSet::from([format!("dc-{dc}")]);
             Member::joining(node(host, 1), roles, Default::default())
@@ -715,7 +753,9 @@ pub(crate) mod tests {
         let before = g.clone();
         g.update([in_dc("h3:1", "b")]);
         assert!(!g.all_in_data_center("a") && !g.all_in_data_center("b"));
+        assert_eq!(g.roles(), ["dc-a", "dc-b"]);
         assert!(before.all_in_data_center("a"), "the copy keeps its own table");
+        assert_eq!(before.roles(), ["dc-a"]);
         g.remove(&n(3), WallMillis(1));
         assert!(g.all_in_data_center("a"));
         assert!(g.member_table().all_in_data_center("a"));

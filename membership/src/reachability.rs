@@ -142,7 +142,15 @@ impl Reachability {
     /// tie; one-sided rows only when that side's version is strictly higher).
     pub fn merge(&self, allowed: &BTreeSet<UniqueAddress>, other: &Reachability) -> Reachability {
         let mut out = Reachability::new();
-        for observer in allowed {
+        // Only observers with a version or rows on either side can leave anything: the few
+        // that ever flagged someone, not every allowed member.
+        let observers: BTreeSet<&UniqueAddress> = (self.versions.keys())
+            .chain(self.rows.keys())
+            .chain(other.versions.keys())
+            .chain(other.rows.keys())
+            .filter(|o| allowed.contains(*o))
+            .collect();
+        for observer in observers {
             let v1 = self.versions.get(observer).copied();
             let v2 = other.versions.get(observer).copied();
             let r1 = self.rows.get(observer);

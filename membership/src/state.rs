@@ -144,14 +144,7 @@ impl<'a> MembershipState<'a> {
 
     /// Every role of every member, including `dc-` roles.
     pub fn all_roles(&self) -> BTreeSet<&'a str> {
-        // Few distinct roles among many members: collect them in a short list first.
-        let mut roles: Vec<&'a str> = Vec::new();
-        for r in self.gossip.members().flat_map(|m| m.roles().iter()) {
-            if !roles.contains(&r.as_str()) {
-                roles.push(r);
-            }
-        }
-        roles.into_iter().collect()
+        self.gossip.roles().iter().map(String::as_str).collect()
     }
 
     /// The oldest member of this data center whose status is Up or later (Up, Leaving, preparing for
