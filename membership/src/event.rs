@@ -123,7 +123,10 @@ pub fn diff(old: &MembershipState<'_>, new: &MembershipState<'_>) -> Vec<Cluster
             removed.push(o);
         }
         let before = olds.next_if(|o| o.node() == m.node());
-        if before.is_none_or(|o| o.status() != m.status() || o.up_number() != m.up_number()) {
+        let same = |o: &Member| {
+            o.is_same_version(m) || (o.status() == m.status() && o.up_number() == m.up_number())
+        };
+        if !before.is_some_and(same) {
             changed.extend(ClusterEvent::for_status(m));
         }
     }

@@ -89,6 +89,14 @@ impl Members {
         })
     }
 
+    fn nodes_in_data_center<'a>(
+        &'a self,
+        dc: &'a str,
+    ) -> impl Iterator<Item = &'a UniqueAddress> + 'a {
+        let all = self.all_in_data_center(dc);
+        (self.map.iter()).filter(move |(_, m)| all || m.data_center() == dc).map(|(n, _)| n)
+    }
+
     fn all_in_data_center(&self, dc: &str) -> bool {
         let one = self.one_data_center.get_or_init(|| {
             let mut members = self.map.values();
@@ -136,6 +144,14 @@ impl MemberTable {
     /// See [`Gossip::all_in_data_center`].
     pub fn all_in_data_center(&self, dc: &str) -> bool {
         self.0.all_in_data_center(dc)
+    }
+
+    /// See [`Gossip::nodes_in_data_center`].
+    pub fn nodes_in_data_center<'a>(
+        &'a self,
+        dc: &'a str,
+    ) -> impl Iterator<Item = &'a UniqueAddress> + 'a {
+        self.0.nodes_in_data_center(dc)
     }
 }
 
@@ -230,6 +246,15 @@ impl Gossip {
         self.members.roles()
     }
 
+    /// The nodes of the members in data center `dc`, in member ordering; when all are there, the
+    /// members themselves are not read.
+    pub fn nodes_in_data_center<'a>(
+        &'a self,
+        dc: &'a str,
+    ) -> impl Iterator<Item = &'a UniqueAddress> + 'a {
+        self.members.nodes_in_data_center(dc)
+    }
+
     /// The member nodes in member ordering.
     pub fn nodes(&self) -> impl DoubleEndedIterator<Item = &UniqueAddress> + ExactSizeIterator {
         self.members.keys()
@@ -263,6 +288,24 @@ impl Gossip {
     pub fn members_with_seen(&self) -> impl Iterator<Item = (&Member, bool)> + '_ {
         let mut seen = self.seen.iter().peekable();
         self.members.iter().map(move |(node, m)| (m, advance_to(&mut seen, node)))
+    }
+
+    /// The members of `self` that `before` does not have or has in another version, each with
+    /// its version there, in member ordering: the walk reads only the tables, not the members
+    /// they share.
+    pub fn changed_members<'a>(
+        &'a self,
+        before: &'a Gossip,
+    ) -> impl Iterator<Item = (Option<&'a Member>, &'a Member)> + 'a {
+        let shared = Arc::ptr_eq(&self.members, &before.members);
+        let mut old = before.members.iter().peekable();
+        self.members.iter().take_while(move |_| !shared).filter_map(move |(node, m)| {
+            while old.next_if(|(o, _)| *o < node).is_some() {}
+            match old.next_if(|(o, _)| *o == node) {
+                Some((_, o)) if o.is_same_version(m) => None,
+                was => Some((was.map(|(_, o)| o), m)),
+            }
+        })
     }
 
     /// The members of `self` that `other` does not have, in member ordering.
@@ -891,6 +934,29 @@ pub(crate) mod tests {
             let by_lookup: Vec<&Member> = a.members().filter(|m| !b.has_member(m.node())).collect();
             prop_assert_eq!(missing, by_lookup);
             prop_assert_eq!(a.members_missing_from(&a.clone()).count(), 0);
+
+            let changed: Vec<(Option<&Member>, &Member)> = a.changed_members(&b).collect();
+            let by_lookup: Vec<(Option<&Member>, &Member)> = a
+                .members()
+                .map(|m| (b.member(m.node()), m))
+                .filter(|(was, m)| !was.is_some_and(|w| w.is_same_version(m)))
+                .collect();
+            prop_assert_eq!(changed, by_lookup);
+            let mut copy = a.clone();
+            prop_assert_eq!(copy.changed_members(&a).count(), 0);
+            if let Some(first) = a.members().next().cloned() {
+                copy.update([first.clone()]);
+                let changed: Vec<&Member> =
+                    copy.changed_members(&a).map(|(_, m)| m).collect();
+                prop_assert!(changed.is_empty(), "the same version put back is no change");
+            }
+
+            for dc in ["default", "other"] {
+                let nodes: Vec<&UniqueAddress> = a.nodes_in_data_center(dc).collect();
+                let by_member: Vec<&UniqueAddress> =
+                    a.members().filter(|m| m.data_center() == dc).map(Member::node).collect();
+                prop_assert_eq!(nodes, by_member);
+            }
 
             let mut merged = a.clone();
             merged.merge_seen(&b);

@@ -383,9 +383,15 @@ impl Member {
         }
     }
 
+    /// Whether `other` is this very version of the member (one a copy of the other), which then
+    /// has the same state; false says nothing.
+    pub fn is_same_version(&self, other: &Member) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// Whether every field, not just the identity, is the same.
     pub fn same_state(&self, other: &Member) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        self.is_same_version(other)
             || self.0.node == other.0.node
                 && self.0.status == other.0.status
                 && self.0.up_number == other.0.up_number

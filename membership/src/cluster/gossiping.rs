@@ -301,13 +301,11 @@ impl Cluster {
         // Members this node knew as joining that the leader has moved Up: passed on at once to
         // members that have not seen it, as the leader itself does, so that a forming cluster
         // learns it is all Up within a few round trips rather than a few gossip rounds. Only the
-        // local joiners are looked up: in a formed cluster there are none.
+        // members whose version changed are read.
         let news_of_up = new_version
-            && !winner.shares_members_with(&local)
-            && local
-                .members()
-                .filter(|m| m.status().is_joining())
-                .any(|l| winner.member(l.node()).is_some_and(|m| m.status() == MemberStatus::Up));
+            && winner.changed_members(&local).any(|(was, m)| {
+                was.is_some_and(|l| l.status().is_joining()) && m.status() == MemberStatus::Up
+            });
         self.heard_from_member(now);
         let was_down = self.self_status() == MemberStatus::Down;
         for m in winner.members_missing_from(&local) {

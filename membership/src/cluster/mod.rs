@@ -24,7 +24,7 @@ use crate::config::{Config, ConfigError};
 use crate::event::{ClusterEvent, CurrentClusterState, diff};
 use crate::gossip::{Gossip, MemberTable, WallMillis};
 use crate::heartbeat::{HeartbeatSender, HeartbeatSettings};
-use crate::member::{Member, MemberStatus};
+use crate::member::MemberStatus;
 use crate::message::{Message, Transmit};
 use crate::phi::PhiSettings;
 use crate::sbr::{SplitBrainResolver, TICK_INTERVAL};
@@ -596,12 +596,8 @@ impl Cluster {
         let (mut added, mut removed) = (Vec::new(), Vec::new());
         if !same_table {
             let dc = state.self_dc;
-            let all = self.heartbeat_members.all_in_data_center(dc);
-            let mut old = (self.heartbeat_members.members())
-                .filter(|m| all || m.data_center() == dc)
-                .map(Member::node)
-                .peekable();
-            for n in state.dc_members().map(Member::node) {
+            let mut old = self.heartbeat_members.nodes_in_data_center(dc).peekable();
+            for n in self.latest.nodes_in_data_center(dc) {
                 while let Some(gone) = old.next_if(|o| *o < n) {
                     removed.push(gone.clone());
                 }
