@@ -205,6 +205,21 @@ impl HeartbeatSender {
         self.ring_changed(now);
     }
 
+    /// Starts tracking `nodes`, with one recomputation of the receivers for all of them: a node
+    /// that takes in a gossip with many new members (a forming cluster) would otherwise walk the
+    /// ring once per member.
+    pub fn add_members(&mut self, nodes: impl IntoIterator<Item = UniqueAddress>, now: Instant) {
+        let mut added = false;
+        for node in nodes {
+            if node != *self.self_node() {
+                added |= self.ring.add_node(node);
+            }
+        }
+        if added {
+            self.ring_changed(now);
+        }
+    }
+
     /// Stops tracking `node` and forgets its failure detector. Removing self is ignored: the node is
     /// shutting down and the owner should drop the sender.
     pub fn remove_member(&mut self, node: &UniqueAddress, now: Instant) {
@@ -454,6 +469,20 @@ mod tests {
         assert_eq!(s.active_receivers(), list([&bb, &cc]));
         s.unreachable_member(&bb, t);
         assert_eq!(s.active_receivers(), list([&bb, &cc]));
+    }
+
+    #[test]
+    fn members_added_together_give_the_receivers_of_members_added_one_by_one() {
+        let [aa, bb, cc, dd, ee] = nodes();
+        let t = t0();
+        let (mut one_by_one, mut together) = (sender(2), sender(2));
+        for n in [&ee, &cc, &bb, &dd] {
+            one_by_one.add_member(n.clone(), t);
+        }
+        together.add_members([ee.clone(), cc.clone(), aa.clone(), bb.clone(), dd.clone()], t);
+        assert_eq!(together.active_receivers(), one_by_one.active_receivers());
+        assert_eq!(together.active_receivers(), list([&bb, &cc]));
+        assert_eq!(together.ring(), one_by_one.ring());
     }
 
     #[test]

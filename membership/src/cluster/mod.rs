@@ -611,9 +611,7 @@ impl Cluster {
             unreachable.difference(&self.heartbeat_unreachable).cloned().collect();
         let now_reachable: Vec<_> =
             self.heartbeat_unreachable.difference(&unreachable).cloned().collect();
-        for n in &added {
-            self.heartbeat.add_member(n.clone(), now);
-        }
+        self.heartbeat.add_members(added, now);
         for n in &removed {
             self.heartbeat.remove_member(n, now);
         }
