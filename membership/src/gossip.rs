@@ -44,7 +44,7 @@ pub struct Gossip {
     members: Arc<Members>,
     /// Shared the same way: a copy taken in by a node that has already seen it, and the
     /// resolver's view of who has seen the current version, hold the same set.
-    seen: Arc<BTreeSet<UniqueAddress>>,
+    seen: Arc<SeenSet>,
     reachability: Reachability,
     version: VectorClock,
     tombstones: BTreeMap<UniqueAddress, WallMillis>,
@@ -126,6 +126,66 @@ impl PartialEq for Members {
 
 impl Eq for Members {}
 
+/// The nodes that have seen a gossip version, with its digest computed once.
+#[derive(Clone, Debug, Default)]
+pub struct SeenSet {
+    set: BTreeSet<UniqueAddress>,
+    digest: OnceLock<[u8; 20]>,
+}
+
+impl SeenSet {
+    /// The set, for a change: the digest is computed again.
+    fn set_mut(&mut self) -> &mut BTreeSet<UniqueAddress> {
+        self.digest = OnceLock::new();
+        &mut self.set
+    }
+
+    /// SHA-1 of the nodes as text, comma-separated, in node order.
+    fn digest(&self) -> [u8; 20] {
+        *self.digest.get_or_init(|| {
+            /// Feeds formatted text straight into the hash, without a string per node.
+            struct Feed<'a>(&'a mut Sha1);
+            impl std::fmt::Write for Feed<'_> {
+                fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                    self.0.update(s.as_bytes());
+                    Ok(())
+                }
+            }
+            let mut hasher = Sha1::new();
+            for (i, node) in self.set.iter().enumerate() {
+                if i > 0 {
+                    hasher.update(b",");
+                }
+                std::fmt::Write::write_fmt(&mut Feed(&mut hasher), format_args!("{node}"))
+                    .expect("hashing text cannot fail");
+            }
+            hasher.finalize().into()
+        })
+    }
+}
+
+impl From<BTreeSet<UniqueAddress>> for SeenSet {
+    fn from(set: BTreeSet<UniqueAddress>) -> Self {
+        Self { set, digest: OnceLock::new() }
+    }
+}
+
+impl std::ops::Deref for SeenSet {
+    type Target = BTreeSet<UniqueAddress>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.set
+    }
+}
+
+impl PartialEq for SeenSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.set == other.set
+    }
+}
+
+impl Eq for SeenSet {}
+
 /// A gossip's member table, held apart from the gossip (see [`Gossip::member_table`]).
 #[derive(Clone, Debug, Default)]
 pub struct MemberTable(Arc<Members>);
@@ -188,7 +248,7 @@ impl Gossip {
             members: Arc::new(Members::new(
                 members.into_iter().map(|m| (m.node().clone(), m)).collect(),
             )),
-            seen: Arc::new(seen),
+            seen: Arc::new(SeenSet::from(seen)),
             reachability,
             version,
             tombstones,
@@ -328,7 +388,7 @@ impl Gossip {
     }
 
     /// The seen set, shared rather than copied.
-    pub fn shared_seen(&self) -> Arc<BTreeSet<UniqueAddress>> {
+    pub fn shared_seen(&self) -> Arc<SeenSet> {
         self.seen.clone()
     }
 
@@ -356,7 +416,7 @@ impl Gossip {
     pub fn add_seen(&mut self, node: &UniqueAddress) {
         // Copied only when it changes: a node taking in a version it has seen shares the set.
         if !self.seen.contains(node) && self.members.contains_key(node) {
-            Arc::make_mut(&mut self.seen).insert(node.clone());
+            Arc::make_mut(&mut self.seen).set_mut().insert(node.clone());
         }
     }
 
@@ -403,7 +463,7 @@ impl Gossip {
         }
         if union.len() != self.seen.len() {
             let seen: BTreeSet<UniqueAddress> = union.into_iter().cloned().collect();
-            self.seen = Arc::new(seen);
+            self.seen = Arc::new(SeenSet::from(seen));
         }
     }
 
@@ -451,7 +511,7 @@ impl Gossip {
 
     fn remove_seen(&mut self, node: &UniqueAddress) {
         if self.seen.contains(node) {
-            Arc::make_mut(&mut self.seen).remove(node);
+            Arc::make_mut(&mut self.seen).set_mut().remove(node);
         }
     }
 
@@ -552,15 +612,9 @@ impl Gossip {
     }
 
     /// A digest of the seen set, so two nodes can tell cheaply whether they agree on who has seen.
+    /// Computed once per seen set, which the copies of a version share.
     pub fn seen_digest(&self) -> [u8; 20] {
-        let mut hasher = Sha1::new();
-        for (i, node) in self.seen.iter().enumerate() {
-            if i > 0 {
-                hasher.update(b",");
-            }
-            hasher.update(node.to_string().as_bytes());
-        }
-        hasher.finalize().into()
+        self.seen.digest()
     }
 
     /// Checks the structural invariants.
@@ -805,11 +859,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_seen_digest_is_sha1_of_the_nodes_as_text_comma_separated() {
+        let mut g = Gossip::with_members([member("h1:1", Up), member("h2:1", Up)]);
+        g.add_seen(&n(2));
+        g.add_seen(&n(1));
+        let text = format!("{},{}", n(1), n(2));
+        let expected: [u8; 20] = Sha1::digest(text.as_bytes()).into();
+        assert_eq!(g.seen_digest(), expected);
+        let copy = g.clone();
+        g.remove(&n(2), WallMillis(1));
+        let one: [u8; 20] = Sha1::digest(n(1).to_string().as_bytes()).into();
+        assert_eq!(g.seen_digest(), one, "a changed set is digested again");
+        assert_eq!(copy.seen_digest(), expected);
+    }
+
+    #[test]
     fn invariant_checks_name_the_broken_rule() {
         let g = Gossip::with_members([member("h1:1", Removed)]);
         assert!(g.check_invariants().unwrap_err().to_string().contains("Removed"));
         let mut g = Gossip::with_members([member("h1:1", Up)]);
-        Arc::make_mut(&mut g.seen).insert(n(2));
+        Arc::make_mut(&mut g.seen).set_mut().insert(n(2));
         assert!(g.check_invariants().unwrap_err().to_string().contains("seen"));
     }
 
@@ -923,7 +992,7 @@ pub(crate) mod tests {
             strays in prop::collection::btree_set(0u64..9, 0..4),
         ) {
             let (mut a, b) = (v[0].clone(), v[1].clone());
-            Arc::make_mut(&mut a.seen).extend(strays.iter().map(|i| n(*i)));
+            Arc::make_mut(&mut a.seen).set_mut().extend(strays.iter().map(|i| n(*i)));
             let flags: Vec<(UniqueAddress, bool)> =
                 a.members_with_seen().map(|(m, seen)| (m.node().clone(), seen)).collect();
             let looked_up: Vec<(UniqueAddress, bool)> =
@@ -960,7 +1029,7 @@ pub(crate) mod tests {
 
             let mut merged = a.clone();
             merged.merge_seen(&b);
-            let mut expected = BTreeSet::clone(&a.seen);
+            let mut expected = BTreeSet::clone(a.seen());
             expected.extend(b.seen.iter().filter(|s| a.has_member(s)).cloned());
             prop_assert_eq!(merged.seen(), &expected);
 

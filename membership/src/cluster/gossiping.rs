@@ -113,16 +113,9 @@ impl Cluster {
         Some(g.nodes().filter(|n| *n != me).nth(i).cloned())
     }
 
-    /// The digest of the current seen set, computed once per gossip version.
-    fn current_seen_digest(&mut self) -> [u8; 20] {
-        match &self.seen_digest {
-            Some((g, digest)) if std::ptr::eq(g.as_ptr(), Arc::as_ptr(&self.latest)) => *digest,
-            _ => {
-                let digest = self.latest.seen_digest();
-                self.seen_digest = Some((Arc::downgrade(&self.latest), digest));
-                digest
-            }
-        }
+    /// The digest of the current seen set (computed once per set, see [`Gossip::seen_digest`]).
+    fn current_seen_digest(&self) -> [u8; 20] {
+        self.latest.seen_digest()
     }
 
     /// Sends the full gossip to `node` if it is a valid target.

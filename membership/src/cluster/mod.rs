@@ -13,7 +13,7 @@ mod join;
 mod leader;
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rand::SeedableRng;
@@ -203,11 +203,6 @@ pub struct Cluster {
     phase: Phase,
     latest: Arc<Gossip>,
     published: Arc<Gossip>,
-    /// The seen digest of a gossip version, kept because every gossip status sent or received
-    /// needs the current one.
-    /// Weak, so that an old version's seen set is not kept alive by its digest: a weak pointer
-    /// also keeps its allocation from being reused, so a pointer match is the same version.
-    seen_digest: Option<(Weak<Gossip>, [u8; 20])>,
     seed_nodes: Vec<Address>,
     seed_process: Option<SeedProcess>,
     exiting_confirmed: BTreeSet<UniqueAddress>,
@@ -293,7 +288,6 @@ impl Cluster {
             phase: Phase::Uninitialized,
             latest: empty.clone(),
             published: empty,
-            seen_digest: None,
             seed_nodes: Vec::new(),
             seed_process: None,
             exiting_confirmed: BTreeSet::new(),

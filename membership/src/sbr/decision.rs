@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::address::UniqueAddress;
+use crate::gossip::SeenSet;
 use crate::member::{Member, MemberStatus};
 use crate::reachability::{Reachability, ReachabilityStatus};
 
@@ -129,7 +130,7 @@ pub struct DowningModel {
     /// Only Unreachable and Terminated records whose observer and subject are members here.
     reachability: Reachability,
     /// Shared with the gossip it was read from.
-    seen_by: Arc<BTreeSet<UniqueAddress>>,
+    seen_by: Arc<SeenSet>,
 }
 
 impl DowningModel {
@@ -248,7 +249,7 @@ impl DowningModel {
     }
 
     /// The nodes that have seen the current gossip.
-    pub fn set_seen_by(&mut self, seen_by: Arc<BTreeSet<UniqueAddress>>) {
+    pub fn set_seen_by(&mut self, seen_by: Arc<SeenSet>) {
         self.seen_by = seen_by;
     }
 

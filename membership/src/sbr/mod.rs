@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use crate::address::UniqueAddress;
 use crate::config::Config;
 use crate::event::ClusterEvent;
+use crate::gossip::SeenSet;
 use crate::member::Member;
 use crate::reachability::Reachability;
 
@@ -147,7 +148,7 @@ enum Waiting {
 enum Input {
     Event(ClusterEvent),
     Reachability(Reachability),
-    SeenBy(Arc<BTreeSet<UniqueAddress>>),
+    SeenBy(Arc<SeenSet>),
     QuarantinedByRemote,
 }
 
@@ -284,7 +285,7 @@ impl SplitBrainResolver {
     }
 
     /// The nodes that have seen the current gossip.
-    pub fn handle_seen(&mut self, seen_by: &Arc<BTreeSet<UniqueAddress>>) {
+    pub fn handle_seen(&mut self, seen_by: &Arc<SeenSet>) {
         if self.accepts(|| Input::SeenBy(seen_by.clone())) {
             self.model.set_seen_by(seen_by.clone());
         }

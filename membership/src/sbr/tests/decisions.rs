@@ -74,7 +74,8 @@ impl Setup {
         for (_, to) in pairs {
             model.add_unreachable(to);
         }
-        model.set_seen_by(std::sync::Arc::new(side.iter().map(|m| m.node().clone()).collect()));
+        let seen: BTreeSet<_> = side.iter().map(|m| m.node().clone()).collect();
+        model.set_seen_by(std::sync::Arc::new(seen.into()));
         model
     }
 

@@ -106,7 +106,8 @@ fn view(strategy: &Downing, members: &[(Member, bool, usize)], side_a: bool) -> 
     for (subject, _) in &other {
         model.add_unreachable((*subject).clone());
     }
-    model.set_seen_by(std::sync::Arc::new(this.iter().map(|m| m.node().clone()).collect()));
+    let seen: BTreeSet<_> = this.iter().map(|m| m.node().clone()).collect();
+    model.set_seen_by(std::sync::Arc::new(seen.into()));
     model
 }
 
