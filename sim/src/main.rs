@@ -14,8 +14,8 @@ use convoke_sim::singleton::Margin;
 use serde::Serialize;
 
 /// The simulator holds thousands of nodes' tables in one heap and replaces them at every step;
-/// the system allocator spent a third of a 5,000-node run in `malloc` (docs/benchmarks.md,
-/// "Simulator at scale").
+/// with the system allocator, a third of the samples profiled in a 5,000-node run were in
+/// `malloc` (docs/benchmarks.md, "Simulator at scale").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
