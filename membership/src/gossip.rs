@@ -51,7 +51,7 @@ pub struct Gossip {
 }
 
 /// The members of a gossip by node, with what every view asks of all of them computed once.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 struct Members {
     map: BTreeMap<UniqueAddress, Member>,
     /// The data center of every member when they are all in one (`None` when there are none or
@@ -118,6 +118,13 @@ impl std::ops::Deref for Members {
     }
 }
 
+/// As the table alone: what was computed from it is not part of the state.
+impl std::fmt::Debug for Members {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.map.fmt(f)
+    }
+}
+
 impl PartialEq for Members {
     fn eq(&self, other: &Self) -> bool {
         self.map == other.map
@@ -127,7 +134,7 @@ impl PartialEq for Members {
 impl Eq for Members {}
 
 /// The nodes that have seen a gossip version, with its digest computed once.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct SeenSet {
     set: BTreeSet<UniqueAddress>,
     digest: OnceLock<[u8; 20]>,
@@ -175,6 +182,13 @@ impl std::ops::Deref for SeenSet {
 
     fn deref(&self) -> &Self::Target {
         &self.set
+    }
+}
+
+/// As the set alone.
+impl std::fmt::Debug for SeenSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.set.fmt(f)
     }
 }
 
@@ -277,7 +291,10 @@ impl Gossip {
 
     /// Whether another incarnation of `node`'s address (another uid) is a member too.
     pub fn has_other_incarnation(&self, node: &UniqueAddress) -> bool {
-        self.other_incarnations(node).next().is_some()
+        // Members are ordered by address, then uid: another incarnation is a neighbour.
+        let before = self.members.range(..node).next_back();
+        let after = self.members.range((Bound::Excluded(node), Bound::Unbounded)).next();
+        before.into_iter().chain(after).any(|(n, _)| n.address == node.address)
     }
 
     /// The members at `node`'s address other than `node` (other uids), in member ordering.
