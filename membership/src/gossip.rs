@@ -50,6 +50,37 @@ pub struct Gossip {
     tombstones: BTreeMap<UniqueAddress, WallMillis>,
 }
 
+/// Reads, prints and compares a table held with values computed from it as the table alone:
+/// the computed values are not part of the state.
+macro_rules! table_with_cache {
+    ($wrapper:ty, $field:ident, $table:ty) => {
+        impl std::ops::Deref for $wrapper {
+            type Target = $table;
+
+            fn deref(&self) -> &Self::Target {
+                &self.$field
+            }
+        }
+
+        impl std::fmt::Debug for $wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.$field.fmt(f)
+            }
+        }
+
+        impl PartialEq for $wrapper {
+            fn eq(&self, other: &Self) -> bool {
+                self.$field == other.$field
+            }
+        }
+
+        impl Eq for $wrapper {}
+    };
+}
+
+table_with_cache!(Members, map, BTreeMap<UniqueAddress, Member>);
+table_with_cache!(SeenSet, set, BTreeSet<UniqueAddress>);
+
 /// The members of a gossip by node, with what every view asks of all of them computed once.
 #[derive(Clone, Default)]
 struct Members {
@@ -110,29 +141,6 @@ impl Members {
     }
 }
 
-impl std::ops::Deref for Members {
-    type Target = BTreeMap<UniqueAddress, Member>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.map
-    }
-}
-
-/// As the table alone: what was computed from it is not part of the state.
-impl std::fmt::Debug for Members {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.map.fmt(f)
-    }
-}
-
-impl PartialEq for Members {
-    fn eq(&self, other: &Self) -> bool {
-        self.map == other.map
-    }
-}
-
-impl Eq for Members {}
-
 /// The nodes that have seen a gossip version, with its digest computed once.
 #[derive(Clone, Default)]
 pub struct SeenSet {
@@ -176,29 +184,6 @@ impl From<BTreeSet<UniqueAddress>> for SeenSet {
         Self { set, digest: OnceLock::new() }
     }
 }
-
-impl std::ops::Deref for SeenSet {
-    type Target = BTreeSet<UniqueAddress>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.set
-    }
-}
-
-/// As the set alone.
-impl std::fmt::Debug for SeenSet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.set.fmt(f)
-    }
-}
-
-impl PartialEq for SeenSet {
-    fn eq(&self, other: &Self) -> bool {
-        self.set == other.set
-    }
-}
-
-impl Eq for SeenSet {}
 
 /// A gossip's member table, held apart from the gossip (see [`Gossip::member_table`]).
 #[derive(Clone, Debug, Default)]
@@ -390,13 +375,7 @@ impl Gossip {
         &'a self,
         other: &'a Gossip,
     ) -> impl Iterator<Item = &'a Member> + 'a {
-        let shared = Arc::ptr_eq(&self.members, &other.members);
-        let mut theirs = other.members.keys().peekable();
-        self.members
-            .iter()
-            .take_while(move |_| !shared)
-            .filter(move |(node, _)| !advance_to(&mut theirs, node))
-            .map(|(_, m)| m)
+        self.changed_members(other).filter_map(|(was, m)| was.is_none().then_some(m))
     }
 
     /// Nodes that have seen this version.
