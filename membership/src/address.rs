@@ -84,21 +84,23 @@ impl Address {
     ) -> Result<Self, AddressError> {
         let system = system.into();
         validate_system(&system)?;
-        Self::in_system(&system.into(), host.into(), port)
+        Ok(Self::in_system_at(&system.into(), &Self::checked_host(host.into())?, port))
     }
 
-    /// An address in `system`, sharing its string (decoding a table of addresses in a few
-    /// systems); `host` is checked as by [`new`](Self::new), `system` is not (the caller did).
-    pub(crate) fn in_system(
-        system: &Arc<str>,
-        mut host: String,
-        port: u16,
-    ) -> Result<Self, AddressError> {
+    /// An address in `system` on `host`, sharing both strings; each was checked once by
+    /// [`checked_system`](Self::checked_system) and [`checked_host`](Self::checked_host).
+    pub(crate) fn in_system_at(system: &Arc<str>, host: &Arc<str>, port: u16) -> Self {
+        Self(Arc::new(Parts::new(system.clone(), host.clone(), port)))
+    }
+
+    /// Checks a host as [`new`](Self::new) does (brackets around an IPv6 address are dropped),
+    /// for [`in_system_at`](Self::in_system_at).
+    pub(crate) fn checked_host(mut host: String) -> Result<Arc<str>, AddressError> {
         if host.starts_with('[') && host.ends_with(']') && host.len() > 2 {
             host = host[1..host.len() - 1].to_owned();
         }
         validate_host(&host)?;
-        Ok(Self(Arc::new(Parts::new(system.clone(), host.into(), port))))
+        Ok(host.into())
     }
 
     /// Checks a system name as [`new`](Self::new) does, for [`in_system`](Self::in_system).

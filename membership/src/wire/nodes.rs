@@ -129,24 +129,50 @@ pub(super) fn decode_node_table(
     systems: &[String],
     nodes: Vec<pb::Node>,
 ) -> Result<Vec<UniqueAddress>, DecodeError> {
-    // Each system name is checked and allocated once, and shared by its addresses.
+    // Each system name is checked and allocated once, and shared by its addresses; so is a host
+    // that the node before named too (a table is mostly in node order, which sorts by host).
     let systems =
         systems.iter().map(|s| Address::checked_system(s)).collect::<Result<Vec<Arc<str>>, _>>()?;
-    let table = nodes
-        .into_iter()
-        .map(|n| {
-            let system = lookup(&systems, n.system, "all_systems")?;
-            let uid = Uid::new(n.uid).ok_or(DecodeError::ZeroUid)?;
-            let address = Address::in_system(system, n.host, port(n.port)?)?;
-            Ok(UniqueAddress::new(address, uid))
-        })
-        .collect::<Result<Vec<_>, DecodeError>>()?;
-    let mut sorted: Vec<&UniqueAddress> = table.iter().collect();
-    sorted.sort_unstable();
-    if sorted.windows(2).any(|w| w[0] == w[1]) {
-        return Err(DecodeError::Duplicate("node in all_addresses"));
+    let mut last_host: Option<(String, Arc<str>)> = None;
+    let mut table = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let system = lookup(&systems, n.system, "all_systems")?;
+        let uid = Uid::new(n.uid).ok_or(DecodeError::ZeroUid)?;
+        let host = match &last_host {
+            Some((raw, host)) if *raw == n.host => host.clone(),
+            _ => {
+                let host = Address::checked_host(n.host.clone())?;
+                last_host = Some((n.host, host.clone()));
+                host
+            }
+        };
+        table.push(UniqueAddress::new(Address::in_system_at(system, &host, port(n.port)?), uid));
+    }
+    if !table.is_sorted_by(|a, b| a < b) {
+        let mut sorted: Vec<&UniqueAddress> = table.iter().collect();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(DecodeError::Duplicate("node in all_addresses"));
+        }
     }
     Ok(table)
+}
+
+/// `items` sorted by node, refusing a node twice (`what` names it in the error). Encoders write
+/// them in node order, which one pass confirms, so that a map or set built from the result costs
+/// no search per entry; any other order is sorted first.
+pub(super) fn sorted_by_node<T>(
+    mut items: Vec<T>,
+    node: impl Fn(&T) -> &UniqueAddress,
+    what: &'static str,
+) -> Result<Vec<T>, DecodeError> {
+    if !items.is_sorted_by(|a, b| node(a) < node(b)) {
+        items.sort_by(|a, b| node(a).cmp(node(b)));
+        if items.windows(2).any(|w| node(&w[0]) == node(&w[1])) {
+            return Err(DecodeError::Duplicate(what));
+        }
+    }
+    Ok(items)
 }
 
 fn port(port: u32) -> Result<u16, DecodeError> {
@@ -191,14 +217,11 @@ pub(super) fn vclock_from_pb(
     entries: Vec<pb::VersionEntry>,
     table: &[UniqueAddress],
 ) -> Result<VectorClock, DecodeError> {
-    let mut clock = BTreeMap::new();
-    for e in entries {
-        let node = lookup(table, e.node, "all_addresses")?;
-        if clock.insert(node.clone(), e.counter).is_some() {
-            return Err(DecodeError::Duplicate("vector clock entry"));
-        }
-    }
-    Ok(VectorClock::from_entries(clock))
+    let entries = (entries.into_iter())
+        .map(|e| Ok((lookup(table, e.node, "all_addresses")?.clone(), e.counter)))
+        .collect::<Result<Vec<_>, DecodeError>>()?;
+    let entries = sorted_by_node(entries, |(n, _)| n, "vector clock entry")?;
+    Ok(VectorClock::from_entries(entries))
 }
 
 #[cfg(test)]

@@ -1,15 +1,17 @@
 //! The gossip payload: the whole [`Gossip`] as index-referencing tables, gzip-compressed.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::sync::Arc;
 
-use flate2::Compression;
 use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
+use flate2::{Compress, Compression, Crc, FlushCompress, Status};
 use prost::Message as _;
 
-use super::nodes::{Interner, NodeTable, decode_node_table, lookup, vclock_from_pb, vclock_to_pb};
+use super::nodes::{
+    Interner, NodeTable, decode_node_table, lookup, sorted_by_node, vclock_from_pb, vclock_to_pb,
+};
 use super::{DecodeError, DecodeLimits, pb};
 use crate::address::UniqueAddress;
 use crate::gossip::{Gossip, WallMillis};
@@ -56,12 +58,38 @@ pub(super) fn decode_uncompressed(raw: &[u8]) -> Result<Gossip, DecodeError> {
 /// Gzips a payload at the fastest level: a gossip is compressed once per version on every node
 /// that sends it, which at a few hundred members costs more CPU than anything else a forming
 /// cluster does at the default level, for a few per cent fewer bytes (docs/benchmarks.md, "250
-/// nodes in one process, again").
+/// nodes in one process, again"). The deflate state (a few hundred kilobytes of tables) is made
+/// once per thread and reset for each payload: making and clearing it cost a third of encoding a
+/// gossip of 500 members (docs/benchmarks.md, "500 nodes in one process").
 pub(super) fn compress(raw: &[u8]) -> Vec<u8> {
-    let mut encoder = GzEncoder::new(Vec::with_capacity(raw.len() / 2 + 64), Compression::fast());
-    encoder.write_all(raw).expect("writing to a Vec cannot fail");
-    encoder.finish().expect("writing to a Vec cannot fail")
+    thread_local! {
+        static DEFLATE: RefCell<Compress> = RefCell::new(Compress::new(Compression::fast(), false));
+    }
+    let mut out = Vec::with_capacity(GZIP_HEADER.len() + raw.len() / 2 + 64);
+    out.extend_from_slice(&GZIP_HEADER);
+    DEFLATE.with_borrow_mut(|deflate| {
+        deflate.reset();
+        loop {
+            let read = usize::try_from(deflate.total_in()).expect("read at most raw.len() bytes");
+            let status = deflate
+                .compress_vec(&raw[read..], &mut out, FlushCompress::Finish)
+                .expect("deflating from memory into memory cannot fail");
+            if status == Status::StreamEnd {
+                break;
+            }
+            out.reserve(out.capacity().max(64));
+        }
+    });
+    let mut crc = Crc::new();
+    crc.update(raw);
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    out.extend_from_slice(&crc.amount().to_le_bytes());
+    out
 }
+
+/// The gzip header flate2's `GzEncoder` writes at the fastest level: magic, deflate, no flags, no
+/// time, "fastest" as the extra flags, unknown operating system.
+const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255];
 
 fn decompress(bytes: &[u8], limit: usize) -> Result<Vec<u8>, DecodeError> {
     // Read one byte past the limit, so that reaching it is distinguishable from exceeding it.
@@ -166,7 +194,7 @@ fn from_pb(p: pb::GossipPayload) -> Result<Gossip, DecodeError> {
         p.all_app_versions.iter().map(|v| Arc::new(AppVersion::parse(v))).collect();
     let mut role_sets: BTreeMap<Vec<u32>, SharedRoles> = BTreeMap::new();
 
-    let mut members = BTreeMap::new();
+    let mut members = Vec::with_capacity(p.members.len());
     for m in p.members {
         let id = node(m.node)?;
         let status = MemberStatus::from_wire_number(m.status)
@@ -188,19 +216,20 @@ fn from_pb(p: pb::GossipPayload) -> Result<Gossip, DecodeError> {
         };
         let version = lookup(&versions, m.app_version, "all_app_versions")?.clone();
         let up_number = UpNumber(m.up_number);
-        let member =
-            Member::from_shared_parts(id.clone(), up_number, status, roles, data_center, version);
-        if members.insert(id, member).is_some() {
-            return Err(DecodeError::Duplicate("member"));
-        }
+        members.push(Member::from_shared_parts(
+            id.clone(),
+            up_number,
+            status,
+            roles,
+            data_center,
+            version,
+        ));
     }
+    let members = sorted_by_node(members, Member::node, "member")?;
 
-    let mut seen = BTreeSet::new();
-    for i in p.seen {
-        if !seen.insert(node(i)?.clone()) {
-            return Err(DecodeError::Duplicate("seen node"));
-        }
-    }
+    let seen = p.seen.into_iter().map(|i| Ok(node(i)?.clone()));
+    let seen = seen.collect::<Result<Vec<_>, DecodeError>>()?;
+    let seen = sorted_by_node(seen, |n| n, "seen node")?.into_iter().collect();
 
     let mut observer_versions = BTreeMap::new();
     let mut records = Vec::new();
@@ -234,7 +263,7 @@ fn from_pb(p: pb::GossipPayload) -> Result<Gossip, DecodeError> {
         }
     }
 
-    let gossip = Gossip::from_parts(members.into_values(), seen, reachability, version, tombstones);
+    let gossip = Gossip::from_parts(members, seen, reachability, version, tombstones);
     gossip.check_invariants()?;
     Ok(gossip)
 }

@@ -500,6 +500,57 @@ fn duplicates_are_rejected() {
     }
 }
 
+/// Three members on hosts a, b, c, seen by all, each with a clock entry, every table in the
+/// order `order` gives (encoders write node order; any other must decode the same).
+fn three_member_payload(order: [u32; 3]) -> pb::GossipPayload {
+    let up = MemberStatus::Up.wire_number();
+    pb::GossipPayload {
+        all_systems: vec!["convoke".to_owned()],
+        all_addresses: vec![pb_node("a", 1), pb_node("b", 2), pb_node("c", 3)],
+        all_roles: vec!["dc-default".to_owned()],
+        all_app_versions: vec!["1.0.0".to_owned()],
+        members: order.iter().map(|&i| pb_member(i, up)).collect(),
+        seen: order.to_vec(),
+        version: order.iter().map(|&node| pb::VersionEntry { node, counter: 1 }).collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn tables_in_any_order_decode_alike_and_duplicates_apart_are_rejected() {
+    let in_order = decode_payload(&three_member_payload([0, 1, 2])).unwrap();
+    assert_eq!(in_order.members().count(), 3);
+    for order in [[2, 1, 0], [1, 2, 0], [0, 2, 1]] {
+        assert_eq!(decode_payload(&three_member_payload(order)).unwrap(), in_order, "{order:?}");
+    }
+    let cases: [Break; 4] = [
+        |p| p.all_addresses = vec![pb_node("b", 2), pb_node("c", 3), pb_node("b", 2)],
+        |p| p.members.push(pb_member(1, MemberStatus::Up.wire_number())),
+        |p| p.seen.push(1),
+        |p| p.version.push(pb::VersionEntry { node: 1, counter: 2 }),
+    ];
+    for breaks in cases {
+        let mut p = three_member_payload([2, 1, 0]);
+        breaks(&mut p);
+        assert!(matches!(decode_payload(&p), Err(DecodeError::Duplicate(_))), "{p:?}");
+    }
+}
+
+#[test]
+fn addresses_on_one_host_share_its_string_and_a_bad_host_after_a_good_one_is_rejected() {
+    let mut p = three_member_payload([0, 1, 2]);
+    for (port, node) in p.all_addresses.iter_mut().enumerate() {
+        node.host = "10.0.0.1".to_owned();
+        node.port = 25520 + u32::try_from(port).unwrap();
+    }
+    let g = decode_payload(&p).unwrap();
+    let hosts: Vec<*const u8> = g.members().map(|m| m.address().host().as_ptr()).collect();
+    assert_eq!(hosts.len(), 3);
+    assert!(hosts.iter().all(|h| *h == hosts[0]), "one string for the host");
+    p.all_addresses[2].host = "10.0.0.1/x".to_owned();
+    assert!(matches!(decode_payload(&p), Err(DecodeError::BadAddress(_))), "{p:?}");
+}
+
 #[test]
 fn bad_addresses_are_rejected() {
     let mut p = one_member_payload();
@@ -735,4 +786,16 @@ fn decoded_members_share_their_system_role_set_and_version_but_not_different_one
     assert!(!std::ptr::eq(a.roles(), c.roles()));
     assert!(!std::ptr::eq(a.app_version(), c.app_version()));
     assert_eq!((a.data_center(), c.data_center()), ("default", "east"));
+}
+
+#[test]
+fn compress_gives_the_bytes_of_a_gzip_encoder_at_the_fastest_level_payload_after_payload() {
+    // The deflate state is reused from payload to payload: nothing of one may leak into the next.
+    let big = to_pb(&size_test_gossip(1000)).encode_to_vec();
+    let payloads = [big.clone(), Vec::new(), b"abc".repeat(5000), b"x".to_vec(), big];
+    for raw in payloads {
+        let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
+        encoder.write_all(&raw).unwrap();
+        assert_eq!(compress(&raw), encoder.finish().unwrap(), "{} bytes", raw.len());
+    }
 }
