@@ -1,7 +1,7 @@
 //! Message-level tests of the core: one or two [`Cluster`]s driven directly with hand-made
 //! messages and timeouts, asserting on what they send, publish and hold.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -1238,6 +1238,26 @@ fn always_prefer_unseen_gossips_to_a_member_that_has_not_seen_whenever_there_is_
     assert!(targets.iter().all(|to| unseen.contains(to)), "{targets:?}");
     assert_eq!(targets.iter().cloned().collect::<BTreeSet<_>>(), unseen, "chosen at random");
     assert!(gossip_sent(&sent).iter().all(|(_, tr)| tr.message.kind() == "Gossip"));
+}
+
+#[test]
+fn once_all_have_seen_the_gossip_every_other_member_is_a_target_and_this_node_never_is() {
+    // All seen, one data center, nobody flagged: the steady state, where the target is drawn
+    // among the other members without listing the candidates first. Only a status goes out.
+    let t = t0();
+    let g = gossip((1..=6).map(|i| up(i, i as u32)), &[1, 2, 3, 4, 5, 6]);
+    let mut c = member_core(1, no_reaper(), t, 2, g);
+    let sent = run_until(&mut c, t + secs(60));
+    let gossip = gossip_sent(&sent);
+    assert_eq!(gossip.len(), 60, "one gossip per tick and no speed-up");
+    assert!(gossip.iter().all(|(_, tr)| tr.message.kind() == "GossipStatus"), "{gossip:?}");
+    let mut times_chosen: BTreeMap<Address, usize> = BTreeMap::new();
+    for (_, tr) in &gossip {
+        *times_chosen.entry(tr.to.clone()).or_default() += 1;
+    }
+    let others: BTreeSet<Address> = (2..=6).map(a).collect();
+    assert_eq!(times_chosen.keys().cloned().collect::<BTreeSet<_>>(), others, "{times_chosen:?}");
+    assert!(times_chosen.values().all(|&k| k >= 4), "about a fifth each: {times_chosen:?}");
 }
 
 #[test]
