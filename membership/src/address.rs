@@ -84,7 +84,7 @@ impl Address {
     ) -> Result<Self, AddressError> {
         let system = system.into();
         validate_system(&system)?;
-        Ok(Self::in_system_at(&system.into(), &Self::checked_host(host.into())?, port))
+        Ok(Self::in_system_at(&system.into(), &Self::checked_host(&host.into())?, port))
     }
 
     /// An address in `system` on `host`, sharing both strings; each was checked once by
@@ -95,15 +95,16 @@ impl Address {
 
     /// Checks a host as [`new`](Self::new) does (brackets around an IPv6 address are dropped),
     /// for [`in_system_at`](Self::in_system_at).
-    pub(crate) fn checked_host(mut host: String) -> Result<Arc<str>, AddressError> {
-        if host.starts_with('[') && host.ends_with(']') && host.len() > 2 {
-            host = host[1..host.len() - 1].to_owned();
-        }
-        validate_host(&host)?;
+    pub(crate) fn checked_host(host: &str) -> Result<Arc<str>, AddressError> {
+        let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            Some(inner) if !inner.is_empty() => inner,
+            _ => host,
+        };
+        validate_host(host)?;
         Ok(host.into())
     }
 
-    /// Checks a system name as [`new`](Self::new) does, for [`in_system`](Self::in_system).
+    /// Checks a system name as [`new`](Self::new) does, for [`in_system_at`](Self::in_system_at).
     pub(crate) fn checked_system(system: &str) -> Result<Arc<str>, AddressError> {
         validate_system(system)?;
         Ok(system.into())

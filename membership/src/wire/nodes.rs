@@ -141,7 +141,7 @@ pub(super) fn decode_node_table(
         let host = match &last_host {
             Some((raw, host)) if *raw == n.host => host.clone(),
             _ => {
-                let host = Address::checked_host(n.host.clone())?;
+                let host = Address::checked_host(&n.host)?;
                 last_host = Some((n.host, host.clone()));
                 host
             }

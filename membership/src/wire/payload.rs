@@ -59,8 +59,11 @@ pub(super) fn decode_uncompressed(raw: &[u8]) -> Result<Gossip, DecodeError> {
 /// that sends it, which at a few hundred members costs more CPU than anything else a forming
 /// cluster does at the default level, for a few per cent fewer bytes (docs/benchmarks.md, "250
 /// nodes in one process, again"). The deflate state (a few hundred kilobytes of tables) is made
-/// once per thread and reset for each payload: making and clearing it cost a third of encoding a
-/// gossip of 500 members (docs/benchmarks.md, "500 nodes in one process").
+/// once per thread and reset for each payload: allocating it and touching its pages for the first
+/// time cost a third of encoding a gossip of 500 members (docs/benchmarks.md, "500 nodes in one
+/// process"). So every thread that has encoded a gossip keeps one for as long as it lives (the
+/// runtime's worker threads, the simulator's one thread); a thread's last act must not be a gossip
+/// encoded while its thread-locals are being destroyed.
 pub(super) fn compress(raw: &[u8]) -> Vec<u8> {
     thread_local! {
         static DEFLATE: RefCell<Compress> = RefCell::new(Compress::new(Compression::fast(), false));
