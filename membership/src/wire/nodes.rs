@@ -148,13 +148,7 @@ pub(super) fn decode_node_table(
         };
         table.push(UniqueAddress::new(Address::in_system_at(system, &host, port(n.port)?), uid));
     }
-    if !table.is_sorted_by(|a, b| a < b) {
-        let mut sorted: Vec<&UniqueAddress> = table.iter().collect();
-        sorted.sort_unstable();
-        if sorted.windows(2).any(|w| w[0] == w[1]) {
-            return Err(DecodeError::Duplicate("node in all_addresses"));
-        }
-    }
+    sorted_by_node(table.iter().collect(), |n: &&UniqueAddress| *n, "node in all_addresses")?;
     Ok(table)
 }
 
