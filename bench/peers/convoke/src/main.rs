@@ -2,6 +2,10 @@
 //! with the default settings (but port 0 and no management server), each joining through the
 //! first. Views are read from each node's snapshot channel, so polling costs no message to a
 //! node. See `peers-common` for the run and the report.
+//!
+//! Like `convoke run`, the harness reads `CONVOKE_*` environment variables as settings
+//! (`CONVOKE_CLUSTER__GOSSIP_INTERVAL=3s`); the suite sets none, and a run that does names them
+//! in the report's `settings`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,7 +13,7 @@ use std::time::Instant;
 use convoke::Node;
 use convoke::Snapshot;
 use convoke::membership::MemberStatus;
-use convoke::settings::Settings;
+use convoke::settings::{ADMIN_ENV_VARS, ENV_PREFIX, Settings, Sources};
 use peers_common::{Args, Report, cpu_seconds, steady_rate, vm_rss, wait_until};
 use tokio::sync::watch;
 
@@ -17,7 +21,18 @@ fn main() {
     let args = Args::parse();
     let mut report = Report::new("convoke", env!("CARGO_PKG_VERSION"), args.nodes);
     report.failure_means = "unreachable";
-    report.settings = "defaults; cluster.port = 0, management.enabled = false".into();
+    let overrides: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX) && !ADMIN_ENV_VARS.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    report.settings = if overrides.is_empty() {
+        "defaults; cluster.port = 0, management.enabled = false".into()
+    } else {
+        format!(
+            "defaults but {}; cluster.port = 0, management.enabled = false",
+            overrides.join(", ")
+        )
+    };
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     if let Err(e) = run(&runtime, args, &mut report) {
         report.error = Some(e);
@@ -28,7 +43,8 @@ fn main() {
 }
 
 fn run(runtime: &tokio::runtime::Runtime, args: Args, report: &mut Report) -> Result<(), String> {
-    let mut settings = Settings::default();
+    let sources = Sources { env: true, ..Sources::default() };
+    let mut settings = Settings::load(&sources).map_err(|e| format!("settings: {e}"))?;
     settings.cluster.port = 0;
     settings.management.enabled = false;
     let n = args.nodes;
