@@ -2,7 +2,8 @@
 # Resident memory of each `convoke run` process in a cluster of NODES processes on 127.0.0.1
 # (default 30, default settings: management server on), read from /proc once every node sees all
 # NODES Up and the cluster has then run SETTLE seconds (default 10) without changes. Prints the
-# smallest, median and largest VmRSS, and the same for its anonymous and file-backed parts.
+# smallest, median and largest VmRSS, the same for its anonymous and file-backed parts, and the
+# proportional set size (Pss: shared pages divided among the processes that map them).
 #
 #   bash benches/process-rss.sh            # 30 processes
 #   NODES=10 SETTLE=30 bash benches/process-rss.sh
@@ -36,9 +37,14 @@ echo "all $NODES processes see $NODES Up; letting the cluster run ${SETTLE}s"
 sleep "$SETTLE"
 
 # The binary's own pages (RssFile) are shared between the processes; RssAnon is each one's own.
-for field in VmRSS RssAnon RssFile; do
+# Pss counts each shared page as a share: a page mapped by all 30 processes counts 1/30 in each.
+for field in VmRSS RssAnon RssFile Pss; do
     for pid in "${pids[@]}"; do
-        awk -v f="$field:" '$1 == f { print $2 }' "/proc/$pid/status"
+        if [ "$field" = Pss ]; then
+            awk '$1 == "Pss:" { print $2 }' "/proc/$pid/smaps_rollup"
+        else
+            awk -v f="$field:" '$1 == f { print $2 }' "/proc/$pid/status"
+        fi
     done | sort -n | awk -v n="$NODES" -v f="$field" '
         { v[NR] = $1 }
         END { printf "%-7s per process over %d processes: min %.1f MiB, median %.1f MiB, max %.1f MiB\n",
