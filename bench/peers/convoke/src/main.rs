@@ -21,9 +21,11 @@ fn main() {
     let args = Args::parse();
     let mut report = Report::new("convoke", env!("CARGO_PKG_VERSION"), args.nodes);
     report.failure_means = "unreachable";
-    let overrides: Vec<String> = std::env::vars()
+    // `vars_os`, so that a variable that is not Unicode, which is none of ours, cannot panic.
+    let overrides: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
         .filter(|(k, _)| k.starts_with(ENV_PREFIX) && !ADMIN_ENV_VARS.contains(&k.as_str()))
-        .map(|(k, v)| format!("{k}={v}"))
+        .map(|(k, v)| format!("{k}={}", v.to_string_lossy()))
         .collect();
     report.settings = if overrides.is_empty() {
         "defaults; cluster.port = 0, management.enabled = false".into()
