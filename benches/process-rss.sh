@@ -39,12 +39,10 @@ sleep "$SETTLE"
 # The binary's own pages (RssFile) are shared between the processes; RssAnon is each one's own.
 # Pss counts each shared page as a share: a page mapped by all 30 processes counts 1/30 in each.
 for field in VmRSS RssAnon RssFile Pss; do
+    file=status
+    [ "$field" = Pss ] && file=smaps_rollup
     for pid in "${pids[@]}"; do
-        if [ "$field" = Pss ]; then
-            awk '$1 == "Pss:" { print $2 }' "/proc/$pid/smaps_rollup"
-        else
-            awk -v f="$field:" '$1 == f { print $2 }' "/proc/$pid/status"
-        fi
+        awk -v f="$field:" '$1 == f { print $2 }' "/proc/$pid/$file"
     done | sort -n | awk -v n="$NODES" -v f="$field" '
         { v[NR] = $1 }
         END { printf "%-7s per process over %d processes: min %.1f MiB, median %.1f MiB, max %.1f MiB\n",

@@ -27,14 +27,9 @@ fn main() {
         .filter(|(k, _)| k.starts_with(ENV_PREFIX) && !ADMIN_ENV_VARS.contains(&k.as_str()))
         .map(|(k, v)| format!("{k}={}", v.to_string_lossy()))
         .collect();
-    report.settings = if overrides.is_empty() {
-        "defaults; cluster.port = 0, management.enabled = false".into()
-    } else {
-        format!(
-            "defaults but {}; cluster.port = 0, management.enabled = false",
-            overrides.join(", ")
-        )
-    };
+    let changed =
+        if overrides.is_empty() { String::new() } else { format!(" but {}", overrides.join(", ")) };
+    report.settings = format!("defaults{changed}; cluster.port = 0, management.enabled = false");
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     if let Err(e) = run(&runtime, args, &mut report) {
         report.error = Some(e);
