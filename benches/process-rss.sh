@@ -17,6 +17,14 @@ TARGET_DIR=${CARGO_TARGET_DIR:-target}
 cargo build --release --locked --bin convoke
 BIN=$TARGET_DIR/release/convoke
 
+# build.rs has the linker place the functions listed in link/convoke.order together; names the
+# binary no longer has (after a toolchain or dependency update) lose that, and RSS grows.
+listed=$(wc -l <link/convoke.order)
+found=$(LC_ALL=C comm -12 <(nm "$BIN" | awk '{ print $NF }' | LC_ALL=C sort -u) \
+    <(LC_ALL=C sort -u link/convoke.order) | wc -l)
+echo "link/convoke.order: $found of its $listed functions are in the binary" \
+    "(regenerate with benches/symbol-order.sh when many are missing)"
+
 # shellcheck source=benches/local-cluster.sh
 source benches/local-cluster.sh
 start_local_cluster "$BIN" "$NODES" 25700 8700
