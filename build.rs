@@ -30,13 +30,15 @@ fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
     let order = manifest_dir.join(ORDER_FILE);
-    let candidates = [
-        vec![
-            format!("-Wl,--symbol-ordering-file={}", order.display()),
-            "-Wl,--no-warn-symbol-ordering".to_owned(),
-        ],
-        vec!["-Wl,-z,pack-relative-relocs".to_owned()],
-    ];
+    let mut candidates = vec![vec![
+        format!("-Wl,--symbol-ordering-file={}", order.display()),
+        "-Wl,--no-warn-symbol-ordering".to_owned(),
+    ]];
+    // glibc's loader checks for DT_RELR support by a symbol version; other C libraries may
+    // ignore the table, so the option is only offered for glibc targets.
+    if env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu") {
+        candidates.push(vec!["-Wl,-z,pack-relative-relocs".to_owned()]);
+    }
     for args in candidates {
         if links_with(&out_dir, &args) {
             for arg in &args {
