@@ -7,9 +7,9 @@
 # them under valgrind's callgrind. Those two form the cluster with the others, see all NODES Up,
 # answer the management routes an operator and the probes use, run SETTLE seconds (default 20)
 # and leave on SIGINT. Every function callgrind saw either of them execute in the binary is
-# listed. Installs valgrind from Debian's
-# packages when it is missing. Rerun it after a toolchain or dependency update:
-# `bash benches/process-rss.sh` reports how many listed names the current binary still has.
+# listed. Installs valgrind from Debian's packages when it is missing. Rerun it after a toolchain
+# or dependency update: `bash benches/process-rss.sh` reports how many listed names the current
+# binary still has.
 #
 #   bash benches/symbol-order.sh
 set -euo pipefail
@@ -95,8 +95,11 @@ for profile in profiles:
         if kind == "ob":
             current = objects[ident]
         elif kind == "fn" and current == binary:
-            # callgrind marks recursion levels with a 'N suffix.
-            executed.add(re.sub(r"'\d+$", "", functions[ident]))
+            # callgrind marks recursion levels with a 'N suffix, and names code it found no
+            # symbol for by its address or as "(below main)": those are left out.
+            name = re.sub(r"'\d+$", "", functions[ident])
+            if not name.startswith(("0x", "(")):
+                executed.add(name)
 with open(order, "w") as f:
     f.writelines(name + "\n" for name in sorted(executed))
 print(f"{len(executed)} functions written to {order}")
