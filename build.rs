@@ -11,7 +11,7 @@
 //!
 //! Each option is used only when the linker accepts it: the build script links a tiny program
 //! with the same compiler, target, flags and linker first. Other linkers and targets build as
-//! before, and debug builds are left alone.
+//! before; debug and instrumented builds are left alone.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -22,8 +22,13 @@ const ORDER_FILE: &str = "link/convoke.order";
 fn main() {
     println!("cargo:rerun-if-changed={ORDER_FILE}");
     println!("cargo:rerun-if-changed=build.rs");
+    // Instrumented builds (sanitizers, cargo-fuzz) never ship the binary; their flags also make
+    // the probe below fail.
+    let instrumented =
+        env::var_os("CARGO_CFG_SANITIZE").is_some() || env::var_os("CARGO_CFG_FUZZING").is_some();
     if env::var("PROFILE").as_deref() != Ok("release")
         || env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux")
+        || instrumented
     {
         return;
     }
