@@ -43,6 +43,7 @@ profile() {
         --set "management.port=$((8900 + i))" \
         --set 'cluster.seed_nodes=["convoke://convoke@127.0.0.1:25901"]' 2>"$work/valgrind.$i" &
     profiled+=($!)
+    pids+=($!) # stopped with the others if the script ends early
 }
 profiled=()
 profile 1
