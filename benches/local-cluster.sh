@@ -3,6 +3,8 @@
 # start_local_cluster BIN NODES CLUSTER_BASE MANAGEMENT_BASE [FIRST]: node i (FIRST..NODES, FIRST
 # defaults to 1) listens on CLUSTER_BASE + i and serves management on MANAGEMENT_BASE + i; all
 # join through node 1. Their pids are in `pids`, killed when the script exits.
+#
+# sees_up PORT COUNT: whether the node serving management on PORT lists COUNT members Up.
 
 pids=()
 stop_local_cluster() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
@@ -18,4 +20,10 @@ start_local_cluster() {
             --set "cluster.seed_nodes=[\"$seed\"]" 2>/dev/null &
         pids+=($!)
     done
+}
+
+sees_up() {
+    local up
+    up=$(curl -sf "http://127.0.0.1:$1/cluster/members" | grep -o '"status":"Up"' | wc -l || true)
+    [ "$up" -eq "$2" ]
 }

@@ -28,11 +28,10 @@ source benches/local-cluster.sh
 start_local_cluster "$BIN" "$NODES" 25600 8600
 members=http://127.0.0.1:8601/cluster/members
 for _ in $(seq 1 120); do
-    up=$(curl -sf "$members" | grep -o '"status":"Up"' | wc -l || true)
-    [ "$up" -eq "$NODES" ] && break
+    sees_up 8601 "$NODES" && break
     sleep 1
 done
-[ "$up" -eq "$NODES" ] || { echo "the cluster did not reach $NODES Up members"; exit 1; }
+sees_up 8601 "$NODES" || { echo "the cluster did not reach $NODES Up members"; exit 1; }
 size=$(curl -sf "$members" | wc -c)
 echo "cluster of $NODES Up; response size $size bytes"
 # The trivial server's /sized answers a body of the same size: it tells the cost of the bytes

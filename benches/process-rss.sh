@@ -32,8 +32,7 @@ start_local_cluster "$BIN" "$NODES" 25700 8700
 # Every node's own view must show all NODES Up.
 all_up() {
     for i in $(seq 1 "$NODES"); do
-        up=$(curl -sf "http://127.0.0.1:$((8700 + i))/cluster/members" | grep -o '"status":"Up"' | wc -l || true)
-        [ "$up" -eq "$NODES" ] || return 1
+        sees_up $((8700 + i)) "$NODES" || return 1
     done
 }
 for _ in $(seq 1 180); do

@@ -50,17 +50,12 @@ profile 1
 start_local_cluster "$BIN" "$((NODES - 1))" 25900 8900 2
 profile "$NODES"
 
-sees_all_up() {
-    local up
-    up=$(curl -sf "http://127.0.0.1:$1/cluster/members" | grep -o '"status":"Up"' | wc -l || true)
-    [ "$up" -eq "$NODES" ]
-}
 for _ in $(seq 1 300); do
-    sees_all_up 8901 && sees_all_up $((8900 + NODES)) && break
+    sees_up 8901 "$NODES" && sees_up $((8900 + NODES)) "$NODES" && break
     sleep 1
 done
 for port in 8901 $((8900 + NODES)); do
-    sees_all_up "$port" || { echo "the node on $port did not see $NODES Up members"; exit 1; }
+    sees_up "$port" "$NODES" || { echo "the node on $port did not see $NODES Up members"; exit 1; }
 done
 echo "the profiled nodes see $NODES Up; running ${SETTLE}s with requests to their routes"
 for _ in $(seq 1 "$SETTLE"); do
