@@ -122,7 +122,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             init_logging(cli.log_format, "info");
-            runtime().block_on(run(settings))
+            node_runtime(settings.runtime.worker_threads).block_on(run(settings))
         }
         Command::Members => {
             admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::Members)
@@ -160,6 +160,16 @@ fn admin_call(url: &str, token: Option<&str>, output: Output, request: Request) 
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime")
+}
+
+/// The runtime of `convoke run`: `runtime.worker_threads` workers (one by default) beside the main
+/// thread, which waits for the node to stop.
+fn node_runtime(worker_threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }
 
 async fn run(settings: Settings) -> ExitCode {

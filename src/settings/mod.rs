@@ -1,14 +1,15 @@
 //! The node's settings, one table per concern: `[cluster]` ([`ClusterSettings`], which holds the
 //! membership core's own [`CoreConfig`]), `[management]` ([`ManagementSettings`]), `[bootstrap]`
 //! (the bootstrap crate's [`BootstrapSettings`]) and `[discovery]` ([`DiscoverySettings`], with
-//! the discovery crate's [`DnsSettings`] and [`KubernetesSettings`]).
+//! the discovery crate's [`DnsSettings`] and [`KubernetesSettings`]), `[singleton]`,
+//! `[sharding]` and `[runtime]` ([`RuntimeSettings`], the process's threads).
 //! Library types are the tables themselves, so each default and each check is written once, next
 //! to the type it belongs to.
 //!
 //! Layout: `sources.rs` (the layers: defaults, file, `CONVOKE_*`, `--set`, and the two tables a
 //! library type shares with the runtime), `error.rs` ([`SettingsError`]), `cluster.rs`,
 //! `lease.rs` (where the split-brain lease lives), `management.rs`, `discovery.rs`, `host.rs`
-//! (`"<getHostAddress>"`). Adding a setting: see `docs/architecture.md`, "Adding a setting".
+//! (`"<getHostAddress>"`), `singleton.rs`, `sharding.rs`, `runtime.rs`. Adding a setting: see `docs/architecture.md`, "Adding a setting".
 
 mod cluster;
 mod cluster_tls;
@@ -17,6 +18,7 @@ mod error;
 mod host;
 mod lease;
 mod management;
+mod runtime;
 mod sharding;
 mod singleton;
 mod sources;
@@ -37,6 +39,7 @@ pub use management::{
     AuthSettings, DEFAULT_MANAGEMENT_PORT, HealthCheckSettings, ManagementLimits,
     ManagementSettings, TlsSettings, route_path,
 };
+pub use runtime::RuntimeSettings;
 pub use sharding::ShardingSettings;
 pub use singleton::SingletonSettings;
 pub use sources::Sources;
@@ -65,6 +68,8 @@ pub struct Settings {
     pub singleton: SingletonSettings,
     /// `[sharding]`: defaults of sharded entity types.
     pub sharding: ShardingSettings,
+    /// `[runtime]`: the threads `convoke run` runs the node on.
+    pub runtime: RuntimeSettings,
     /// The Kubernetes location of the split-brain lease, read from
     /// `[cluster.split_brain_resolver.lease_majority]` beside the core's keys.
     #[serde(skip)]
@@ -103,7 +108,8 @@ impl Settings {
         self.bootstrap.validate().map_err(|e| SettingsError::new(e.key, e.value, e.expected))?;
         self.discovery.validate()?;
         self.singleton.validate()?;
-        self.sharding.validate()
+        self.sharding.validate()?;
+        self.runtime.validate()
     }
 
     /// The membership core's configuration, checked (without the RNG seed, which the node sets).

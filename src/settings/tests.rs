@@ -26,6 +26,7 @@ fn defaults_match_the_documented_interface() {
     assert_eq!(s.cluster.core.split_brain_resolver.active_strategy, "keep-majority");
     assert!(s.management.read_only);
     assert_eq!(s.bootstrap.required_contact_point_nr, 2);
+    assert_eq!(s.runtime.worker_threads, 1);
     s.validate().unwrap();
     let core = s.core_config().unwrap();
     assert_eq!(core.allow_weakly_up_members, Some(Duration::from_secs(7)));
@@ -112,6 +113,9 @@ fn every_bad_value_names_its_key() {
             "cluster.split_brain_resolver.lease_majority.kubernetes_api_url=1",
             "cluster.split_brain_resolver.lease_majority.kubernetes_api_url",
         ),
+        ("runtime.worker_threads=0", "runtime.worker_threads"),
+        ("runtime.worker_threads=1025", "runtime.worker_threads"),
+        ("runtime.worker_threads=\"two\"", "runtime.worker_threads"),
         ("nonsense.key=1", "nonsense"),
         ("cluster.port", "--set"),
     ];
@@ -415,4 +419,16 @@ fn probe_paths_must_differ_and_base_paths_may_omit_the_leading_slash() {
     assert_eq!(err.key, "management.health_checks", "{err}");
     let err = load_sets(&["management.health_checks.readiness_path=\"/\""]).unwrap_err();
     assert_eq!(err.key, "management.health_checks.readiness_path", "{err}");
+}
+
+#[test]
+fn worker_threads_default_to_one_and_are_read_from_every_layer() {
+    assert_eq!(load_sets(&[]).unwrap().runtime.worker_threads, 1);
+    assert_eq!(load_sets(&["runtime.worker_threads=4"]).unwrap().runtime.worker_threads, 4);
+    Jail::expect_with(|jail| {
+        jail.set_env("CONVOKE_RUNTIME__WORKER_THREADS", "3");
+        let s = Settings::load(&Sources { file: None, env: true, sets: Vec::new() }).unwrap();
+        assert_eq!(s.runtime.worker_threads, 3);
+        Ok(())
+    });
 }
