@@ -180,9 +180,14 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
     let routes = timed
         .merge(streaming)
         .fallback(|| async { ApiError::no_route() })
-        .layer(RequestBodyLimitLayer::new(settings.limits.body_limit))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require))
-        .with_state(state);
+        .layer(RequestBodyLimitLayer::new(settings.limits.body_limit));
+    // Without credentials configured every request passes: no layer to go through.
+    let routes = if settings.auth.is_some() {
+        routes.layer(axum::middleware::from_fn_with_state(state.clone(), auth::require))
+    } else {
+        routes
+    };
+    let routes = routes.with_state(state);
     let base = settings.route_prefix();
     if base.is_empty() {
         routes
