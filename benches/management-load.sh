@@ -2,10 +2,12 @@
 # Requests/s and latency of `GET /cluster/members` on one node of a 10-node cluster, measured with
 # wrk, next to a trivial axum handler measured the same way in the same run, both answering "ok"
 # and answering a body as large as the members view. Each target is
-# measured ROUNDS times, alternating; the medians are printed at the end.
+# measured ROUNDS times, alternating; the medians are printed at the end. The nodes and the
+# trivial server run on WORKERS tokio worker threads each (default 1, the node's default
+# `runtime.worker_threads`).
 #
 #   bash benches/management-load.sh            # 10 nodes, 3 rounds of 10 s, 32 connections
-#   NODES=10 ROUNDS=5 DURATION=20s CONNECTIONS=64 bash benches/management-load.sh
+#   NODES=10 ROUNDS=5 DURATION=20s CONNECTIONS=64 WORKERS=2 bash benches/management-load.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,6 +15,8 @@ NODES=${NODES:-10}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-32}
+WORKERS=${WORKERS:-1}
+export CONVOKE_RUNTIME__WORKER_THREADS=$WORKERS
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
 if ! command -v wrk >/dev/null; then
@@ -36,7 +40,7 @@ size=$(curl -sf "$members" | wc -c)
 echo "cluster of $NODES Up; response size $size bytes"
 # The trivial server's /sized answers a body of the same size: it tells the cost of the bytes
 # (writing, and wrk reading them on the same cores) from the cost of the route.
-"$TRIVIAL" 8600 "$size" &
+"$TRIVIAL" 8600 "$size" "$WORKERS" &
 pids+=($!)
 for _ in $(seq 1 50); do curl -sf http://127.0.0.1:8600/ >/dev/null && break; sleep 0.1; done
 
@@ -67,7 +71,8 @@ report() {
         "$(cut -d' ' -f1 "$2" | median)" "$(cut -d' ' -f2 "$2" | median)" "$(cut -d' ' -f3 "$2" | median)"
 }
 echo
-echo "medians of $ROUNDS rounds, wrk -t1 -c$CONNECTIONS -d$DURATION, $NODES-node cluster:"
+echo "medians of $ROUNDS rounds, wrk -t1 -c$CONNECTIONS -d$DURATION, $NODES-node cluster," \
+    "$WORKERS worker thread(s) per server:"
 report "GET /cluster/members" /tmp/convoke-load-members
 report "trivial axum GET /" /tmp/convoke-load-trivial
 report "trivial, $size bytes" /tmp/convoke-load-sized
