@@ -116,9 +116,22 @@ pub struct Handle {
     pub sharding: Option<crate::sharding::Sharding>,
 }
 
-/// What every handler sees.
+/// What every handler sees. axum clones it for each request that extracts it: one shared
+/// allocation keeps that clone at one reference count rather than a copy of the node's handle.
 #[derive(Clone, Debug)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The contents of [`AppState`].
+#[derive(Debug)]
+pub struct Shared {
     node: Handle,
     settings: Arc<ManagementSettings>,
     event_clients: Arc<Semaphore>,
@@ -137,14 +150,14 @@ fn with_405(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
 /// The management routes for `node`, under `settings.base_path`, with authentication, the body
 /// limit and the request timeout (event streams excepted).
 pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
-    let state = AppState {
+    let state = AppState(Arc::new(Shared {
         node,
         event_clients: Arc::new(Semaphore::new(settings.limits.max_event_clients)),
         settings: Arc::new(settings.clone()),
         open_paths: Arc::new(auth::open_paths(settings.auth.as_ref())),
         join_deadline_logged: Arc::default(),
         members_body: Arc::default(),
-    };
+    }));
     let hc = &settings.health_checks;
     let timed = Router::new()
         .route("/cluster/members", with_405(get(cluster::get_members).post(cluster::post_members)))
