@@ -9,7 +9,8 @@
 //! Layout: `sources.rs` (the layers: defaults, file, `CONVOKE_*`, `--set`, and the two tables a
 //! library type shares with the runtime), `error.rs` ([`SettingsError`]), `cluster.rs`,
 //! `lease.rs` (where the split-brain lease lives), `management.rs`, `discovery.rs`, `host.rs`
-//! (`"<getHostAddress>"`), `singleton.rs`, `sharding.rs`, `runtime.rs`. Adding a setting: see `docs/architecture.md`, "Adding a setting".
+//! (`"<getHostAddress>"`), `singleton.rs`, `sharding.rs`, `runtime.rs`. Adding a setting: see
+//! `docs/architecture.md`, "Adding a setting".
 
 mod cluster;
 mod cluster_tls;
