@@ -122,7 +122,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             init_logging(cli.log_format, "info");
-            node_runtime(settings.runtime.worker_threads).block_on(run(settings))
+            runtime(Some(settings.runtime.worker_threads)).block_on(run(settings))
         }
         Command::Members => {
             admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::Members)
@@ -145,7 +145,7 @@ fn main() -> ExitCode {
         Command::Demo { nodes } => {
             // The demo prints the membership itself; logs only report errors unless RUST_LOG says.
             init_logging(cli.log_format, "error");
-            runtime().block_on(demo::run(usize::from(nodes)))
+            runtime(None).block_on(demo::run(usize::from(nodes)))
         }
     }
 }
@@ -158,18 +158,14 @@ fn admin_call(url: &str, token: Option<&str>, output: Output, request: Request) 
         .block_on(admin::run(url, token, output, request))
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime")
-}
-
-/// The runtime of `convoke run`: `runtime.worker_threads` workers (one by default) beside the main
-/// thread, which waits for the node to stop.
-fn node_runtime(worker_threads: usize) -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(worker_threads)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+/// A multi-threaded runtime with `worker_threads` workers (tokio's default, one per core, for
+/// `None`) beside the main thread, which waits for the node or the demo to stop.
+fn runtime(worker_threads: Option<usize>) -> tokio::runtime::Runtime {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = worker_threads {
+        builder.worker_threads(n);
+    }
+    builder.enable_all().build().expect("tokio runtime")
 }
 
 async fn run(settings: Settings) -> ExitCode {
