@@ -78,6 +78,21 @@ pub struct EntityRun {
     pub long_pauses: u32,
 }
 
+/// An entity that started while a paused process held it too. Whether that process counts turns
+/// on how long its pause lasts in the end, so S18 judges the pair when the pause is over.
+#[derive(Clone, Debug)]
+pub(crate) struct Suspect {
+    /// The entity.
+    pub entity: EntityId,
+    /// The slot it started in, and when.
+    pub started_in: usize,
+    pub started_at: Duration,
+    /// The paused slot that held it, since when it ran there, and when that pause began.
+    pub held_by: usize,
+    pub held_since: Duration,
+    pub paused_at: Duration,
+}
+
 /// The sharding side of one slot.
 #[derive(Debug, Default)]
 pub struct SlotSharding {
@@ -161,6 +176,8 @@ pub struct Shardings {
     slots: Vec<SlotSharding>,
     rng: ChaCha8Rng,
     asks: BTreeMap<u64, AskRecord>,
+    /// Entity starts S18 judges once a pause is over.
+    suspects: Vec<Suspect>,
     /// What happened so far.
     pub stats: ShardingStats,
     trace: TraceHash,
@@ -175,6 +192,7 @@ impl Shardings {
             slots,
             rng,
             asks: BTreeMap::new(),
+            suspects: Vec::new(),
             stats: ShardingStats::default(),
             trace: TraceHash::new(),
         }
@@ -273,20 +291,58 @@ impl Shardings {
     /// runs and counts, if any. Neither side counts when its process was frozen for longer than
     /// the removal margin since its shard started (see [`SlotSharding::counts`]); a slot whose
     /// host is in another live cluster than `slot`'s (`split`) is left to S1.
-    pub fn other_host(
+    ///
+    /// A slot whose process is paused now, for no longer than the margin so far, is not judged
+    /// yet: whether it counts depends on the whole pause. It comes back as a [`Suspect`], for
+    /// [`Shardings::suspect`], and is judged by [`Shardings::pause_over`].
+    pub(crate) fn other_host(
         &self,
         slot: usize,
         entity: &EntityId,
         now: Duration,
         split: impl Fn(usize) -> bool,
-    ) -> Option<usize> {
+    ) -> Result<Vec<Suspect>, usize> {
         let margin = self.config.removal_margin;
         let counts =
             |s: &SlotSharding| s.entities.get(entity).is_some_and(|r| s.counts(r, now, margin));
         if !counts(&self.slots[slot]) {
-            return None;
+            return Ok(Vec::new());
         }
-        (0..self.slots.len()).find(|&i| i != slot && counts(&self.slots[i]) && !split(i))
+        let mut suspects = Vec::new();
+        for (i, held) in self.slots.iter().enumerate() {
+            if i == slot || !counts(held) || split(i) {
+                continue;
+            }
+            let Some(paused_at) = held.paused_at else { return Err(i) };
+            suspects.push(Suspect {
+                entity: entity.clone(),
+                started_in: slot,
+                started_at: now,
+                held_by: i,
+                held_since: held.entities.get(entity).map_or(now, |r| r.since),
+                paused_at,
+            });
+        }
+        Ok(suspects)
+    }
+
+    /// Notes entity starts to judge when a pause is over.
+    pub(crate) fn suspect(&mut self, suspects: Vec<Suspect>) {
+        self.suspects.extend(suspects);
+    }
+
+    /// The pause of the process in `slot` is over at `now` (it resumed, or it crashed while
+    /// paused): the suspects it held are judged on the whole pause. One that the process held
+    /// through a pause no longer than the removal margin is returned: it ran, as far as S18 is
+    /// concerned, in two processes at once. Call it before the pause is cleared.
+    pub(crate) fn pause_over(&mut self, slot: usize, now: Duration) -> Option<Suspect> {
+        let margin = self.config.removal_margin;
+        let paused_at = self.slots[slot].paused_at?;
+        let long = now.saturating_sub(paused_at) > margin;
+        let (held, rest): (Vec<Suspect>, Vec<Suspect>) =
+            std::mem::take(&mut self.suspects).into_iter().partition(|s| s.held_by == slot);
+        self.suspects = rest;
+        if long { None } else { held.into_iter().next() }
     }
 
     /// Shard counts per region in the table of the coordinator that runs, if one does and it
@@ -321,29 +377,55 @@ mod tests {
         ss.entities.insert(entity.clone(), EntityRun { since, long_pauses });
     }
 
+    /// `other_host` as an answer to "does it run elsewhere, as far as is known now".
+    fn elsewhere(s: &Shardings, slot: usize, e: &EntityId, now: Duration) -> Option<usize> {
+        s.other_host(slot, e, now, |_| false).err()
+    }
+
     #[test]
     fn s18_finds_an_entity_that_runs_in_two_slots_unless_one_was_frozen_or_split_off() {
         let mut s = shardings(3);
         let e: EntityId = "e1".into();
         let t = Duration::from_secs(100);
         run(&mut s, 0, &e, t);
-        assert_eq!(s.other_host(0, &e, t, |_| false), None, "runs once");
+        assert_eq!(elsewhere(&s, 0, &e, t), None, "runs once");
         run(&mut s, 2, &e, t);
-        assert_eq!(s.other_host(2, &e, t, |_| false), Some(0));
-        assert_eq!(s.other_host(2, &e, t, |i| i == 0), None, "left to S1");
+        assert_eq!(elsewhere(&s, 2, &e, t), Some(0));
+        assert_eq!(s.other_host(2, &e, t, |i| i == 0).err(), None, "left to S1");
 
         // Slot 0 frozen for longer than the margin since its entity started: it does not count,
         // while frozen and after it resumed.
         let margin = s.config().removal_margin;
         s.slot_mut(0).paused_at = Some(t);
         let later = t + margin + Duration::from_secs(1);
-        assert_eq!(s.other_host(2, &e, later, |_| false), None);
+        assert_eq!(elsewhere(&s, 2, &e, later), None);
         s.slot_mut(0).paused_at = None;
         s.slot_mut(0).long_pauses += 1;
-        assert_eq!(s.other_host(2, &e, later, |_| false), None);
-        // A shorter pause changes nothing.
-        s.slot_mut(0).long_pauses -= 1;
+        assert_eq!(elsewhere(&s, 2, &e, later), None);
+    }
+
+    #[test]
+    fn s18_judges_a_host_paused_at_the_start_on_its_whole_pause() {
+        let mut s = shardings(3);
+        let e: EntityId = "e1".into();
+        let t = Duration::from_secs(100);
+        let margin = s.config().removal_margin;
+        run(&mut s, 0, &e, t);
         s.slot_mut(0).paused_at = Some(t);
-        assert_eq!(s.other_host(2, &e, t + margin, |_| false), Some(0));
+        run(&mut s, 2, &e, t + Duration::from_secs(1));
+
+        // Paused for less than the margin so far: not judged yet.
+        let start = t + Duration::from_secs(1);
+        let suspects = s.other_host(2, &e, start, |_| false).expect("not judged yet");
+        assert_eq!(suspects.len(), 1);
+        s.suspect(suspects.clone());
+        // The pause outlasts the margin: exempt.
+        assert!(s.pause_over(0, t + margin + Duration::from_secs(1)).is_none());
+        assert!(s.pause_over(0, t + margin + Duration::from_secs(1)).is_none(), "judged once");
+
+        // The same start with a pause that ends within the margin: two at once.
+        s.suspect(suspects);
+        let x = s.pause_over(0, t + margin).expect("counts");
+        assert_eq!((x.started_in, x.held_by, x.paused_at), (2, 0, t));
     }
 }

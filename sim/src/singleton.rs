@@ -84,16 +84,19 @@ pub struct Instance {
     pub stop_asked_at: Option<Duration>,
     /// When its process was paused, while it is.
     pub paused_at: Option<Duration>,
-    /// The longest pause of its process since it started, the current one included up to its
-    /// last look.
-    pub longest_pause: Duration,
+    /// When the first pause of its process since it started that lasted longer than the removal
+    /// margin began, once one has ended.
+    pub long_pause_from: Option<Duration>,
+    /// When the first such pause ended.
+    pub long_pause_until: Option<Duration>,
 }
 
 impl Instance {
-    /// The longest pause of its process since it started, counting the current one up to `now`.
-    pub fn longest_pause(&self, now: Duration) -> Duration {
-        let current = self.paused_at.map_or(Duration::ZERO, |at| now.saturating_sub(at));
-        self.longest_pause.max(current)
+    /// When the first pause of its process longer than `margin` since the instance started
+    /// began, counting the current one once it has lasted that long at `now`.
+    pub fn long_pause_from(&self, now: Duration, margin: Duration) -> Option<Duration> {
+        let current = self.paused_at.filter(|at| now.saturating_sub(*at) > margin);
+        self.long_pause_from.or(current)
     }
 }
 

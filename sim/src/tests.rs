@@ -66,8 +66,8 @@ impl WorldView for Seen<'_> {
             node: self.sim.slot(slot).node.clone().expect("started"),
             since: Duration::ZERO,
             stopping: false,
-            longest_pause: Duration::ZERO,
-            removal_margin: Duration::from_secs(20),
+            long_pause_from: None,
+            stale_until: None,
         })
     }
 }

@@ -416,6 +416,48 @@ const CASES: &[Case] = &[
               of the rest, keeping itself alone though it was cut off from one of the indirectly \
               connected itself; it now downs all",
     },
+    Case {
+        seed: 1451,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S17 checker: the old host froze before the far side started its instance and stayed \
+              frozen past the removal margin, which exempts it; the checker judged the pause by \
+              its length so far and saw two counted instances until the pause reached the \
+              margin (fixed: a pause is judged whole)",
+    },
+    Case {
+        seed: 1403,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S17 checker: as 1451, a host frozen from before the other instance started until \
+              past the margin",
+    },
+    Case {
+        seed: 802,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S18 checker: the entity started elsewhere while its old host was frozen, and the \
+              freeze then outlasted the removal margin, which exempts the old host; the checker \
+              judged it at the start by the pause so far (fixed: judged when the pause is over)",
+    },
+    Case {
+        seed: 613,
+        nodes: 6,
+        downing: ChaosDowning::Resolver,
+        why: "S18 checker: as 802, a host frozen past the margin judged by its pause so far",
+    },
+    Case {
+        seed: 613,
+        nodes: 10,
+        downing: ChaosDowning::Resolver,
+        why: "S18 checker: as 802, at ten nodes",
+    },
+    Case {
+        seed: 2705,
+        nodes: 7,
+        downing: ChaosDowning::Resolver,
+        why: "S18 checker: as 802, at seven nodes",
+    },
 ];
 
 fn run(c: &Case) {

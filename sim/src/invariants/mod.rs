@@ -210,10 +210,14 @@ pub struct InstanceView {
     pub since: Duration,
     /// Whether its manager has asked it to stop (it runs until it has ended).
     pub stopping: bool,
-    /// The longest its process has been paused since it started.
-    pub longest_pause: Duration,
-    /// The removal margin its manager runs with.
-    pub removal_margin: Duration,
+    /// When the first pause of its process since it started that has lasted longer than the
+    /// removal margin its manager runs with began (the current pause counts once it has lasted
+    /// that long): from then on the instance does not count for S17.
+    pub long_pause_from: Option<Duration>,
+    /// For an instance whose process resumed from such a pause, the latest it may still exist
+    /// beside another instance: the resume, plus one retry interval for its manager to notice
+    /// the freeze, plus the longest an instance takes to stop.
+    pub stale_until: Option<Duration>,
 }
 
 /// The whole world, for checkers of invariants that span nodes or processes.

@@ -4,10 +4,16 @@
 //! Every instance that exists counts — running, or asked to stop and not yet ended, on a process
 //! that runs, is paused, or lingers after leaving to hand its instance over — with one exception:
 //! an instance whose process has been paused, since the instance started, for longer than the
-//! removal margin. Such a process was frozen through the whole window the margin gives a host cut
+//! removal margin. A pause is judged whole: an instance frozen when the other started, whose
+//! pause then outlasts the margin, is exempt for the whole overlap, not only from the moment the
+//! pause reached the margin. Such a process was frozen through the whole window the margin gives a host cut
 //! off from the others to notice and stop, and nothing short of a lease (or fencing the instance's
 //! side effects) stops an instance that does not run; the singleton does not claim it. (It stops
 //! soon after it resumes: its node finds itself downed or removed, which S14 bounds.)
+//!
+//! An exempt instance is not free to run on: once its process resumes, its manager notices the
+//! freeze within one retry interval and stops it, so it may exist beside a counted instance for
+//! at most that interval plus the longest stop after the resume (`InstanceView::stale_until`).
 //!
 //! "One cluster": the singleton promises one instance per cluster, and relies on the split-brain
 //! resolver to leave one cluster. When the resolver fails and two live clusters coexist — S1's
@@ -47,7 +53,25 @@ struct Overlap {
 
 /// Whether `i` counts: its process was never frozen for longer than the margin while it ran.
 pub(crate) fn counts(i: &InstanceView) -> bool {
-    i.longest_pause <= i.removal_margin
+    i.long_pause_from.is_none()
+}
+
+/// Whether the overlap `o` of the pair `key` is exempt although it began while both counted: one
+/// of the two instances still exists and no longer counts because of a pause that had begun by
+/// the time the overlap did. That instance was frozen from the overlap's start until its pause
+/// outlasted the margin: the pause, judged whole, exempts it, and it never ran as a counted
+/// instance beside the other. (Judged by the pause so far, the overlap would seem to end, as an
+/// overlap of two counted instances, the moment the pause reached the margin.)
+fn frozen_through(
+    world: &dyn WorldView,
+    key: &(UniqueAddress, UniqueAddress),
+    o: &Overlap,
+) -> bool {
+    [(o.slots.0, &key.0), (o.slots.1, &key.1)].into_iter().any(|(slot, node)| {
+        world.singleton(slot).is_some_and(|i| {
+            i.node == *node && i.long_pause_from.is_some_and(|from| from <= o.since)
+        })
+    })
 }
 
 /// Whether the hosts in slots `a` and `b` are now in two live clusters (S1's definition).
@@ -55,6 +79,27 @@ pub(crate) fn split(world: &dyn WorldView, a: usize, b: usize) -> bool {
     let (Some(ca), Some(cb)) = (world.core(a), world.core(b)) else { return false };
     let live = |c: &Cluster| is_live(c.self_status());
     live(ca) && live(cb) && gives_up(ca, cb.self_node()) && gives_up(cb, ca.self_node())
+}
+
+/// An instance exempt for a pause that has ended, still there past its `stale_until` beside an
+/// instance that counts (on another host, not in another live cluster): its host acted on its
+/// stale view for longer than the manager's check after a freeze allows.
+fn stale_beside(world: &dyn WorldView, running: &[(usize, InstanceView)]) -> Option<String> {
+    let now = world.now();
+    (0..world.slots()).find_map(|s| {
+        let i = world.singleton(s)?;
+        let until = i.stale_until.filter(|u| now > *u)?;
+        let (other, _) = running.iter().find(|(o, _)| *o != s && !split(world, s, *o))?;
+        Some(format!(
+            "the singleton instance on slot {s} ({}), whose process resumed from a pause longer \
+             than the removal margin, still ran at {:.3} s beside the instance on slot {other}, \
+             past {:.3} s, by when its manager must have noticed the freeze and the instance \
+             stopped",
+            i.node,
+            now.as_secs_f64(),
+            until.as_secs_f64()
+        ))
+    })
 }
 
 impl OneSingleton {
@@ -65,6 +110,9 @@ impl OneSingleton {
         let running: Vec<(usize, InstanceView)> = (0..world.slots())
             .filter_map(|s| world.singleton(s).filter(counts).map(|i| (s, i)))
             .collect();
+        if let Some(err) = stale_beside(world, &running) {
+            return Err(err);
+        }
         let mut current = Vec::new();
         for (k, (sa, ia)) in running.iter().enumerate() {
             for (sb, ib) in &running[k + 1..] {
@@ -89,6 +137,9 @@ impl OneSingleton {
             let overlong = limit.is_some_and(|l| now.saturating_sub(o.since) > l);
             if o.split || !(ended || overlong) {
                 return !ended;
+            }
+            if ended && frozen_through(world, key, o) {
+                return false;
             }
             if broken.is_none() {
                 broken = Some(describe(key, o, now, ended));

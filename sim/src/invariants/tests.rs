@@ -519,8 +519,8 @@ fn instance(n: UniqueAddress, since: u64) -> InstanceView {
         node: n,
         since: Duration::from_secs(since),
         stopping: false,
-        longest_pause: Duration::ZERO,
-        removal_margin: Duration::from_secs(20),
+        long_pause_from: None,
+        stale_until: None,
     }
 }
 
@@ -559,7 +559,52 @@ fn s17_stays_quiet_when_the_instance_moves_without_overlap() {
 
 #[test]
 fn s17_does_not_count_an_instance_frozen_longer_than_the_removal_margin() {
-    let frozen = InstanceView { longest_pause: Duration::from_secs(21), ..instance(a(), 0) };
+    let frozen = InstanceView { long_pause_from: Some(Duration::ZERO), ..instance(a(), 0) };
     let overlap = vec![Some(frozen), Some(instance(b(), 1))];
     assert_eq!(s17_over(vec![overlap, vec![None, Some(instance(b(), 1))]]), Ok(()));
+}
+
+#[test]
+fn s17_judges_a_pause_whole_once_it_outlasts_the_removal_margin() {
+    // a's process froze at 1 s; b started at 2 s, while a's pause was still short of the margin;
+    // at 3 s the pause has outlasted the margin (the view shows it from then on).
+    let frozen_since_1 =
+        InstanceView { long_pause_from: Some(Duration::from_secs(1)), ..instance(a(), 0) };
+    let outlasted = s17_over(vec![
+        vec![Some(instance(a(), 0)), None],
+        vec![Some(instance(a(), 0)), None],
+        vec![Some(instance(a(), 0)), Some(instance(b(), 2))],
+        vec![Some(frozen_since_1), Some(instance(b(), 2))],
+    ]);
+    assert_eq!(outlasted, Ok(()));
+
+    // A pause that began after b started does not excuse the time a ran beside b.
+    let frozen_since_3 =
+        InstanceView { long_pause_from: Some(Duration::from_secs(3)), ..instance(a(), 0) };
+    let ran_beside = s17_over(vec![
+        vec![Some(instance(a(), 0)), None],
+        vec![Some(instance(a(), 0)), Some(instance(b(), 1))],
+        vec![Some(instance(a(), 0)), Some(instance(b(), 1))],
+        vec![Some(frozen_since_3), Some(instance(b(), 1))],
+    ])
+    .unwrap_err();
+    assert!(ran_beside.contains("from 1.000 s until 3.000 s"), "{ran_beside}");
+}
+
+#[test]
+fn s17_fires_when_an_instance_runs_on_past_its_hosts_check_after_a_long_pause() {
+    // a's process was frozen from 0 s past the margin and resumed at 1 s: it may stay beside b
+    // until its stale_until (3 s), not after.
+    let resumed = InstanceView {
+        long_pause_from: Some(Duration::ZERO),
+        stale_until: Some(Duration::from_secs(3)),
+        ..instance(a(), 0)
+    };
+    let beside = |n| (0..n).map(|_| vec![Some(resumed.clone()), Some(instance(b(), 0))]).collect();
+    assert_eq!(s17_over(beside(4)), Ok(()), "until 3 s it may");
+    let err = s17_over(beside(5)).unwrap_err();
+    assert!(err.contains("still ran at 4.000 s beside the instance on slot 1"), "{err}");
+    // Alone, it may run on: nothing else does.
+    let alone = (0..6).map(|_| vec![Some(resumed.clone()), None]).collect();
+    assert_eq!(s17_over(alone), Ok(()));
 }

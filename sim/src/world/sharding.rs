@@ -219,22 +219,31 @@ impl Sim {
         }
         let Some(s) = self.shardings.as_ref() else { return };
         let split_from = |other: usize| split(self, slot, other);
-        let other = s.other_host(slot, entity, self.now, split_from);
-        if let Some(i) = other {
-            let since = s.slot(i).entities.get(entity).map_or(0.0, |r| r.since.as_secs_f64());
-            let v = Violation {
-                invariant: "S18".to_owned(),
-                step: self.step,
-                time_s: self.now.as_secs_f64(),
-                slot: Some(slot),
-                message: format!(
-                    "entity {entity} started in slot {slot} while it runs in slot {i} (since \
-                     {since:.3}s)"
-                ),
-            };
-            self.note(|| format!("VIOLATION {v}"));
-            self.violation = Some(v);
+        match s.other_host(slot, entity, self.now, split_from) {
+            Ok(suspects) => {
+                if let Some(s) = self.shardings.as_mut() {
+                    s.suspect(suspects);
+                }
+            }
+            Err(i) => self.s18_violated(slot, entity, i),
         }
+    }
+
+    fn s18_violated(&mut self, slot: usize, entity: &EntityId, i: usize) {
+        let Some(s) = self.shardings.as_ref() else { return };
+        let since = s.slot(i).entities.get(entity).map_or(0.0, |r| r.since.as_secs_f64());
+        let v = Violation {
+            invariant: "S18".to_owned(),
+            step: self.step,
+            time_s: self.now.as_secs_f64(),
+            slot: Some(slot),
+            message: format!(
+                "entity {entity} started in slot {slot} while it runs in slot {i} (since \
+                 {since:.3}s)"
+            ),
+        };
+        self.note(|| format!("VIOLATION {v}"));
+        self.violation = Some(v);
     }
 
     fn arm_sharding_timer(&mut self, slot: usize, deadline: Option<Instant>) {
@@ -287,6 +296,7 @@ impl Sim {
 
     /// The process in `slot` is gone: its sharding with it.
     pub(super) fn sharding_exit(&mut self, slot: usize) {
+        self.judge_pause(slot);
         if let Some(s) = self.shardings.as_mut() {
             s.on_exit(slot);
         }
@@ -429,8 +439,38 @@ impl Sim {
         }
     }
 
+    /// The pause of the process in `slot` is over: S18 judges the entity starts it held back.
+    fn judge_pause(&mut self, slot: usize) {
+        let now = self.now;
+        let Some(s) = self.shardings.as_mut() else { return };
+        let Some(x) = s.pause_over(slot, now) else { return };
+        if self.checkers.is_empty() || self.violation.is_some() {
+            return;
+        }
+        let v = Violation {
+            invariant: "S18".to_owned(),
+            step: self.step,
+            time_s: now.as_secs_f64(),
+            slot: Some(x.started_in),
+            message: format!(
+                "entity {} started in slot {} at {:.3}s while it ran in slot {} (since {:.3}s), \
+                 whose process, paused at {:.3}s, resumed at {:.3}s, within the removal margin",
+                x.entity,
+                x.started_in,
+                x.started_at.as_secs_f64(),
+                x.held_by,
+                x.held_since.as_secs_f64(),
+                x.paused_at.as_secs_f64(),
+                now.as_secs_f64()
+            ),
+        };
+        self.note(|| format!("VIOLATION {v}"));
+        self.violation = Some(v);
+    }
+
     /// The process in `slot` resumed: what queued up is taken in, the timer re-armed.
     pub(super) fn sharding_resumed(&mut self, slot: usize) {
+        self.judge_pause(slot);
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
         let margin = s.config().removal_margin;

@@ -3,7 +3,7 @@
 //! instances started and asked to stop. After each such step the singleton checker (S17) looks at
 //! every instance. None of it touches a membership core or the membership trace.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use convoke_membership::{Member, ShutdownReason, UniqueAddress};
 use convoke_sharding::singleton::{HandOver, Output, SingletonManager};
@@ -64,7 +64,8 @@ impl Sim {
                     since: now,
                     stop_asked_at: None,
                     paused_at: None,
-                    longest_pause: Duration::ZERO,
+                    long_pause_from: None,
+                    long_pause_until: None,
                 });
                 self.note(|| format!("slot {slot} SINGLETON STARTS ({me})"));
                 self.coordinator_started(slot);
@@ -239,11 +240,15 @@ impl Sim {
     pub(super) fn singleton_resumed(&mut self, slot: usize) {
         let now = self.now;
         let Some(s) = self.singletons.as_mut() else { return };
+        let margin = s.config().removal_margin;
         let ss = s.slot_mut(slot);
         if let Some(i) = ss.instance.as_mut()
             && let Some(at) = i.paused_at.take()
+            && now.saturating_sub(at) > margin
+            && i.long_pause_from.is_none()
         {
-            i.longest_pause = i.longest_pause.max(now.saturating_sub(at));
+            i.long_pause_from = Some(at);
+            i.long_pause_until = Some(now);
         }
         let inbox = std::mem::take(&mut ss.inbox);
         let stop_due = std::mem::take(&mut ss.stop_due);

@@ -199,8 +199,10 @@ impl WorldView for Sim {
             node: i.node.clone(),
             since: i.since,
             stopping: i.stop_asked_at.is_some(),
-            longest_pause: i.longest_pause(self.now),
-            removal_margin: s.config().removal_margin,
+            long_pause_from: i.long_pause_from(self.now, s.config().removal_margin),
+            stale_until: i.long_pause_until.map(|u| {
+                u + s.config().hand_over_retry_interval + crate::singleton::MAX_STOP_DELAY
+            }),
         })
     }
 }
