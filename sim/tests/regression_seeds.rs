@@ -457,6 +457,23 @@ const CASES: &[Case] = &[
         nodes: 7,
         downing: ChaosDowning::Resolver,
         why: "S18 checker: as 802, at seven nodes",
+        seed: 1665,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "S18: a host cut off from the others was paused for 14 s a second before its \
+              resolver would have downed it; the others removed it meanwhile. It resumed within \
+              the removal margin, still Up in its own view, and its resolver waited another \
+              stable_after for word from a member before it downed itself, so its region served \
+              the shards the others started once the margin ran out (fixed: a region woken more \
+              than a retry interval late stops its shards at once and hosts none for a margin)",
+    },
+    Case {
+        seed: 1603,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S18: the same with a host paused for 18.7 s, 2.5 s before its own decision; after \
+              the pause its region also took in the queued messages and started entities on \
+              its stale view",
     },
 ];
 

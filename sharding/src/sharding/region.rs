@@ -102,6 +102,8 @@ pub struct RegionStatus {
 enum Timer {
     /// Re-send Register, GetShardHome for buffered shards, GracefulShutdownReq.
     Retry,
+    /// Wake up every retry interval while the region hosts, so that a freeze is noticed.
+    Watch,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,6 +111,8 @@ enum Local {
     Running,
     /// Its entities are stopping; ShardStopped goes to this coordinator when they have.
     HandingOff(UniqueAddress),
+    /// Its entities are stopping because the node was frozen; no coordinator asked for it.
+    Stopping,
 }
 
 /// The shard region of one entity type on one node: a deterministic state machine with no IO.
@@ -132,6 +136,13 @@ enum Local {
 /// Messages for one shard leave the region (forwarded or delivered) in the order they were
 /// routed, except those answered with [`RegionOutput::Dropped`]. The region never holds more
 /// than `buffer_size` messages.
+///
+/// An input that arrives more than a retry interval after the deadline the region asked for
+/// shows that the node was frozen (a stopped process, a long pause); its view may be stale (the
+/// others may have removed it meanwhile and, a removal margin later, hosted its shards
+/// elsewhere). When another member is in its view, the region then stops every local shard at
+/// once, before it acts on the input, and starts none for a removal margin (while it hosts, it
+/// asks to be woken every retry interval so that a freeze is noticed).
 #[derive(Debug)]
 pub struct Region<M> {
     config: ShardingConfig,
@@ -153,7 +164,13 @@ pub struct Region<M> {
     members: BTreeSet<UniqueAddress>,
     /// Members downed or removed without handing off, for a coordinator that starts here.
     departures: Departures,
-    timers: Timers<1>,
+    /// The deadline of the watch timer when the last input ended: an input long after it shows
+    /// that the node was frozen.
+    expected: Option<Instant>,
+    /// After a freeze, no shard starts here before this instant: the node's own membership
+    /// must have had a removal margin of running time to tell it whether it was downed.
+    hold_until: Option<Instant>,
+    timers: Timers<2>,
     outputs: VecDeque<RegionOutput<M>>,
 }
 
@@ -177,6 +194,8 @@ impl<M> Region<M> {
             stopped: false,
             members: BTreeSet::new(),
             departures: Departures::default(),
+            expected: None,
+            hold_until: None,
             timers: Timers::default(),
             outputs: VecDeque::new(),
         }
@@ -221,6 +240,12 @@ impl<M> Region<M> {
     /// The membership changed: find the coordinator (on the oldest member with the role), and
     /// forget homes on nodes that are gone.
     pub fn handle_members(&mut self, members: &[Member], now: Instant) {
+        self.observe(now);
+        self.members_changed(members, now);
+        self.watch(now);
+    }
+
+    fn members_changed(&mut self, members: &[Member], now: Instant) {
         let dc = members
             .iter()
             .find(|m| *m.node() == self.self_node)
@@ -242,6 +267,12 @@ impl<M> Region<M> {
     /// Routes `msg` for `shard`: to the local shard, to the region hosting it, or into the
     /// shard's buffer until its home is known.
     pub fn route(&mut self, shard: ShardId, msg: M, now: Instant) {
+        self.observe(now);
+        self.route_now(shard, msg, now);
+        self.watch(now);
+    }
+
+    fn route_now(&mut self, shard: ShardId, msg: M, now: Instant) {
         if self.stopped {
             self.outputs
                 .push_back(RegionOutput::Dropped { msg, reason: DropReason::RegionStopped });
@@ -256,7 +287,11 @@ impl<M> Region<M> {
                 self.outputs.push_back(RegionOutput::Deliver { shard, msg });
                 return;
             }
-            if !self.local.contains_key(&shard) && self.hosting && !self.shutting_down {
+            if !self.local.contains_key(&shard)
+                && self.hosting
+                && !self.shutting_down
+                && !self.held(now)
+            {
                 // The shard stopped on its own; its home is still here.
                 self.start_local(shard.clone());
                 self.outputs.push_back(RegionOutput::Deliver { shard, msg });
@@ -269,6 +304,12 @@ impl<M> Region<M> {
 
     /// A message from the coordinator on node `from`.
     pub fn handle_message(&mut self, from: UniqueAddress, msg: RegionMsg, now: Instant) {
+        self.observe(now);
+        self.take_message(from, msg, now);
+        self.watch(now);
+    }
+
+    fn take_message(&mut self, from: UniqueAddress, msg: RegionMsg, now: Instant) {
         if self.stopped {
             // The RegionStopped sent on stopping may have reached a coordinator that was not
             // listening yet (recovering); whoever still counts on this region hears it again.
@@ -291,10 +332,10 @@ impl<M> Region<M> {
                 self.register_backoff = first_backoff(self.config.retry_interval);
                 self.register(now);
             }
-            RegionMsg::ShardHome { shard, region } => self.set_home(shard, region),
+            RegionMsg::ShardHome { shard, region } => self.set_home(shard, region, now),
             RegionMsg::ShardHomes(homes) => {
                 for (shard, region) in homes {
-                    self.set_home(shard, region);
+                    self.set_home(shard, region, now);
                 }
             }
             RegionMsg::HostShard(shard) => {
@@ -304,7 +345,7 @@ impl<M> Region<M> {
                     }
                     return;
                 }
-                self.set_home(shard.clone(), self.self_node.clone());
+                self.set_home(shard.clone(), self.self_node.clone(), now);
                 // Not while its entities still stop for an earlier handoff: the coordinator asks
                 // again, and the shard starts once they have.
                 if self.local.get(&shard) == Some(&Local::Running) {
@@ -330,6 +371,7 @@ impl<M> Region<M> {
                         self.outputs.push_back(RegionOutput::HandOffShard(shard));
                     }
                     Some(Local::HandingOff(to)) => *to = from,
+                    Some(state @ Local::Stopping) => *state = Local::HandingOff(from),
                     None => self.send(from, CoordinatorMsg::ShardStopped(shard)),
                 }
             }
@@ -349,6 +391,12 @@ impl<M> Region<M> {
     /// Begins the graceful shutdown: the coordinator moves every local shard elsewhere; the
     /// region reports [`RegionOutput::Stopped`] once none is left and nothing is buffered.
     pub fn graceful_shutdown(&mut self, now: Instant) {
+        self.observe(now);
+        self.shut_down(now);
+        self.watch(now);
+    }
+
+    fn shut_down(&mut self, now: Instant) {
         if self.shutting_down {
             return;
         }
@@ -363,9 +411,55 @@ impl<M> Region<M> {
 
     /// A deadline from [`poll_timeout`](Self::poll_timeout) has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if !self.timers.take_due(Timer::Retry as usize, now) || self.stopped {
+        self.observe(now);
+        self.timers.take_due(Timer::Watch as usize, now);
+        if self.timers.take_due(Timer::Retry as usize, now) && !self.stopped {
+            self.retry(now);
+        }
+        self.watch(now);
+    }
+
+    /// Notes a freeze: `now` is more than a retry interval past the watch deadline. Every local
+    /// shard stops at once and none starts for a removal margin, when another member could host
+    /// them: while this node was frozen the others may have removed it and, a removal margin
+    /// later, started its shards elsewhere. Neither may wait for the node's own membership to
+    /// say so, which after a freeze longer than `stable_after` takes the resolver another
+    /// `stable_after` (see `docs/sharding-design.md`, "Frozen nodes").
+    fn observe(&mut self, now: Instant) {
+        let late = self.expected.is_some_and(|d| now > d + self.config.retry_interval);
+        let others = self.members.iter().any(|n| *n != self.self_node);
+        if !late || !others || !self.hosting || self.stopped {
             return;
         }
+        self.hold_until = Some(now + self.config.removal_margin);
+        let me = self.self_node.clone();
+        self.homes.retain(|_, r| *r != me);
+        for (shard, state) in &mut self.local {
+            if *state == Local::Running {
+                *state = Local::Stopping;
+                self.outputs.push_back(RegionOutput::HandOffShard(shard.clone()));
+            }
+        }
+    }
+
+    /// Whether the region starts no shard now, after a freeze.
+    fn held(&self, now: Instant) -> bool {
+        self.hold_until.is_some_and(|t| now < t)
+    }
+
+    /// Keeps the watch timer running while the region hosts, and notes its deadline.
+    fn watch(&mut self, now: Instant) {
+        let watch = Timer::Watch as usize;
+        if !self.hosting || self.stopped {
+            self.timers.clear(watch);
+        } else if self.timers.get(watch).is_none() {
+            self.timers.set(watch, now + self.config.retry_interval);
+        }
+        self.expected = self.timers.get(watch);
+    }
+
+    /// The retry timer is due.
+    fn retry(&mut self, now: Instant) {
         if self.shutdown_deadline.is_some_and(|at| at <= now) {
             // No region could take these shards (every region is shutting down, or the
             // coordinator is gone): the messages are given back rather than held forever.
@@ -447,7 +541,7 @@ impl<M> Region<M> {
         self.arm_retry(now);
     }
 
-    fn set_home(&mut self, shard: ShardId, region: UniqueAddress) {
+    fn set_home(&mut self, shard: ShardId, region: UniqueAddress, now: Instant) {
         if !self.members.contains(&region) {
             // The coordinator had not yet seen the node go; the shard is asked for again.
             return;
@@ -456,8 +550,12 @@ impl<M> Region<M> {
             if !self.hosting || self.shutting_down {
                 return;
             }
-            if let Some(Local::HandingOff(_)) = self.local.get(&shard) {
+            if let Some(Local::HandingOff(_) | Local::Stopping) = self.local.get(&shard) {
                 // Hosted again only once the handoff has ended.
+                return;
+            }
+            if !self.local.contains_key(&shard) && self.held(now) {
+                // Frozen a moment ago: the messages wait, and the home is asked for again.
                 return;
             }
             if !self.local.contains_key(&shard) {
@@ -488,6 +586,7 @@ impl<M> Region<M> {
         }
         self.stopped = true;
         self.timers.clear(Timer::Retry as usize);
+        self.timers.clear(Timer::Watch as usize);
         self.tell_coordinator(CoordinatorMsg::RegionStopped);
         self.outputs.push_back(RegionOutput::Stopped);
     }

@@ -24,6 +24,10 @@ impl<const N: usize> Timers<N> {
         }
     }
 
+    pub(super) fn get(&self, t: usize) -> Option<Instant> {
+        self.0[t]
+    }
+
     pub(super) fn clear(&mut self, t: usize) {
         self.0[t] = None;
     }
