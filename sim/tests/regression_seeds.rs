@@ -457,6 +457,8 @@ const CASES: &[Case] = &[
         nodes: 7,
         downing: ChaosDowning::Resolver,
         why: "S18 checker: as 802, at seven nodes",
+    },
+    Case {
         seed: 1665,
         nodes: 5,
         downing: ChaosDowning::Resolver,
