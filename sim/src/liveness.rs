@@ -19,6 +19,11 @@
 //! - **L10** balanced shards: within [`sharding_bound`] of L8 holding, the coordinator's table
 //!   places every shard on a running process, and the shard counts of any two running regions
 //!   differ by at most one.
+//!
+//! A process that starts after the membership settled (a restart scheduled before the heal)
+//! changes the membership again, and its region is rightly given shards by rebalancing: L1, L8
+//! and L10 are then awaited again from its start, each within its bound, and L9 judges the asks
+//! phase by phase (see [`AskPhase`]).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -242,25 +247,41 @@ pub fn sharding_bound(config: &ShardingConfig, net: &NetConfig, max_drift_ppm: i
     total.mul_f64(1.0 + f64::from(max_drift_ppm.unsigned_abs()) / 1e6)
 }
 
-/// Checks L9 over the asks sent from `settled` (the membership settled) until `until`: each was
-/// answered, success or failure; those sent from `timed` on within [`ASK_BOUND`]; those sent
-/// from `ok_from` on by their entity (before that a rebalance may answer an ask with a handoff
-/// failure, and a shard whose region was removed waits for the removal margin). Holds trivially
-/// when the run has no sharding layer.
+/// One stretch of the sharding liveness phase for L9: from the membership settling until it
+/// changed again (a process started), or until the end of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AskPhase {
+    /// The membership settled (L1 held): asks sent from then on are judged.
+    pub settled: Duration,
+    /// Asks sent from then on must be answered within [`ASK_BOUND`].
+    pub timed: Duration,
+    /// The shards were balanced (L10): asks sent from then on must be answered by their entity
+    /// (`Duration::MAX` when the phase ended before they were).
+    pub ok_from: Duration,
+    /// Asks sent from then on belong to the next phase, or are not judged yet.
+    pub until: Duration,
+    /// Whether this is the last phase. Otherwise `until` is when a process started and the
+    /// membership changed again: its region is given shards by rebalancing, so an ask not
+    /// answered by then may meet a handoff, and is not held to be answered by its entity.
+    pub last: bool,
+}
+
+/// Checks L9 over the asks of each phase (see [`AskPhase`]): those sent from `settled` until
+/// `until` were answered, success or failure; those sent from `timed` on within [`ASK_BOUND`];
+/// those sent from `ok_from` on by their entity (before that a rebalance may answer an ask with
+/// a handoff failure, and a shard whose region was removed waits for the removal margin).
+/// Asks sent between two phases, while the membership settled again, are not judged. Holds
+/// trivially when the run has no sharding layer.
 ///
 /// # Errors
 /// The first ask that was not, and what became of it.
-pub fn check_asks(
-    sim: &Sim,
-    [settled, timed, ok_from]: [Duration; 3],
-    until: Duration,
-) -> Result<(), Unmet> {
+pub fn check_asks(sim: &Sim, phases: &[AskPhase]) -> Result<(), Unmet> {
     let Some(shardings) = sim.shardings() else { return Ok(()) };
     for (id, a) in shardings.asks() {
-        if a.sent_at < settled || a.sent_at >= until {
+        let Some(p) = phases.iter().find(|p| a.sent_at >= p.settled && a.sent_at < p.until) else {
             continue;
-        }
-        let late = |at: Duration| a.sent_at >= timed && at.saturating_sub(a.sent_at) > ASK_BOUND;
+        };
+        let late = |at: Duration| a.sent_at >= p.timed && at.saturating_sub(a.sent_at) > ASK_BOUND;
         let why = match a.answered {
             None => "was never answered".to_owned(),
             Some((at, _)) if late(at) => format!(
@@ -268,7 +289,7 @@ pub fn check_asks(
                 secs_of(at.saturating_sub(a.sent_at)),
                 ASK_BOUND.as_secs_f64()
             ),
-            Some((_, false)) if a.sent_at >= ok_from => {
+            Some((at, false)) if a.sent_at >= p.ok_from && (p.last || at < p.until) => {
                 "was answered with a failure after the shards were balanced".to_owned()
             }
             Some(_) => continue,

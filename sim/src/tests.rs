@@ -264,6 +264,12 @@ fn formed_with_singleton(nodes: usize) -> Sim {
     formed_with_layers(nodes, false)
 }
 
+/// An L9 phase in which the membership settled, the coordinator recovered and the shards were
+/// balanced at `at`, judged until `until`.
+fn settled_phase(at: Duration, until: Duration) -> liveness::AskPhase {
+    liveness::AskPhase { settled: at, timed: at, ok_from: at, until, last: true }
+}
+
 /// `nodes` slots formed into one cluster that runs the singleton and, with `sharding`, the
 /// sharded entity type with its load (checkers on).
 fn formed_with_layers(nodes: usize, sharding: bool) -> Sim {
@@ -334,7 +340,7 @@ fn shards_balance_asks_are_answered_and_a_crashed_regions_shards_come_back_elsew
     let since = sim.now();
     sim.run_for(Duration::from_secs(20));
     let until = sim.now() - crate::sharding::ASK_BOUND;
-    assert_eq!(liveness::check_asks(&sim, [since; 3], until), Ok(()));
+    assert_eq!(liveness::check_asks(&sim, &[settled_phase(since, until)]), Ok(()));
     let stats = sim.shardings().map(|s| s.stats).expect("on");
     assert!(stats.asks > 200 && stats.entity_starts > 100, "{stats:?}");
     let slots = |s: &Sim| s.shardings().map(|x| x.slot(1).shards.len()).unwrap_or(0);
@@ -357,6 +363,59 @@ fn shards_balance_asks_are_answered_and_a_crashed_regions_shards_come_back_elsew
     let back_at = sim.now();
     sim.run_for(Duration::from_secs(20));
     let until = sim.now() - crate::sharding::ASK_BOUND;
-    assert_eq!(liveness::check_asks(&sim, [back_at; 3], until), Ok(()));
+    assert_eq!(liveness::check_asks(&sim, &[settled_phase(back_at, until)]), Ok(()));
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
+}
+
+#[test]
+fn a_process_that_starts_after_the_balance_is_given_shards_by_rebalancing() {
+    // Three of four slots form a cluster and balance their shards; then the fourth starts, as a
+    // crashed process whose restart was drawn before the heal does in a chaos run.
+    let mut opts = SimOptions::new(11, 4);
+    let single = crate::singleton::config(&Config::default(), Default::default());
+    opts.sharding = Some(crate::sharding::config(&single));
+    opts.singleton = Some(single);
+    let mut sim = Sim::new(opts);
+    start_bulk(&mut sim, &[0, 1, 2]);
+    let formed = sim.run_until_pred(Duration::from_secs(60), Duration::from_millis(500), |s| {
+        all_up_converged(s, &[0, 1, 2])
+    });
+    assert!(formed);
+    let config = sim.shardings().map(|s| s.config().clone()).expect("on");
+    let bound = liveness::sharding_bound(&config, sim.net(), 0);
+    let balanced = sim.run_until_pred(bound, Duration::from_millis(250), |s| {
+        liveness::check_sharding_balance(s).is_ok()
+    });
+    assert!(balanced, "{:?}", liveness::check_sharding_balance(&sim));
+    let balanced_at = sim.now();
+    sim.run_for(Duration::from_secs(5));
+    let hand_offs = sim.shardings().map(|s| s.stats.hand_offs).expect("on");
+
+    sim.apply(Action::Start { slot: 3, seeds: vec![0, 1, 2] });
+    let started = sim.now();
+    let joined = sim.run_until_pred(Duration::from_secs(30), Duration::from_millis(250), |s| {
+        all_up_converged(s, &[0, 1, 2, 3])
+    });
+    assert!(joined);
+    // The new region starts empty and takes at most `limit` shards per round: the counts of two
+    // regions differ by more than one for a while, though nothing is wrong.
+    let (id, why) = liveness::check_sharding_balance(&sim).unwrap_err();
+    assert_eq!(id, "L10");
+    assert!(why.contains("shard counts"), "{why}");
+    let again = sim.run_until_pred(bound, Duration::from_millis(250), |s| {
+        liveness::check_sharding_balance(s).is_ok()
+    });
+    assert!(again, "{:?}", liveness::check_sharding_balance(&sim));
+    let moved = sim.shardings().map(|s| s.stats.hand_offs).expect("on") - hand_offs;
+    assert!(moved >= 7, "30 shards over 4 regions: the new one takes 7 or 8, moved {moved}");
+    let rebalanced_at = sim.now();
+    sim.run_for(Duration::from_secs(20));
+    let until = sim.now() - crate::sharding::ASK_BOUND;
+    // Each phase is judged by its own times; an ask of the first that was still unanswered
+    // when the process started may have met a handoff of the rebalance.
+    let first =
+        liveness::AskPhase { until: started, last: false, ..settled_phase(balanced_at, until) };
+    let phases = [first, settled_phase(rebalanced_at, until)];
+    assert_eq!(liveness::check_asks(&sim, &phases), Ok(()));
     assert!(sim.violation().is_none(), "{:?}", sim.violation());
 }

@@ -477,6 +477,45 @@ const CASES: &[Case] = &[
               the pause its region also took in the queued messages and started entities on \
               its stale view",
     },
+    Case {
+        seed: 2483,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "L10 checker: a crashed process's restart, drawn before the heal, came after the \
+              shards were balanced at [15, 15]; its region was given shards three per round and \
+              the check 18 s later found [10, 9, 11] (fixed: a process that starts after the \
+              membership settled begins the liveness phase again)",
+    },
+    Case {
+        seed: 832,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "L10 checker: the same late restart after a balance at [8, 8, 7, 7], one rebalance \
+              round in at the check: [7, 8, 6, 3, 6]",
+    },
+    Case {
+        seed: 1834,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "L10 checker: the same late restart, one rebalance round in at the check: \
+              [7, 3, 8, 6, 6]",
+    },
+    Case {
+        seed: 1782,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "L9 checker: a late restart just after the balance; an ask forwarded to a shard's \
+              owner as BeginHandOff reached it waited in the owner's buffer and was refused with \
+              HandedOff by the rebalance onto the new region (fixed: asks are judged by the phase \
+              they belong to, and one unanswered when a process starts may meet its rebalance)",
+    },
+    Case {
+        seed: 2154,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "L9 checker: the same HandedOff refusal, in the third rebalance round after a late \
+              restart",
+    },
 ];
 
 fn run(c: &Case) {

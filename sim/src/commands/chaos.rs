@@ -299,47 +299,9 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
                 sim.apply(Action::Start { slot, seeds: others(slot) });
             }
         }
-        let deadline = healed + bound;
-        let mut ok = false;
-        while sim.violation().is_none() && sim.now() < deadline {
-            ok = sim.run_until_pred(deadline - sim.now(), Duration::from_millis(250), |s| {
-                liveness::check(s, &late_set).is_ok()
-            });
-            if !ok {
-                break;
-            }
-            // It must also stay so: no flapping once converged. A process the supervisor
-            // restarts in the meantime (its restart was scheduled before the heal) joins, and the
-            // cluster must converge again, still within the bound; so must a cluster that
-            // converged before its failure detectors noticed a node silenced by the faults.
-            let reached = sim.now();
-            sim.run_for(Duration::from_secs(5));
-            let restarted = (0..n).any(|i| sim.slot(i).started_at > reached);
-            match liveness::check(&sim, &late_set) {
-                Ok(()) => {
-                    liveness_s = Some(secs(reached - healed));
-                    settled_at = Some(reached);
-                    break;
-                }
-                // A convergence reached before the failure detectors caught up with the silence
-                // of the faults is not yet the settled state; it must come again in the bound.
-                Err(_) if restarted || reached < healed + detection_lag => ok = false,
-                Err((id, why)) => {
-                    let v = liveness_violation(&sim, id, format!("converged, then lost it: {why}"));
-                    sim.set_violation(v);
-                    break;
-                }
-            }
-        }
-        if !ok && sim.violation().is_none() {
-            let (id, why) = liveness::check(&sim, &late_set).err().unwrap_or(("L1", "?".into()));
-            let v = liveness_violation(
-                &sim,
-                id,
-                format!("not converged {:.0}s after the heal: {why}", bound.as_secs_f64()),
-            );
-            sim.set_violation(v);
-        }
+        settled_at =
+            settle_membership(&mut sim, &late_set, [healed, bound, detection_lag], "the heal");
+        liveness_s = settled_at.map(|at| secs(at - healed));
     }
 
     // The membership trace ends here; what follows only waits for the singleton.
@@ -349,38 +311,23 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
     let mut singleton_at = None;
     if let Some(settled) = settled_at
         && sim.violation().is_none()
+        && let Some((since, at)) = settle_singleton(&mut sim, settled, singleton_bound)
     {
-        let deadline = settled + singleton_bound;
-        let ok = sim.run_until_pred(
-            deadline.saturating_sub(sim.now()),
-            Duration::from_millis(250),
-            |s| liveness::check_singleton(s).is_ok(),
-        );
-        if ok {
-            // It holds since the instance started, or since the membership settled.
-            let since = sim.singletons().and_then(|s| s.instances().next()).map(|(_, i)| i.since);
-            singleton_s = Some(secs(since.unwrap_or(settled).saturating_sub(settled)));
-            singleton_at = Some(sim.now());
-        } else if sim.violation().is_none() {
-            let why = liveness::check_singleton(&sim).err().map_or("?".into(), |(_, w)| w);
-            let v = liveness_violation(
-                &sim,
-                "L8",
-                format!(
-                    "no single singleton instance on the oldest member {:.0}s after the \
-                     membership settled: {why}",
-                    singleton_bound.as_secs_f64()
-                ),
-            );
-            sim.set_violation(v);
-        }
+        singleton_s = Some(secs(since.saturating_sub(settled)));
+        singleton_at = Some(at);
     }
 
     let sharding_bound = liveness::sharding_bound(&sharding_config, sim.net(), drift);
     let (sharding_s, asks_checked) = match singleton_at {
         Some(at) if sim.violation().is_none() => {
             let settled = settled_at.unwrap_or(at);
-            settle_sharding(&mut sim, [settled, at], &sharding_config, sharding_bound)
+            let bounds = Bounds {
+                membership: bound,
+                detection_lag,
+                singleton: singleton_bound,
+                sharding: sharding_bound,
+            };
+            settle_sharding(&mut sim, &late_set, [settled, at], &sharding_config, &bounds)
         }
         _ => (None, 0),
     };
@@ -435,60 +382,213 @@ fn liveness_violation(sim: &Sim, id: &str, message: String) -> Violation {
     }
 }
 
+/// Waits for the membership to settle (L1, L2, L4, L6) from `since` (the heal, or a process
+/// that started after the membership had settled, `after` names which), for at most `bound`, and
+/// for it to stay so for 5 s. Returns when it was reached; a failure is recorded as the run's
+/// violation.
+fn settle_membership(
+    sim: &mut Sim,
+    late: &BTreeSet<usize>,
+    [since, bound, detection_lag]: [Duration; 3],
+    after: &str,
+) -> Option<Duration> {
+    let deadline = since + bound;
+    let mut ok = false;
+    while sim.violation().is_none() && sim.now() < deadline {
+        ok = sim.run_until_pred(deadline - sim.now(), Duration::from_millis(250), |s| {
+            liveness::check(s, late).is_ok()
+        });
+        if !ok {
+            break;
+        }
+        // It must also stay so: no flapping once converged. A process the supervisor
+        // restarts in the meantime (its restart was scheduled before the heal) joins, and the
+        // cluster must converge again, still within the bound; so must a cluster that
+        // converged before its failure detectors noticed a node silenced by the faults.
+        let reached = sim.now();
+        sim.run_for(Duration::from_secs(5));
+        let restarted = started_after(sim, reached).is_some();
+        match liveness::check(sim, late) {
+            Ok(()) => return Some(reached),
+            // A convergence reached before the failure detectors caught up with the silence
+            // of the faults is not yet the settled state; it must come again in the bound.
+            Err(_) if restarted || reached < since + detection_lag => ok = false,
+            Err((id, why)) => {
+                let v = liveness_violation(sim, id, format!("converged, then lost it: {why}"));
+                sim.set_violation(v);
+                return None;
+            }
+        }
+    }
+    if !ok && sim.violation().is_none() {
+        let (id, why) = liveness::check(sim, late).err().unwrap_or(("L1", "?".into()));
+        let v = liveness_violation(
+            sim,
+            id,
+            format!("not converged {:.0}s after {after}: {why}", bound.as_secs_f64()),
+        );
+        sim.set_violation(v);
+    }
+    None
+}
+
+/// Waits up to `bound` after the membership settled (`settled`) for one singleton instance on
+/// the oldest member (L8). Returns when that instance started (or `settled`, if earlier) and
+/// when L8 was seen to hold; a failure is recorded as the run's violation.
+fn settle_singleton(
+    sim: &mut Sim,
+    settled: Duration,
+    bound: Duration,
+) -> Option<(Duration, Duration)> {
+    let deadline = settled + bound;
+    let ok =
+        sim.run_until_pred(deadline.saturating_sub(sim.now()), Duration::from_millis(250), |s| {
+            liveness::check_singleton(s).is_ok()
+        });
+    if ok {
+        // It holds since the instance started, or since the membership settled.
+        let since = sim.singletons().and_then(|s| s.instances().next()).map(|(_, i)| i.since);
+        return Some((since.unwrap_or(settled), sim.now()));
+    }
+    if sim.violation().is_none() {
+        let why = liveness::check_singleton(sim).err().map_or("?".into(), |(_, w)| w);
+        let v = liveness_violation(
+            sim,
+            "L8",
+            format!(
+                "no single singleton instance on the oldest member {:.0}s after the membership \
+                 settled: {why}",
+                bound.as_secs_f64()
+            ),
+        );
+        sim.set_violation(v);
+    }
+    None
+}
+
+/// The slots whose process started after `t`: the earliest and the latest start, if any did.
+fn started_after(sim: &Sim, t: Duration) -> Option<(Duration, Duration)> {
+    let starts = (0..sim.len()).map(|i| sim.slot(i).started_at).filter(|at| *at > t);
+    starts.fold(None, |acc, at| match acc {
+        None => Some((at, at)),
+        Some((first, last)) => Some((first.min(at), last.max(at))),
+    })
+}
+
+/// The bounds of the liveness phases: the membership's from the heal (or from a process that
+/// starts later), the failure detectors' lag after the heal, the singleton's from the membership
+/// settling, the sharding's from one singleton on the oldest member.
+struct Bounds {
+    membership: Duration,
+    detection_lag: Duration,
+    singleton: Duration,
+    sharding: Duration,
+}
+
 /// How long the load runs on once the shards are balanced, before L9 and L10 are judged again.
 const SETTLED_WINDOW: Duration = Duration::from_secs(20);
 
-/// The sharding liveness phase, from `singleton_at` (when L8 held): waits up to `bound` for
-/// balanced shards (L10), runs the load until [`SETTLED_WINDOW`] after that and after the
-/// coordinator could have settled, then checks that the balance held, that every ask sent since
-/// the membership settled (`settled_at`, L1) was answered, and that every ask sent since the
-/// coordinator could have settled was answered in time (L9). Returns the seconds from L8 to
-/// L10 and the number of asks checked; a failure is recorded as the run's violation.
+/// The sharding liveness phase, from `singleton_at` (when L8 held): waits up to the sharding
+/// bound for balanced shards (L10), runs the load until [`SETTLED_WINDOW`] after that and after
+/// the coordinator could have settled, then checks that the balance held, that every ask sent
+/// since the membership settled (`settled_at`, L1) was answered, and that every ask sent since the
+/// coordinator could have settled was answered in time (L9).
+///
+/// A process that starts after the membership settled (a crashed process whose restart was
+/// drawn before the heal, up to the longest fault later) changes the membership again, and its
+/// region is rightly given shards by rebalancing: the phase begins again from that start, with
+/// L1, L8 and L10 each within its bound once more. L9 judges the asks of each phase by the
+/// phase's own times, those sent while the membership settles again not at all, and an ask still
+/// unanswered when the process started may meet a handoff of the rebalance that follows.
+///
+/// Returns the seconds from L8 to L10 in the last phase and the number of asks checked; a
+/// failure is recorded as the run's violation.
 fn settle_sharding(
     sim: &mut Sim,
+    late: &BTreeSet<usize>,
     [settled_at, singleton_at]: [Duration; 2],
     config: &convoke_sharding::sharding::ShardingConfig,
-    bound: Duration,
+    bounds: &Bounds,
 ) -> (Option<f64>, usize) {
-    let balanced = sim.run_until_pred(bound, Duration::from_millis(250), |s| {
-        liveness::check_sharding_balance(s).is_ok()
-    });
-    if !balanced {
-        if sim.violation().is_none() {
+    let mut phases = Vec::new();
+    let (mut settled, mut singleton) = (settled_at, singleton_at);
+    loop {
+        // Shards of a region removed before the membership settled wait for the removal
+        // margin, and a new coordinator reads the replicas first: asks are timed from then on.
+        let from = singleton + config.removal_margin + config.retry_interval * 4;
+        // A process that starts meanwhile ends the phase (see below) within a check.
+        let balanced = sim.run_until_pred(bounds.sharding, Duration::from_millis(250), |s| {
+            started_after(s, settled).is_some() || liveness::check_sharding_balance(s).is_ok()
+        });
+        let mut balanced_at = None;
+        if balanced && started_after(sim, settled).is_none() {
+            let at = sim.now();
+            balanced_at = Some(at);
+            let end = from.max(at) + SETTLED_WINDOW;
+            sim.run_until_pred(end - at, Duration::from_millis(250), |s| {
+                started_after(s, settled).is_some()
+            });
+        }
+        if sim.violation().is_some() {
+            return (None, 0);
+        }
+        if let Some((first, last)) = started_after(sim, settled) {
+            // The membership changed again: the asks of this phase are judged up to the change,
+            // and everything settles once more.
+            let ok_from = balanced_at.unwrap_or(Duration::MAX);
+            phases.push(liveness::AskPhase {
+                settled,
+                timed: from,
+                ok_from,
+                until: first,
+                last: false,
+            });
+            let after = format!("a process started at {:.3}s", secs(last));
+            let times = [last, bounds.membership, bounds.detection_lag];
+            let Some(again) = settle_membership(sim, late, times, &after) else { return (None, 0) };
+            let Some((_, at)) = settle_singleton(sim, again, bounds.singleton) else {
+                return (None, 0);
+            };
+            (settled, singleton) = (again, at);
+            continue;
+        }
+        let Some(balanced_at) = balanced_at else {
             let why = liveness::check_sharding_balance(sim).err().map_or("?".into(), |(_, w)| w);
             let v = liveness_violation(
                 sim,
                 "L10",
                 format!(
-                    "shards not balanced {:.0}s after one singleton ran on the oldest member: {why}",
-                    bound.as_secs_f64()
+                    "shards not balanced {:.0}s after one singleton ran on the oldest member: \
+                     {why}",
+                    bounds.sharding.as_secs_f64()
                 ),
             );
             sim.set_violation(v);
+            return (None, 0);
+        };
+        let result = liveness::check_sharding_balance(sim).map_err(|(id, why)| {
+            (id, format!("balanced at {:.3}s, then no longer: {why}", secs(balanced_at)))
+        });
+        let until = sim.now().saturating_sub(ASK_BOUND);
+        phases.push(liveness::AskPhase {
+            settled,
+            timed: from,
+            ok_from: balanced_at,
+            until,
+            last: true,
+        });
+        let checked = sim.shardings().map_or(0, |s| {
+            s.asks()
+                .values()
+                .filter(|a| phases.iter().any(|p| a.sent_at >= p.settled && a.sent_at < p.until))
+                .count()
+        });
+        let result = result.and_then(|()| liveness::check_asks(sim, &phases));
+        if let Err((id, why)) = result {
+            let v = liveness_violation(sim, id, why);
+            sim.set_violation(v);
+            return (None, checked);
         }
-        return (None, 0);
+        return (Some(secs(balanced_at.saturating_sub(singleton))), checked);
     }
-    let balanced_at = sim.now();
-    // Shards of a region removed before the membership settled wait for the removal margin, and
-    // a new coordinator reads the replicas first: asks are timed from then on.
-    let from = singleton_at + config.removal_margin + config.retry_interval * 4;
-    sim.run_until(from.max(balanced_at) + SETTLED_WINDOW);
-    if sim.violation().is_some() {
-        return (None, 0);
-    }
-    let result = liveness::check_sharding_balance(sim).map_err(|(id, why)| {
-        (id, format!("balanced at {:.3}s, then no longer: {why}", secs(balanced_at)))
-    });
-    let until = sim.now().saturating_sub(ASK_BOUND);
-    let checked = sim.shardings().map_or(0, |s| {
-        s.asks().values().filter(|a| a.sent_at >= settled_at && a.sent_at < until).count()
-    });
-    let result =
-        result.and_then(|()| liveness::check_asks(sim, [settled_at, from, balanced_at], until));
-    if let Err((id, why)) = result {
-        let v = liveness_violation(sim, id, why);
-        sim.set_violation(v);
-        return (None, checked);
-    }
-    (Some(secs(balanced_at.saturating_sub(singleton_at))), checked)
 }
