@@ -17,6 +17,7 @@ use bytes::{Bytes, BytesMut};
 use convoke::management::{Form, find_member, seed_nodes};
 use convoke::messaging::envelope::{Body, Envelope, Failure};
 use convoke::settings::{Settings, Sources};
+use convoke::sharding::wire::{self as sharding_wire, Decoded, WireFailure};
 use convoke::transport::frame::FrameCodec;
 use convoke::transport::handshake::{Handshake, MAX_HANDSHAKE_BYTES, StreamKind};
 use convoke_bootstrap::probe::parse_seed_nodes;
@@ -31,6 +32,10 @@ use convoke_membership::wire::{self, DecodeLimits};
 use convoke_membership::{
     Address, CurrentClusterState, Member, MemberStatus, Message, Uid, UniqueAddress,
 };
+use convoke_sharding::sharding::{
+    Ballot, CoordinatorMsg, CoordinatorState, RegionMsg, ReplicaMsg, ShardId, StateVersion,
+};
+use convoke_sharding::singleton::HandOver;
 use tokio_util::codec::Encoder;
 
 fn main() {
@@ -43,6 +48,8 @@ fn main() {
     management_seeds(&mut seeds);
     seed_nodes_seeds(&mut seeds);
     settings_seeds(&mut seeds);
+    sharding_frame_seeds(&mut seeds);
+    hand_over_seeds(&mut seeds);
     println!("wrote {} seed files under {}", seeds.written, seeds.corpus.display());
 }
 
@@ -450,4 +457,75 @@ fn settings_seeds(seeds: &mut Seeds) {
         seeds.write("settings", &format!("{name}.toml"), text.as_bytes());
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A frame of every kind a region, coordinator or replica sends, as `convoke::sharding::wire`
+/// encodes it.
+fn sharding_frame_seeds(seeds: &mut Seeds) {
+    let a = node("convoke://convoke@10.0.0.1:25520", 1);
+    let b = node("convoke://convoke@[fe80::1]:25520", 2);
+    let shard = || ShardId::new("17");
+    let ballot = Ballot { round: 3, node: a.clone(), instance: 2 };
+    let version = StateVersion { ballot: ballot.clone(), seq: 5 };
+    let state = std::sync::Arc::new(CoordinatorState::from_parts(
+        [a.clone(), b.clone()],
+        [(shard(), a.clone()), (ShardId::new("4"), b.clone())],
+    ));
+    let frames = [
+        ("register", Decoded::ToCoordinator(CoordinatorMsg::Register { hosted: vec![shard()] })),
+        ("get-shard-home", Decoded::ToCoordinator(CoordinatorMsg::GetShardHome(shard()))),
+        ("region-stopped", Decoded::ToCoordinator(CoordinatorMsg::RegionStopped)),
+        ("shard-home", Decoded::ToRegion(RegionMsg::ShardHome { shard: shard(), region: b.clone() })),
+        ("shard-homes", Decoded::ToRegion(RegionMsg::ShardHomes(vec![(shard(), a.clone())]))),
+        ("begin-hand-off", Decoded::ToRegion(RegionMsg::BeginHandOff(shard()))),
+        ("register-again", Decoded::ToRegion(RegionMsg::RegisterAgain)),
+        ("replica-read", Decoded::Replica(ReplicaMsg::Read { ballot: ballot.clone() })),
+        (
+            "replica-read-reply",
+            Decoded::Replica(ReplicaMsg::ReadReply {
+                ballot: ballot.clone(),
+                accepted: Some((version.clone(), state.clone())),
+            }),
+        ),
+        ("replica-write", Decoded::Replica(ReplicaMsg::Write { version: version.clone(), state })),
+        ("replica-rejected", Decoded::Replica(ReplicaMsg::Rejected { promised: ballot })),
+        (
+            "entity-ask",
+            Decoded::Entity {
+                shard: shard(),
+                entity: "counter-42".to_owned(),
+                payload: vec![1, 42],
+                reply_to: Some((a.clone(), 77)),
+            },
+        ),
+        (
+            "entity-tell",
+            Decoded::Entity { shard: shard(), entity: "e".to_owned(), payload: vec![], reply_to: None },
+        ),
+        ("reply-ok", Decoded::Reply { id: 77, result: Ok(vec![0, 1, 2]) }),
+        (
+            "reply-failed",
+            Decoded::Reply { id: 78, result: Err(WireFailure::EntityFailed("boom".to_owned())) },
+        ),
+    ];
+    for (name, frame) in frames {
+        let bytes = sharding_wire::encode(&frame);
+        assert_eq!(sharding_wire::decode(&bytes).as_ref(), Ok(&frame), "{name}");
+        seeds.write("sharding_frame", name, &bytes);
+    }
+}
+
+/// Every singleton hand-over message, postcard-encoded as the messaging endpoint sends it.
+fn hand_over_seeds(seeds: &mut Seeds) {
+    for m in [
+        HandOver::HandOverToMe,
+        HandOver::HandOverInProgress,
+        HandOver::HandOverDone,
+        HandOver::TakeOverFromMe,
+        HandOver::Released,
+    ] {
+        let bytes = postcard::to_stdvec(&m).expect("encodes");
+        assert_eq!(postcard::from_bytes::<HandOver>(&bytes), Ok(m));
+        seeds.write("hand_over", m.name(), &bytes);
+    }
 }

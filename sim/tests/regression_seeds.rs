@@ -516,6 +516,14 @@ const CASES: &[Case] = &[
         why: "L9 checker: the same HandedOff refusal, in the third rebalance round after a late \
               restart",
     },
+    Case {
+        seed: 285,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "L9 checker: as 1782, a restart after the membership settled met the rebalance it \
+              caused; it showed once regions stopped their shards on a freeze, which shifted \
+              the sharding messages' timing",
+    },
 ];
 
 fn run(c: &Case) {

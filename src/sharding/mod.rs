@@ -13,7 +13,8 @@
 //! message; it handles one message at a time in a task of its own.
 
 mod region;
-mod wire;
+#[doc(hidden)]
+pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

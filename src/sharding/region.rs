@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::wire::{Frame, WireEnvelope, WireFailure, WireNode, WireReply};
+use super::wire::{Decoded, Frame, WireEnvelope, WireFailure, WireNode, WireReply};
 use super::{Entity, EntityContext, ShardingError};
 use crate::control::{Control, Snapshot};
 use crate::messaging::{Endpoint, EndpointKey, Messaging, Replier};
@@ -518,36 +518,31 @@ impl Task {
 
     fn on_frame(&mut self, from: UniqueAddress, frame: Frame) {
         let now = Self::now();
-        let decoded = match frame {
-            Frame::ToCoordinator(m) => Ok(Protocol::ToCoordinator(m.into())),
-            Frame::ToRegion(m) => RegionMsg::try_from(m).map(Protocol::ToRegion),
-            Frame::Replica(m) => ReplicaMsg::try_from(m).map(Protocol::Replica),
-            Frame::Entity(w) => {
-                let reply = match w.reply_to {
-                    Some((node, id)) => match UniqueAddress::try_from(node) {
-                        Ok(node) => ReplyTo::Remote(node, id),
-                        Err(e) => {
-                            tracing::debug!(%from, error = %e, "an entity message with a bad reply address");
-                            return;
-                        }
-                    },
+        let msg = match Decoded::try_from(frame) {
+            Ok(Decoded::ToCoordinator(m)) => Protocol::ToCoordinator(m),
+            Ok(Decoded::ToRegion(m)) => Protocol::ToRegion(m),
+            Ok(Decoded::Replica(m)) => Protocol::Replica(m),
+            Ok(Decoded::Entity { shard, entity, payload, reply_to }) => {
+                let reply = match reply_to {
+                    Some((node, id)) => ReplyTo::Remote(node, id),
                     None => ReplyTo::None,
                 };
-                let envelope = Envelope { entity: w.entity.into(), payload: w.payload, reply };
-                self.region.route(ShardId::new(w.shard), envelope, now);
+                let envelope = Envelope { entity: entity.into(), payload, reply };
+                self.region.route(shard, envelope, now);
                 return;
             }
-            Frame::Reply(r) => {
-                if let Some((_, tx)) = self.pending.remove(&r.id) {
-                    let _ = tx.send(r.result);
+            Ok(Decoded::Reply { id, result }) => {
+                if let Some((_, tx)) = self.pending.remove(&id) {
+                    let _ = tx.send(result);
                 }
                 return;
             }
+            Err(e) => {
+                tracing::debug!(%from, error = %e, "a sharding message that does not decode");
+                return;
+            }
         };
-        match decoded {
-            Ok(msg) => self.on_protocol(from, msg),
-            Err(e) => tracing::debug!(%from, error = %e, "a sharding message that does not decode"),
-        }
+        self.on_protocol(from, msg);
     }
 
     fn on_event(&mut self, event: Event) {

@@ -290,7 +290,8 @@ pub(crate) struct WireReply {
 
 /// Why an ask got no answer from its entity.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum WireFailure {
+#[allow(missing_docs)]
+pub enum WireFailure {
     BufferFull,
     HandedOff,
     RegionStopped,
@@ -298,6 +299,88 @@ pub(crate) enum WireFailure {
     BadMessage(String),
     EntityFailed(String),
     Unreachable(String),
+}
+
+/// A frame from a peer as a region takes it in: every node, ballot and table checked and turned
+/// into the sans-IO crate's types. Public (hidden) only for the fuzz target.
+#[doc(hidden)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Decoded {
+    ToCoordinator(CoordinatorMsg),
+    ToRegion(RegionMsg),
+    Replica(ReplicaMsg),
+    Entity {
+        shard: ShardId,
+        entity: String,
+        payload: Vec<u8>,
+        reply_to: Option<(UniqueAddress, u64)>,
+    },
+    Reply {
+        id: u64,
+        result: Result<Vec<u8>, WireFailure>,
+    },
+}
+
+impl TryFrom<Frame> for Decoded {
+    type Error = String;
+
+    fn try_from(frame: Frame) -> Result<Self, String> {
+        Ok(match frame {
+            Frame::ToCoordinator(m) => Self::ToCoordinator(m.into()),
+            Frame::ToRegion(m) => Self::ToRegion(m.try_into()?),
+            Frame::Replica(m) => Self::Replica(m.try_into()?),
+            Frame::Entity(w) => Self::Entity {
+                shard: ShardId::new(w.shard),
+                entity: w.entity,
+                payload: w.payload,
+                reply_to: match w.reply_to {
+                    Some((n, id)) => {
+                        Some((node(n).map_err(|e| format!("a reply address: {e}"))?, id))
+                    }
+                    None => None,
+                },
+            },
+            Frame::Reply(r) => Self::Reply { id: r.id, result: r.result },
+        })
+    }
+}
+
+impl From<&Decoded> for Frame {
+    fn from(d: &Decoded) -> Self {
+        match d {
+            Decoded::ToCoordinator(m) => Self::ToCoordinator(m.into()),
+            Decoded::ToRegion(m) => Self::ToRegion(m.into()),
+            Decoded::Replica(m) => Self::Replica(m.into()),
+            Decoded::Entity { shard, entity, payload, reply_to } => Self::Entity(WireEnvelope {
+                shard: shard.to_string(),
+                entity: entity.clone(),
+                payload: payload.clone(),
+                reply_to: reply_to.as_ref().map(|(n, id)| (n.into(), *id)),
+            }),
+            Decoded::Reply { id, result } => {
+                Self::Reply(WireReply { id: *id, result: result.clone() })
+            }
+        }
+    }
+}
+
+/// Decodes the bytes of one frame from a peer as the entity type's endpoint and region do:
+/// postcard, then the checks of [`Decoded`].
+///
+/// # Errors
+/// The bytes are not a frame, or a node in it is not a valid address.
+#[doc(hidden)]
+pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
+    let frame: Frame = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+    Decoded::try_from(frame)
+}
+
+/// Encodes `d` as the frame a region sends.
+#[doc(hidden)]
+pub fn encode(d: &Decoded) -> Vec<u8> {
+    // A frame is strings, numbers and vectors: postcard cannot fail on it.
+    postcard::to_stdvec(&Frame::from(d)).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -339,6 +422,28 @@ mod tests {
             let Frame::ToRegion(wire) = postcard::from_bytes(&bytes).unwrap() else { panic!() };
             assert_eq!(RegionMsg::try_from(wire).unwrap(), msg);
         }
+    }
+
+    #[test]
+    fn a_frame_decodes_as_the_region_takes_it_and_encodes_back() {
+        let d = Decoded::Entity {
+            shard: ShardId::new("3"),
+            entity: "e".to_owned(),
+            payload: vec![1, 2],
+            reply_to: Some((n(4), 9)),
+        };
+        let bytes = encode(&d);
+        assert_eq!(decode(&bytes), Ok(d));
+        let mut bad = Frame::from(&Decoded::ToRegion(RegionMsg::HandOff(ShardId::new("1"))));
+        if let Frame::ToRegion(WireRegionMsg::HandOff(s)) = &mut bad {
+            s.push('x');
+        }
+        let mut zero = WireNode::from(&n(1));
+        zero.uid = 0;
+        let homed = Frame::ToRegion(WireRegionMsg::ShardHome { shard: "1".into(), region: zero });
+        let err = decode(&postcard::to_stdvec(&homed).unwrap()).unwrap_err();
+        assert!(err.contains("uid of 0"), "{err}");
+        assert!(decode(&[0xff, 0xff]).is_err());
     }
 
     #[test]
