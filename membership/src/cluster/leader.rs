@@ -75,9 +75,16 @@ impl Cluster {
 
     /// The Down or Exiting members of this data center that are unreachable: the leader removes
     /// them on convergence.
+    ///
+    /// Unreachable as convergence reads it, by a member that is not Down itself. A Down member
+    /// that only other Down members observe as unreachable (both ends of a broken link, downed
+    /// together as indirectly connected) is still in touch with the rest: it stays until it has
+    /// taken its Down in and stopped, or until a member that counts sees it unreachable. Removed
+    /// at once, before its Down reached it, it could not be told from one that was cut off with
+    /// a view in which it keeps itself (see `DowningModel::note_removed`).
     fn unreachable_down_or_exiting(&self) -> BTreeSet<UniqueAddress> {
         let state = self.membership();
-        let unreachable = state.dc_reachability().all_unreachable_or_terminated();
+        let unreachable = state.convergence_reachability().all_unreachable_or_terminated();
         state
             .dc_members()
             .filter(|m| m.status().is_down_or_exiting() && unreachable.contains(m.node()))

@@ -1581,6 +1581,30 @@ fn the_leader_does_not_remove_a_down_member_that_is_still_reachable() {
 }
 
 #[test]
+fn the_leader_removes_a_down_member_only_once_a_member_that_is_not_down_sees_it_unreachable() {
+    // Nodes 2 and 3, both ends of a broken link, were downed as indirectly connected: only they
+    // see each other unreachable. Node 1 still reaches them, so they stay until they have taken
+    // their Down in and stopped, or node 1 sees them unreachable (chaos seed 1411 at N = 3).
+    let t = t0();
+    let mut g = gossip([up(1, 1), member(2, Down, 2), member(3, Down, 3)], &[1]);
+    g.reachability_mut().unreachable(&n(2), &n(3));
+    g.reachability_mut().unreachable(&n(3), &n(2));
+    g.increment_version(&n(2));
+    let mut c = member_core(1, no_reaper(), t, 2, g);
+    assert!(c.convergence());
+    tick_until(&mut c, t, 3);
+    assert_eq!(status_of(&c, 2), Some(Down));
+    assert_eq!(status_of(&c, 3), Some(Down));
+
+    let mut g = Gossip::clone(c.gossip());
+    g.reachability_mut().unreachable(&n(1), &n(2));
+    let mut c = member_core(1, no_reaper(), t, 2, g);
+    tick_until(&mut c, t, 1);
+    assert!(!c.gossip().has_member(&n(2)), "seen unreachable by node 1: removed");
+    assert_eq!(status_of(&c, 3), Some(Down));
+}
+
+#[test]
 fn the_leader_removes_an_exiting_member_that_confirmed_its_exit() {
     let t = t0();
     let g = gossip([up(1, 1), up(2, 2), member(3, Exiting, 3)], &[2]);

@@ -131,6 +131,20 @@ pub struct DowningModel {
     reachability: Reachability,
     /// Shared with the gossip it was read from.
     seen_by: Arc<SeenSet>,
+    /// Down members that have been in the seen set of a gossip showing them Down: they took their
+    /// Down in, and a node that sees itself Down shuts down.
+    acknowledged: BTreeSet<UniqueAddress>,
+    /// Down members that the node whose model this is does not observe as unreachable: it still
+    /// reaches them, so its gossip brings them their Down. (Empty for a model read without that
+    /// node, see [`set_reachability`](Self::set_reachability).)
+    in_touch: BTreeSet<UniqueAddress>,
+    /// Members that a decision of this node downed as the other side of a partition that this
+    /// side outweighed: deciding on their own view, they are outweighed too.
+    outvoted: BTreeSet<UniqueAddress>,
+    /// Members removed while Down before they were seen to take their Down in, kept here as Down
+    /// and unreachable until the resolver's next decision has counted them (see
+    /// [`note_removed`](Self::note_removed)).
+    removed_unacknowledged: BTreeSet<UniqueAddress>,
 }
 
 impl DowningModel {
@@ -143,6 +157,10 @@ impl DowningModel {
             unreachable: BTreeSet::new(),
             reachability: Reachability::new(),
             seen_by: Arc::default(),
+            acknowledged: BTreeSet::new(),
+            in_touch: BTreeSet::new(),
+            outvoted: BTreeSet::new(),
+            removed_unacknowledged: BTreeSet::new(),
         }
     }
 
@@ -189,6 +207,77 @@ impl DowningModel {
     pub fn remove(&mut self, node: &UniqueAddress) {
         self.members.remove(node);
         self.unreachable.remove(node);
+        self.acknowledged.remove(node);
+        self.in_touch.remove(node);
+        self.outvoted.remove(node);
+        self.removed_unacknowledged.remove(node);
+    }
+
+    /// A decision of this node downed `nodes` as the other side of a partition it outweighed
+    /// (see [`note_removed`](Self::note_removed)).
+    pub fn note_outvoted(&mut self, nodes: impl IntoIterator<Item = UniqueAddress>) {
+        self.outvoted.extend(nodes);
+    }
+
+    /// The cluster removed `node`: forgets it, unless it was Down, never seen to take that in,
+    /// not [outvoted](Self::note_outvoted) by this node, and the Down members (it among them) are
+    /// at least as many as the members still counted.
+    ///
+    /// Such a member may be running still, cut off with a view in which nobody downed it. The
+    /// leader removes a Down member once a member that is not Down observes it as unreachable,
+    /// whether it stopped or was cut off before its Down reached it; in the second case it goes
+    /// on deciding on its own view. A member that this node downed as the minority of a
+    /// partition is outweighed there too and downs itself, and so is one that a decision left
+    /// outnumbered by the members it kept. One downed otherwise — as indirectly connected, while
+    /// this node reached it and was cut off from it just after, or by another node's decision
+    /// that kept no more members than it downed, on a view this node cannot check — may keep
+    /// itself. Under keep-majority, the only strategy that counts downed members, the model keeps
+    /// it as an unreachable Down member, counted on the other side by the next decision, until
+    /// [`forget_removed_unacknowledged`](Self::forget_removed_unacknowledged).
+    pub fn note_removed(&mut self, node: &UniqueAddress) {
+        let down = self.members.values().filter(|m| m.status() == MemberStatus::Down).count();
+        let keep = matches!(self.strategy, Strategy::KeepMajority { .. })
+            && self.members.get(node).is_some_and(|m| m.status() == MemberStatus::Down)
+            && !self.acknowledged.contains(node)
+            && !self.outvoted.contains(node)
+            && self.members(false, false).count() <= down;
+        if !keep {
+            self.remove(node);
+            return;
+        }
+        self.in_touch.remove(node);
+        self.unreachable.insert(node.clone());
+        self.removed_unacknowledged.insert(node.clone());
+    }
+
+    /// Forgets the members [`note_removed`](Self::note_removed) kept.
+    pub fn forget_removed_unacknowledged(&mut self) {
+        for node in std::mem::take(&mut self.removed_unacknowledged) {
+            self.remove(&node);
+        }
+    }
+
+    /// The members removed while Down before they were seen to take that in, still kept.
+    pub fn removed_unacknowledged(&self) -> &BTreeSet<UniqueAddress> {
+        &self.removed_unacknowledged
+    }
+
+    /// Whether `node`, a Down member, may still be running with a view in which it keeps
+    /// itself: it was never seen to take its Down in, and it was removed or this node does not
+    /// reach it.
+    fn may_keep_itself(&self, node: &UniqueAddress) -> bool {
+        !self.acknowledged.contains(node)
+            && (self.removed_unacknowledged.contains(node) || !self.in_touch.contains(node))
+    }
+
+    /// Whether an unreachable member calls for a decision: one that is neither Down nor removed,
+    /// or a Down one that [may keep itself](Self::may_keep_itself). A Down member that took its
+    /// Down in, or that this node still reaches, is on its way out.
+    pub fn has_unreachable_to_decide(&self) -> bool {
+        self.unreachable.iter().any(|n| {
+            self.members.get(n).is_none_or(|m| m.status() != MemberStatus::Down)
+                || self.may_keep_itself(n)
+        })
     }
 
     /// Takes the Unreachable and Terminated records of `r` whose observer and subject are both
@@ -246,10 +335,25 @@ impl DowningModel {
             .collect();
         let versions: Vec<_> = records.iter().map(|rec| (rec.observer.clone(), 1)).collect();
         self.reachability = Reachability::from_parts(records, versions);
+        self.in_touch = self_node.map_or_else(BTreeSet::new, |me| {
+            let observed = r.all_unreachable_from(me);
+            (self.members.values())
+                .filter(|m| m.status() == MemberStatus::Down)
+                .map(Member::node)
+                .filter(|n| !self.removed_unacknowledged.contains(*n) && !observed.contains(*n))
+                .cloned()
+                .collect()
+        });
     }
 
-    /// The nodes that have seen the current gossip.
+    /// The nodes that have seen the current gossip. The Down members among them have taken their
+    /// Down in.
     pub fn set_seen_by(&mut self, seen_by: Arc<SeenSet>) {
+        for m in self.members.values() {
+            if m.status() == MemberStatus::Down && seen_by.contains(m.node()) {
+                self.acknowledged.insert(m.node().clone());
+            }
+        }
         self.seen_by = seen_by;
     }
 
@@ -332,13 +436,15 @@ impl DowningModel {
             .filter(|m| self.is_unreachable(m.node()))
     }
 
-    /// The unreachable members with the strategy's role that are Down: downed, but not removed
-    /// yet.
+    /// The unreachable members with the strategy's role that are Down and [may keep
+    /// themselves](Self::may_keep_itself): downed, but not removed yet, or removed before they
+    /// were seen to take their Down in.
     fn unreachable_down_with_role(&self) -> impl Iterator<Item = &Member> {
         self.members.values().filter(|m| {
             m.status() == MemberStatus::Down
                 && self.is_unreachable(m.node())
                 && self.has_strategy_role(m)
+                && self.may_keep_itself(m.node())
         })
     }
 
@@ -493,8 +599,12 @@ impl DowningModel {
         // that are Down but not yet removed. Those were downed by an earlier decision that may
         // not have reached them, taken on a view that may differ from theirs: they may have kept
         // themselves and downed this side (README, "Split brain resolver").
-        // Only the same conclusion stands.
-        let Some(lowest) = self.members_with_role(false, true).next() else {
+        // Only the same conclusion stands. On a tie, the downed members counted on the other side
+        // count for the lowest address too: deciding on their own view, they count themselves.
+        let lowest = (self.members_with_role(false, true))
+            .chain(self.unreachable_down_with_role())
+            .min_by(|a, b| a.node().cmp(b.node()));
+        let Some(lowest) = lowest else {
             return Decision::DownAll;
         };
         let this_side = self.reachable_members_with_role(false, true).count();

@@ -404,7 +404,7 @@ impl SplitBrainResolver {
                     self.stopped = true;
                     return;
                 }
-                self.model.remove(member.node());
+                self.model.note_removed(member.node());
                 self.reset_stats_if_all_unreachable_downed(now);
                 if let ReleaseCondition::WhenMembersRemoved(nodes) = &mut self.release {
                     nodes.remove(member.node());
@@ -468,10 +468,8 @@ impl SplitBrainResolver {
                 None => {}
             }
         }
-        if self.is_responsible()
-            && !self.model.unreachable().is_empty()
-            && now >= self.stable_deadline
-        {
+        let due = now >= self.stable_deadline;
+        if self.is_responsible() && self.model.has_unreachable_to_decide() && due {
             let mut decision = self.model.decide();
             let indirect = matches!(
                 decision,
@@ -484,9 +482,22 @@ impl SplitBrainResolver {
             if decision.acquire_delay().is_some() {
                 self.request_lease(LeaseOp::Check);
                 self.waiting = Some(Waiting::Check(decision));
+            } else if self
+                .model
+                .nodes_to_down(decision, &self.self_node)
+                .is_ok_and(|n| n.is_empty())
+            {
+                // Only Down members were unreachable, and this side outweighs those that may
+                // keep themselves: nothing to act on.
             } else {
                 self.act(now, decision, DecisionTrigger::Stable);
             }
+        }
+        if due {
+            // The members removed before they took their Down in have been counted by the
+            // decision just taken (or by the responsible node's, on its own view): they matter
+            // to the decision after their removal, not to later episodes.
+            self.model.forget_removed_unacknowledged();
         }
         if let ReleaseCondition::WhenTimeElapsed(at) = self.release
             && now >= at
@@ -592,6 +603,20 @@ impl SplitBrainResolver {
             Err(e) => (self.model.downable(), Some(e)),
         };
         let downs_self = nodes.contains(&self.self_node);
+        let outvoted = match decision {
+            Decision::DownUnreachable | Decision::AcquireLeaseAndDownUnreachable { .. } => {
+                nodes.clone()
+            }
+            Decision::DownIndirectlyConnected
+            | Decision::AcquireLeaseAndDownIndirectlyConnected { .. } => {
+                let indirect = self.model.indirectly_connected();
+                nodes.difference(&indirect).cloned().collect()
+            }
+            _ => BTreeSet::new(),
+        };
+        if fallback.is_none() {
+            self.model.note_outvoted(outvoted);
+        }
         self.decisions.push_back(DowningDecision {
             decision,
             trigger,

@@ -773,6 +773,212 @@ fn a_removed_node_stops_deciding() {
     h.expect_no_decision();
 }
 
+// ---- members removed before they took their Down in ---------------------------------------------
+
+impl Harness {
+    /// The cluster marked `members` Down (a decision's downs, taken in by this node).
+    fn downed(&mut self, members: &[&Member]) {
+        for m in members {
+            self.event(ClusterEvent::MemberDowned(downed(m)));
+        }
+    }
+
+    /// The current gossip has been seen by `members`.
+    fn seen(&mut self, members: &[&Member]) {
+        let seen: BTreeSet<UniqueAddress> = members.iter().map(|m| m.node().clone()).collect();
+        self.sbr.handle_seen(&std::sync::Arc::new(seen.into()));
+    }
+
+    /// The leader removed `m`, which was Down.
+    fn removed_while_down(&mut self, m: &Member) {
+        self.event(ClusterEvent::MemberRemoved {
+            member: with_status(m, MemberStatus::Removed),
+            previous_status: MemberStatus::Down,
+        });
+    }
+}
+
+/// A of {A, B, C}, the leader, reaches both ends of a broken link between B and C: it downs both
+/// as indirectly connected and keeps itself.
+fn a_downs_b_and_c_as_indirectly_connected(stable_after: Duration) -> (Harness, [Member; 3]) {
+    let (a, b, c, ..) = abcde();
+    let mut h = Harness::keep_majority(stable_after, &a);
+    h.member_up(&[&a, &b, &c]);
+    h.leader(&a);
+    h.reachability_changed(&[(&b, &c), (&c, &b)]);
+    h.advance(stable_after);
+    h.tick();
+    h.expect_down_called(&[&b, &c]);
+    assert_eq!(h.sbr.poll_decision().unwrap().decision, Decision::DownIndirectlyConnected);
+    h.downed(&[&b, &c]);
+    h.records(&[(&b, &c), (&c, &b)]);
+    h.seen(&[&a]);
+    (h, [a, b, c])
+}
+
+#[test]
+fn a_node_cut_off_before_the_members_it_downed_took_their_down_in_downs_itself() {
+    // Chaos seed 1411 at N = 3: A was cut off from B and C just before it decided, so its downs
+    // never reached them. Once A saw them unreachable the leader (A) removed them; B and C, their
+    // link healed, then kept themselves as two against one and downed A. A must not forget them:
+    // counted on the other side, they outweigh it.
+    let stable_after = secs(5);
+    let (mut h, [a, b, c]) = a_downs_b_and_c_as_indirectly_connected(stable_after);
+    h.advance(secs(3));
+    h.records(&[(&a, &b), (&a, &c), (&b, &c), (&c, &b)]);
+    h.removed_while_down(&b);
+    h.removed_while_down(&c);
+    h.tick();
+    h.expect_no_decision();
+    h.advance(stable_after);
+    h.tick();
+    h.expect_down_called(&[&a]);
+    let d = h.sbr.poll_decision().expect("a decision");
+    assert_eq!(d.decision, Decision::DownAll);
+    assert!(d.downs_self);
+}
+
+#[test]
+fn a_node_whose_downs_were_taken_in_stays_when_the_downed_members_are_removed() {
+    let stable_after = secs(5);
+    let (mut h, [a, b, c]) = a_downs_b_and_c_as_indirectly_connected(stable_after);
+    // B and C saw their Down (the gossip that tells them is seen by them) and stopped.
+    h.advance(ms(300));
+    h.seen(&[&a, &b, &c]);
+    h.advance(stable_after);
+    h.tick();
+    h.expect_no_decision();
+    h.records(&[(&a, &b), (&a, &c), (&b, &c), (&c, &b)]);
+    h.removed_while_down(&b);
+    h.removed_while_down(&c);
+    h.ticks_without_decision(10, secs(1));
+    assert!(h.sbr.model().unreachable().is_empty());
+}
+
+#[test]
+fn a_down_member_still_in_touch_is_not_counted_against_this_side() {
+    // B and C have not taken their Down in yet, but A still reaches them: it waits for them.
+    let stable_after = secs(5);
+    let (mut h, _) = a_downs_b_and_c_as_indirectly_connected(stable_after);
+    h.ticks_without_decision(12, secs(1));
+}
+
+#[test]
+fn a_node_kept_by_another_nodes_decision_downs_itself_when_the_downed_never_took_it_in() {
+    // Chaos seed 5163 at N = 5 (four members): A, itself indirectly connected, downed A, B and
+    // C and kept D, while B, on a view in which A's records were set aside, downed A, B and D
+    // and kept C. Each side's downs of the other never reached it. D heard A's decision, saw A
+    // take its Down in, and B and C removed without: alone against two, it downs itself.
+    let stable_after = secs(5);
+    let (a, b, c, d, _) = abcde();
+    let mut h = Harness::keep_majority(stable_after, &d);
+    h.member_up(&[&a, &b, &c, &d]);
+    h.leader(&a);
+    h.reachability_changed(&[(&a, &b), (&a, &c), (&c, &a), (&d, &b)]);
+    h.advance(secs(2));
+    h.downed(&[&a, &b, &c]);
+    h.seen(&[&a, &d]);
+    h.leader(&d);
+    h.records(&[(&d, &b), (&d, &c)]);
+    h.removed_while_down(&b);
+    h.removed_while_down(&c);
+    h.advance(stable_after);
+    h.tick();
+    h.expect_down_called(&[&d]);
+    assert_eq!(h.sbr.poll_decision().unwrap().decision, Decision::DownAll);
+}
+
+#[test]
+fn members_removed_before_they_took_their_down_in_count_for_one_decision_only() {
+    // B, the leader, downed C and D as indirectly connected, keeping A and B; they were removed
+    // before they were seen to take it in. A, not responsible, forgets them once the decision
+    // after their removal is due: B crashing later is decided as one against one.
+    let stable_after = secs(5);
+    let (a, b, c, d, _) = abcde();
+    let mut h = Harness::keep_majority(stable_after, &a);
+    h.member_up(&[&a, &b, &c, &d]);
+    h.leader(&b);
+    h.reachability_changed(&[(&c, &d), (&d, &c)]);
+    h.downed(&[&c, &d]);
+    h.records(&[(&b, &c), (&b, &d)]);
+    h.removed_while_down(&c);
+    h.removed_while_down(&d);
+    h.records(&[]);
+    assert_eq!(h.sbr.model().removed_unacknowledged(), &nodes(&[&c, &d]));
+    h.ticks_without_decision(6, secs(1));
+    assert!(h.sbr.model().removed_unacknowledged().is_empty());
+    h.leader(&a);
+    h.reachability_changed(&[(&a, &b)]);
+    h.advance(stable_after);
+    h.tick();
+    h.expect_down_called(&[&b]);
+}
+
+#[test]
+fn members_downed_by_a_decision_that_kept_more_are_forgotten_at_their_removal() {
+    // Another node's decision kept A, B and E and downed C and D: outnumbered on their own view
+    // too, they down themselves. A forgets them at their removal, so that the leader crashing
+    // just after leaves two against one, not two against three.
+    let stable_after = secs(5);
+    let (a, b, c, d, e) = abcde();
+    let mut h = Harness::keep_majority(stable_after, &a);
+    h.member_up(&[&a, &b, &c, &d, &e]);
+    h.leader(&b);
+    h.reachability_changed(&[(&b, &c), (&b, &d), (&e, &c), (&e, &d)]);
+    h.downed(&[&c, &d]);
+    h.removed_while_down(&c);
+    h.removed_while_down(&d);
+    h.records(&[]);
+    assert!(h.sbr.model().removed_unacknowledged().is_empty());
+    h.leader(&a);
+    h.reachability_changed(&[(&a, &b), (&e, &b)]);
+    h.advance(stable_after);
+    h.tick();
+    h.expect_down_called(&[&b]);
+}
+
+#[test]
+fn on_a_tie_the_downed_members_counted_on_the_other_side_count_for_the_lowest_address() {
+    // Chaos seed 343 at N = 6: node 3 downed A and B (as indirectly connected) and kept itself;
+    // its downs never reached them, and they kept themselves. A new incarnation joined node 3
+    // meanwhile: two against the two removed members. On their own view A and B count
+    // themselves, A holds the lowest address, and they keep themselves; so C downs all.
+    let stable_after = secs(5);
+    let (a, b, c, d, _) = abcde();
+    let mut h = Harness::keep_majority(stable_after, &c);
+    h.member_up(&[&a, &b, &c, &d]);
+    h.leader(&c);
+    h.downed(&[&a, &b]);
+    h.records(&[(&c, &a), (&c, &b)]);
+    h.removed_while_down(&a);
+    h.removed_while_down(&b);
+    h.records(&[]);
+    h.advance(stable_after);
+    h.tick();
+    h.expect_down_called(&[&c, &d]);
+    assert_eq!(h.sbr.poll_decision().unwrap().decision, Decision::DownAll);
+}
+
+#[test]
+fn a_member_this_node_downed_as_the_minority_is_forgotten_at_its_removal() {
+    // The minority of a clean partition, or a crashed member, is outweighed on its own view too.
+    let stable_after = secs(5);
+    let (a, b, c, ..) = abcde();
+    let mut h = Harness::keep_majority(stable_after, &a);
+    h.member_up(&[&a, &b, &c]);
+    h.leader(&a);
+    h.reachability_changed(&[(&a, &c), (&b, &c)]);
+    h.advance(stable_after);
+    h.tick();
+    h.expect_down_called(&[&c]);
+    h.sbr.poll_decision().expect("a decision");
+    h.downed(&[&c]);
+    h.removed_while_down(&c);
+    h.records(&[]);
+    assert!(h.sbr.model().removed_unacknowledged().is_empty());
+    assert!(h.sbr.model().unreachable().is_empty());
+}
+
 // ---- lease-majority -----------------------------------------------------------------------------
 
 fn lease_harness(me: &Member) -> Harness {
