@@ -234,13 +234,16 @@ impl Proc {
         assert!(ok, "kill {flag} {pid}");
     }
 
-    /// Waits for the process to exit and returns its exit code.
+    /// Waits for the process to exit and returns its exit code. A process still running after
+    /// `timeout` fails the test with its log, so that the failure shows what the node was doing.
     pub async fn exit_code(&mut self, timeout: Duration) -> Option<i32> {
-        tokio::time::timeout(timeout, self.child.wait())
-            .await
-            .expect("process exits")
-            .unwrap()
-            .code()
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(status) => status.unwrap().code(),
+            Err(_) => panic!(
+                "the process did not exit within {timeout:?}; its log:\n{}",
+                self.log().join("\n")
+            ),
+        }
     }
 }
 
