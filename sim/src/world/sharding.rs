@@ -232,18 +232,23 @@ impl Sim {
     fn s18_violated(&mut self, slot: usize, entity: &EntityId, i: usize) {
         let Some(s) = self.shardings.as_ref() else { return };
         let since = s.slot(i).entities.get(entity).map_or(0.0, |r| r.since.as_secs_f64());
+        self.s18(
+            slot,
+            format!("entity {entity} started in slot {slot} while it runs in slot {i} (since {since:.3}s)"),
+        );
+    }
+
+    /// Records an S18 violation at `slot`.
+    fn s18(&mut self, slot: usize, message: String) {
         let v = Violation {
             invariant: "S18".to_owned(),
             step: self.step,
             time_s: self.now.as_secs_f64(),
             slot: Some(slot),
-            message: format!(
-                "entity {entity} started in slot {slot} while it runs in slot {i} (since \
-                 {since:.3}s)"
-            ),
+            message,
         };
         self.note(|| format!("VIOLATION {v}"));
-        self.violation = Some(v);
+        self.set_violation(v);
     }
 
     fn arm_sharding_timer(&mut self, slot: usize, deadline: Option<Instant>) {
@@ -447,25 +452,18 @@ impl Sim {
         if self.checkers.is_empty() || self.violation.is_some() {
             return;
         }
-        let v = Violation {
-            invariant: "S18".to_owned(),
-            step: self.step,
-            time_s: now.as_secs_f64(),
-            slot: Some(x.started_in),
-            message: format!(
-                "entity {} started in slot {} at {:.3}s while it ran in slot {} (since {:.3}s), \
-                 whose process, paused at {:.3}s, resumed at {:.3}s, within the removal margin",
-                x.entity,
-                x.started_in,
-                x.started_at.as_secs_f64(),
-                x.held_by,
-                x.held_since.as_secs_f64(),
-                x.paused_at.as_secs_f64(),
-                now.as_secs_f64()
-            ),
-        };
-        self.note(|| format!("VIOLATION {v}"));
-        self.violation = Some(v);
+        let message = format!(
+            "entity {} started in slot {} at {:.3}s while it ran in slot {} (since {:.3}s), whose \
+             process, paused at {:.3}s, ran again or ended at {:.3}s, within the removal margin",
+            x.entity,
+            x.started_in,
+            x.started_at.as_secs_f64(),
+            x.held_by,
+            x.held_since.as_secs_f64(),
+            x.paused_at.as_secs_f64(),
+            now.as_secs_f64()
+        );
+        self.s18(x.started_in, message);
     }
 
     /// The process in `slot` resumed: what queued up is taken in, the timer re-armed.
