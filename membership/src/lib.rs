@@ -18,6 +18,7 @@
 //! - [`sbr`]: the split-brain resolver: downing strategies, decisions and the lease seam.
 //! - [`config`]: settings with their defaults and validation; [`compat`]: the join-compatibility
 //!   check.
+//! - [`timers`]: the typed deadline table of every sans-IO machine in convoke.
 //! - [`cluster`]: the core state machine, [`Cluster`], that ties it all together.
 
 #![warn(missing_docs)]
@@ -36,6 +37,7 @@ pub mod reachability;
 pub mod ring;
 pub mod sbr;
 pub mod state;
+pub mod timers;
 pub mod vclock;
 pub mod version;
 pub mod wire;

@@ -133,32 +133,13 @@ const TIMERS: [Timer; 11] = [
     Timer::LeaseAcquire,
 ];
 
-#[derive(Clone, Debug, Default)]
-struct Timers([Option<Instant>; TIMERS.len()]);
-
-impl Timers {
-    fn set(&mut self, t: Timer, at: Instant) {
-        self.0[t as usize] = Some(at);
-    }
-
-    fn clear(&mut self, t: Timer) {
-        self.0[t as usize] = None;
-    }
-
-    fn take_due(&mut self, t: Timer, now: Instant) -> bool {
-        match self.0[t as usize] {
-            Some(at) if at <= now => {
-                self.0[t as usize] = None;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn earliest(&self) -> Option<Instant> {
-        self.0.iter().flatten().min().copied()
+impl crate::timers::Timer for Timer {
+    fn index(self) -> usize {
+        self as usize
     }
 }
+
+type Timers = crate::timers::Timers<Timer, { TIMERS.len() }>;
 
 /// How many nodes get a full gossip when this node is downed or leaves.
 const GOSSIP_TO_RANDOM_NODES: usize = 5;

@@ -10,8 +10,8 @@ use convoke_membership::{Member, MemberStatus, UniqueAddress};
 
 use super::allocation::{LeastShardAllocation, RegionLoad};
 use super::state::{Ballot, CoordinatorState, ReplicaMsg, StateVersion};
-use super::timers::Timers;
 use super::{CoordinatorMsg, Departures, RegionMsg, ShardId, ShardingConfig};
+use convoke_membership::timers::Timers;
 
 /// Homes per ShardHomes message sent to a region that registers.
 const HOMES_PER_MESSAGE: usize = 500;
@@ -59,6 +59,12 @@ enum Timer {
     Retry,
     /// Look for shards to move.
     Rebalance,
+}
+
+impl convoke_membership::timers::Timer for Timer {
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 #[derive(Debug)]
@@ -157,7 +163,7 @@ pub struct Coordinator {
     replicas: BTreeSet<UniqueAddress>,
     /// Nobody unreachable, joining or weakly up: rebalancing may start.
     calm: bool,
-    timers: Timers<2>,
+    timers: Timers<Timer, 2>,
     outputs: VecDeque<CoordinatorOutput>,
     /// Times a replica sent this coordinator back to recovery.
     fenced_count: u64,
@@ -276,7 +282,7 @@ impl Coordinator {
     /// [`has_unwritten_changes`](Self::has_unwritten_changes)) before it drops it.
     pub fn begin_stop(&mut self) {
         self.stopping = true;
-        self.timers.clear(Timer::Rebalance as usize);
+        self.timers.clear(Timer::Rebalance);
     }
 
     /// The table last written to a majority.
@@ -433,10 +439,10 @@ impl Coordinator {
     /// A deadline from [`poll_timeout`](Self::poll_timeout) has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
-        if self.timers.take_due(Timer::Retry as usize, now) {
+        if self.timers.take_due(Timer::Retry, now) {
             self.retry(now);
         }
-        if self.timers.take_due(Timer::Rebalance as usize, now) {
+        if self.timers.take_due(Timer::Rebalance, now) {
             self.rebalance(now);
         }
         let expired: Vec<ShardId> = self
@@ -512,7 +518,7 @@ impl Coordinator {
             let msg = ReplicaMsg::Read { ballot: self.ballot.clone() };
             self.outputs.push_back(CoordinatorOutput::ToReplica { to: r, msg });
         }
-        self.timers.set(Timer::Retry as usize, now + self.config.retry_interval);
+        self.timers.set(Timer::Retry, now + self.config.retry_interval);
     }
 
     fn maybe_recovered(&mut self, now: Instant) {
@@ -533,7 +539,7 @@ impl Coordinator {
         }
         self.dirty = true;
         self.queued.push(Effect::HostAll);
-        self.timers.set(Timer::Rebalance as usize, now + self.config.rebalance_interval);
+        self.timers.set(Timer::Rebalance, now + self.config.rebalance_interval);
         // Registrations heard before a read that a newer coordinator forced stay valid (regions
         // do not register again when a read is forced), and what they listed is taken back into
         // the table just read.
@@ -574,7 +580,7 @@ impl Coordinator {
         self.hosting.clear();
         self.handoffs.clear();
         self.freed.clear();
-        self.timers.clear(Timer::Rebalance as usize);
+        self.timers.clear(Timer::Rebalance);
         self.send_reads(now);
     }
 
@@ -595,7 +601,7 @@ impl Coordinator {
         }
         let waiting = self.write.is_some() || !self.hosting.is_empty();
         if waiting || matches!(self.phase, Phase::Recovering(_)) {
-            self.timers.set_at_most(Timer::Retry as usize, now + self.config.retry_interval);
+            self.timers.set_at_most(Timer::Retry, now + self.config.retry_interval);
         }
     }
 
@@ -688,7 +694,7 @@ impl Coordinator {
                 }
             }
         }
-        self.timers.set(Timer::Retry as usize, now + self.config.retry_interval);
+        self.timers.set(Timer::Retry, now + self.config.retry_interval);
     }
 
     /// The home to give out for `shard` now: written to a majority, not about to change.
@@ -936,7 +942,7 @@ impl Coordinator {
     }
 
     fn rebalance(&mut self, now: Instant) {
-        self.timers.set(Timer::Rebalance as usize, now + self.config.rebalance_interval);
+        self.timers.set(Timer::Rebalance, now + self.config.rebalance_interval);
         let quiet = !self.stopping
             && matches!(self.phase, Phase::Active)
             && self.write.is_none()

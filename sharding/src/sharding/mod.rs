@@ -21,7 +21,7 @@
 //! settings, protocol messages); `departures.rs` the members that went without handing off;
 //! `hash.rs` the default shard-id extractor; `allocation.rs` the least-shard allocation and
 //! rebalance rule; `state.rs` the coordinator's table and its replication messages; one file per
-//! machine; `timers.rs` the small deadline table they share.
+//! machine.
 
 mod allocation;
 mod coordinator;
@@ -30,7 +30,6 @@ mod hash;
 mod region;
 mod shard;
 mod state;
-mod timers;
 
 use std::fmt;
 use std::sync::Arc;

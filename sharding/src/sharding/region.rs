@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use convoke_membership::{Member, UniqueAddress};
 
-use super::timers::Timers;
 use super::{CoordinatorMsg, Departures, RegionMsg, ShardId, ShardingConfig};
 use crate::singleton::oldest_candidate;
+use convoke_membership::timers::Timers;
 
 /// Why a region gave a message back instead of routing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -106,6 +106,12 @@ enum Timer {
     Watch,
 }
 
+impl convoke_membership::timers::Timer for Timer {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Local {
     Running,
@@ -170,7 +176,7 @@ pub struct Region<M> {
     /// After a freeze, no shard starts here before this instant: the node's own membership
     /// must have had a removal margin of running time to tell it whether it was downed.
     hold_until: Option<Instant>,
-    timers: Timers<2>,
+    timers: Timers<Timer, 2>,
     outputs: VecDeque<RegionOutput<M>>,
 }
 
@@ -412,8 +418,8 @@ impl<M> Region<M> {
     /// A deadline from [`poll_timeout`](Self::poll_timeout) has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.observe(now);
-        self.timers.take_due(Timer::Watch as usize, now);
-        if self.timers.take_due(Timer::Retry as usize, now) && !self.stopped {
+        self.timers.take_due(Timer::Watch, now);
+        if self.timers.take_due(Timer::Retry, now) && !self.stopped {
             self.retry(now);
         }
         self.watch(now);
@@ -449,7 +455,7 @@ impl<M> Region<M> {
 
     /// Keeps the watch timer running while the region hosts, and notes its deadline.
     fn watch(&mut self, now: Instant) {
-        let watch = Timer::Watch as usize;
+        let watch = Timer::Watch;
         if !self.hosting || self.stopped {
             self.timers.clear(watch);
         } else if self.timers.get(watch).is_none() {
@@ -495,10 +501,10 @@ impl<M> Region<M> {
 
     fn register(&mut self, now: Instant) {
         if self.coordinator.is_none() || self.stopped {
-            self.timers.clear(Timer::Retry as usize);
+            self.timers.clear(Timer::Retry);
             if self.shutting_down && !self.stopped {
                 // Still wake up to give up at the shutdown deadline.
-                self.timers.set(Timer::Retry as usize, now + self.config.retry_interval);
+                self.timers.set(Timer::Retry, now + self.config.retry_interval);
             }
             return;
         }
@@ -514,16 +520,16 @@ impl<M> Region<M> {
             CoordinatorMsg::RegisterProxy
         };
         self.tell_coordinator(msg);
-        self.timers.set(Timer::Retry as usize, now + self.register_backoff);
+        self.timers.set(Timer::Retry, now + self.register_backoff);
         self.register_backoff = (self.register_backoff * 2).min(self.config.retry_interval);
     }
 
     /// Keeps the retry timer running while anything waits for the coordinator.
     fn arm_retry(&mut self, now: Instant) {
         if self.stopped {
-            self.timers.clear(Timer::Retry as usize);
+            self.timers.clear(Timer::Retry);
         } else if !self.buffers.is_empty() || self.shutting_down {
-            self.timers.set_at_most(Timer::Retry as usize, now + self.config.retry_interval);
+            self.timers.set_at_most(Timer::Retry, now + self.config.retry_interval);
         }
     }
 
@@ -585,8 +591,8 @@ impl<M> Region<M> {
             return;
         }
         self.stopped = true;
-        self.timers.clear(Timer::Retry as usize);
-        self.timers.clear(Timer::Watch as usize);
+        self.timers.clear(Timer::Retry);
+        self.timers.clear(Timer::Watch);
         self.tell_coordinator(CoordinatorMsg::RegionStopped);
         self.outputs.push_back(RegionOutput::Stopped);
     }

@@ -44,36 +44,13 @@ enum Timer {
     Watch,
 }
 
-#[derive(Clone, Debug, Default)]
-struct Timers([Option<Instant>; 3]);
-
-impl Timers {
-    fn set(&mut self, t: Timer, at: Instant) {
-        self.0[t as usize] = Some(at);
-    }
-
-    fn get(&self, t: Timer) -> Option<Instant> {
-        self.0[t as usize]
-    }
-
-    fn clear(&mut self, t: Timer) {
-        self.0[t as usize] = None;
-    }
-
-    fn take_due(&mut self, t: Timer, now: Instant) -> bool {
-        match self.0[t as usize] {
-            Some(at) if at <= now => {
-                self.0[t as usize] = None;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn earliest(&self) -> Option<Instant> {
-        self.0.iter().flatten().min().copied()
+impl convoke_membership::timers::Timer for Timer {
+    fn index(self) -> usize {
+        self as usize
     }
 }
+
+type Timers = convoke_membership::timers::Timers<Timer, 3>;
 
 /// A node that may be running the instance, as far as this manager knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
