@@ -21,8 +21,10 @@
 //!   oldest). `docs/singleton.md` explains the protocol and the removal margin.
 //! - [`sharding`]: ids, settings and protocol messages; one file per state machine
 //!   ([`Coordinator`](sharding::Coordinator), [`Replica`](sharding::Replica),
-//!   [`Region`](sharding::Region), [`Shard`](sharding::Shard)), the allocation rule and the
-//!   default shard-id extractor. `docs/sharding-design.md` explains the design.
+//!   [`Region`](sharding::Region), [`Shard`](sharding::Shard)) and the
+//!   [`Host`](sharding::Host) that ties them together for one entity type on one node, the
+//!   frames they travel in ([`sharding::wire`]), the allocation rule and the default shard-id
+//!   extractor. `docs/sharding-design.md` explains the design.
 
 #![warn(missing_docs)]
 

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use convoke_membership::message::Message;
 use convoke_membership::{Address, Cluster, Uid, UniqueAddress};
-use convoke_sharding::sharding::{CoordinatorMsg, EntityId, RegionMsg, ReplicaMsg, ShardId};
 use convoke_sharding::singleton::HandOver;
 use rand_chacha::ChaCha8Rng;
 
@@ -44,62 +43,6 @@ pub struct InFlight {
     pub bytes: usize,
 }
 
-/// What the load sends to an entity.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ask {
-    /// The ask's number, unique in the run.
-    pub id: u64,
-    /// The entity asked.
-    pub entity: EntityId,
-}
-
-/// A sharding message between two slots.
-#[derive(Clone, Debug)]
-pub enum ShardingWire {
-    /// Region → coordinator.
-    ToCoordinator(CoordinatorMsg),
-    /// Coordinator → region.
-    ToRegion(RegionMsg),
-    /// Coordinator → replica.
-    ToReplica(ReplicaMsg),
-    /// Replica → coordinator.
-    FromReplica(ReplicaMsg),
-    /// An ask on its way to the region that hosts its shard.
-    Forward(ShardId, Ask),
-    /// The answer to ask `id`: whether the entity handled it.
-    Reply {
-        /// The ask.
-        id: u64,
-        /// The entity handled it (else a region or shard dropped it).
-        ok: bool,
-    },
-}
-
-impl ShardingWire {
-    /// The message's name and shard, for the step log.
-    pub fn describe(&self) -> String {
-        match self {
-            Self::ToCoordinator(m) => format!("{m:?}"),
-            Self::ToRegion(RegionMsg::ShardHomes(homes)) => format!("ShardHomes({})", homes.len()),
-            Self::ToRegion(m) => format!("{m:?}"),
-            Self::ToReplica(m) | Self::FromReplica(m) => m.name().to_owned(),
-            Self::Forward(shard, ask) => format!("Forward({shard}, {})", ask.id),
-            Self::Reply { id, ok } => format!("Reply({id}, {ok})"),
-        }
-    }
-
-    /// The message's name, for the trace.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::ToCoordinator(m) => m.name(),
-            Self::ToRegion(m) => m.name(),
-            Self::ToReplica(m) | Self::FromReplica(m) => m.name(),
-            Self::Forward(..) => "Forward",
-            Self::Reply { .. } => "Reply",
-        }
-    }
-}
-
 /// A message of a layer above the membership (singleton, sharding) on the wire.
 #[derive(Clone, Debug)]
 pub struct LayerInFlight<T> {
@@ -116,8 +59,8 @@ pub struct LayerInFlight<T> {
 /// A hand-over message of the cluster singleton on the wire.
 pub type HandOverInFlight = LayerInFlight<HandOver>;
 
-/// A cluster sharding message on the wire, with the incarnation it is for.
-pub type ShardingInFlight = LayerInFlight<(UniqueAddress, ShardingWire)>;
+/// A cluster sharding frame on the wire, encoded, with the incarnation it is for.
+pub type ShardingInFlight = LayerInFlight<(UniqueAddress, Vec<u8>)>;
 
 /// A message on the wire between two slots, which the links may let through, drop or hold.
 trait Routed {

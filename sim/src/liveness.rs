@@ -215,7 +215,7 @@ pub fn check_sharding_balance(sim: &Sim) -> Result<(), Unmet> {
     let Some((slot, counts)) = shardings.allocation() else {
         return Err(("L10", "no coordinator runs with its table recovered".to_owned()));
     };
-    let status = shardings.slot(slot).coordinator.as_ref().map(|c| c.status());
+    let status = shardings.slot(slot).host.as_ref().and_then(|h| h.coordinator_status());
     if let Some(s) = status.filter(|s| s.handoffs > 0) {
         return Err(("L10", format!("{} handoffs are still in progress", s.handoffs)));
     }

@@ -4,18 +4,19 @@
 //! the reports.
 //!
 //! The model:
-//! - Every incarnation runs a [`Region`] and a [`Replica`] of entity type [`TYPE_NAME`], created
-//!   with the process and fed the members of the core's gossip whenever the singleton manager
-//!   is (same steps, same list).
-//! - The coordinator is the singleton: when the manager in a slot starts its instance, a
-//!   [`Coordinator`] starts there (a fresh instance number), and it is gone as soon as the
-//!   manager asks the instance to stop, or the process exits. A new coordinator recovers the
-//!   allocation table from the replicas.
-//! - Shards ([`Shard`]) start and stop as their region says; an entity starts on its first
-//!   message and stops at once when its shard asks it to (passivation, handoff).
-//! - Sharding messages go over the modelled network as a TCP connection would carry them (see
-//!   [`crate::delivery`]): no loss, in order per pair of slots, dropped by partitions, held by
-//!   clogs. A paused process queues them until it resumes.
+//! - Every incarnation runs the runtime's sans-IO [`Host`] of entity type [`TYPE_NAME`] (region,
+//!   replica, shards, ask correlation), created with the process and fed the members of the
+//!   core's gossip whenever they or their reachability change.
+//! - The coordinator is the singleton: when the manager in a slot starts its instance, the
+//!   host there starts a coordinator, and stops it as soon as the manager asks the instance to
+//!   stop, or the process exits. A new coordinator recovers the allocation table from the
+//!   replicas.
+//! - An entity starts when its host says so, answers every message at once and stops at once
+//!   when its host asks it to (passivation, handoff).
+//! - The host's frames are encoded as the runtime sends them and go over the modelled network
+//!   as a TCP connection would carry them (see [`crate::delivery`]): no loss, in order per pair
+//!   of slots, dropped by partitions, held by clogs. A paused process queues them until it
+//!   resumes; they are decoded when they are taken in.
 //! - A process that shuts down (downed, removed, left) or crashes takes its region, replica,
 //!   coordinator, shards and entities with it at once.
 //! - The load: every [`ASK_INTERVAL`] a running process, drawn from the layer's random stream,
@@ -29,15 +30,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
-use convoke_sharding::sharding::{
-    Coordinator, EntityId, Region, Replica, Shard, ShardId, ShardingConfig,
-};
+use convoke_sharding::sharding::{EntityId, Host, ShardId, ShardingConfig};
 use convoke_sharding::singleton::SingletonConfig;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::delivery::Ask;
 use crate::queue::TimerSlot;
 use crate::trace::TraceHash;
 
@@ -98,14 +96,10 @@ pub(crate) struct Suspect {
 pub struct SlotSharding {
     /// The node of the current incarnation, while its sharding runs.
     pub node: Option<UniqueAddress>,
-    /// Its region.
-    pub region: Option<Region<Ask>>,
-    /// Its replica of the coordinator's table.
-    pub replica: Option<Replica>,
-    /// The coordinator, while the singleton instance runs here and has not been asked to stop.
-    pub coordinator: Option<Coordinator>,
-    /// The shards it hosts.
-    pub shards: BTreeMap<ShardId, Shard<Ask>>,
+    /// Its host of the entity type: region, replica, shards, and the coordinator while the
+    /// singleton instance runs here and has not been asked to stop. Local asks are known by
+    /// their number.
+    pub host: Option<Host<u64>>,
     /// The entities that run here, by id.
     pub entities: BTreeMap<EntityId, EntityRun>,
     /// Per hosted shard, the count of long pauses when it started.
@@ -167,6 +161,8 @@ pub struct ShardingStats {
     pub entity_stops: u64,
     /// Sharding messages sent.
     pub messages: u64,
+    /// Their encoded bytes.
+    pub bytes: u64,
 }
 
 /// Every slot's sharding, the load, the counters and the trace hash.
@@ -276,10 +272,7 @@ impl Shardings {
     pub(crate) fn on_exit(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
         s.node = None;
-        s.region = None;
-        s.replica = None;
-        s.coordinator = None;
-        s.shards.clear();
+        s.host = None;
         s.entities.clear();
         s.shard_epochs.clear();
         s.inbox.clear();
@@ -349,7 +342,7 @@ impl Shardings {
     /// has recovered its table: (slot of the coordinator, counts by region).
     pub fn allocation(&self) -> Option<(usize, BTreeMap<UniqueAddress, usize>)> {
         self.slots.iter().enumerate().find_map(|(i, s)| {
-            let c = s.coordinator.as_ref()?;
+            let c = s.host.as_ref()?.coordinator()?;
             (c.status().phase == "active").then_some(())?;
             let counts = c.state().regions().map(|(r, shards)| (r.clone(), shards.len())).collect();
             Some((i, counts))

@@ -1,20 +1,21 @@
 //! Cluster sharding: stateful entities addressed by id, spread over the members, each running
 //! on at most one node, moved when nodes join, leave or crash. Design: `docs/sharding-design.md`.
 //!
-//! The decisions are made by the sans-IO state machines of
-//! [`convoke_sharding::sharding`] (region, shard, coordinator, replica), which the simulator
-//! also runs. Here, one task per entity type per node (`region.rs`) feeds them the membership
-//! snapshots, the frames of the other nodes (tells on the messaging endpoint
-//! `convoke.sharding/<type>`), the local asks and tells, the entities' ends and the timers, and
-//! carries out what they output: forward a message, start or stop an entity task, send a
-//! protocol message. The coordinator runs where the cluster singleton `sharding/<type>` runs.
+//! Every decision is made by the sans-IO [`Host`](convoke_sharding::sharding::Host) of
+//! [`convoke_sharding::sharding`] (region, shards, coordinator, replica and the correlation of
+//! forwarded asks), which the simulator runs too. Here, one task per entity type per node
+//! (`region.rs`) feeds it the membership snapshots, the frames of the other nodes (tells on the
+//! messaging endpoint `convoke.sharding/<type>`), the local asks and tells, the entities' ends
+//! and the timer, and carries out what it outputs: send a frame, start, feed or stop an entity
+//! task, answer a local asker. The coordinator runs where the cluster singleton
+//! `sharding/<type>` runs.
 //!
 //! An entity is a value implementing [`Entity`], created by the type's factory on its first
 //! message; it handles one message at a time in a task of its own.
 
 mod region;
 #[doc(hidden)]
-pub mod wire;
+pub use convoke_sharding::sharding::wire;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -1,7 +1,8 @@
 //! Cluster sharding: entities addressed by id, grouped into shards, each shard hosted by the
 //! region of one node, homes decided by a coordinator that runs as a cluster singleton.
 //!
-//! Four state machines, none doing IO:
+//! Four state machines, none doing IO, tied together per entity type and node by the
+//! [`Host`] (`host.rs`), which is what the runtime and the simulator drive:
 //! - [`Coordinator`] (one per entity type, on the oldest member with the role): allocates shards
 //!   to regions, rebalances them with the four-step handoff, takes shards away from regions that
 //!   shut down or are removed. Every change to its allocation table is written to a majority of
@@ -21,15 +22,17 @@
 //! settings, protocol messages); `departures.rs` the members that went without handing off;
 //! `hash.rs` the default shard-id extractor; `allocation.rs` the least-shard allocation and
 //! rebalance rule; `state.rs` the coordinator's table and its replication messages; one file per
-//! machine.
+//! machine; `host.rs` the host; `wire.rs` the frames between nodes.
 
 mod allocation;
 mod coordinator;
 mod departures;
 mod hash;
+mod host;
 mod region;
 mod shard;
 mod state;
+pub mod wire;
 
 use std::fmt;
 use std::sync::Arc;
@@ -41,6 +44,7 @@ pub use self::allocation::{LeastShardAllocation, RegionLoad};
 pub use self::coordinator::{Coordinator, CoordinatorOutput, CoordinatorStatus};
 pub use self::departures::Departures;
 pub use self::hash::{java_string_hash, shard_for_entity};
+pub use self::host::{Envelope, Host, HostOutput, Reply, ReplyTo, answer, failure};
 pub use self::region::{DropReason, Region, RegionOutput, RegionStatus};
 pub use self::shard::{Shard, ShardOutput};
 pub use self::state::{Ballot, CoordinatorState, Replica, ReplicaMsg, StateVersion};
@@ -237,5 +241,7 @@ impl RegionMsg {
     }
 }
 
+#[cfg(test)]
+mod host_tests;
 #[cfg(test)]
 mod tests;

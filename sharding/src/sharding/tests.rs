@@ -16,12 +16,12 @@ use crate::singleton::oldest_candidate;
 const SHARDS: u32 = 12;
 
 /// A base instant; only offsets from it matter.
-fn base() -> Instant {
+pub(super) fn base() -> Instant {
     #[allow(clippy::disallowed_methods, reason = "a base instant; only offsets matter")]
     Instant::now()
 }
 
-fn node(i: usize) -> UniqueAddress {
+pub(super) fn node(i: usize) -> UniqueAddress {
     let address = Address::new("sys", "host", 2550 + u16::try_from(i).unwrap()).unwrap();
     UniqueAddress::new(address, Uid::new(100 + i as u64).unwrap())
 }

@@ -1,210 +1,165 @@
-//! The sharding layer's steps: regions and replicas started with their process, coordinators
-//! started and stopped with the singleton instance, membership lists, sharding messages, timers
-//! and the load's asks fed to the machines, and their outputs carried out — messages into the
-//! network, shards and entities started and stopped, answers sent. Every entity start is checked
-//! against S18. None of it touches a membership core or the membership trace.
+//! The sharding layer's steps: every process runs the runtime's sans-IO host of the entity
+//! type; membership lists, frames, timers, the coordinator's start and stop and the load's asks
+//! are fed to it, and its outputs carried out: frames encoded into the network, entities started,
+//! answered and stopped, answers recorded. Every entity start is checked against S18. None of it
+//! touches a membership core or the membership trace.
 
 use std::collections::BTreeSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use convoke_membership::gossip::Gossip;
 use convoke_membership::reachability::ReachabilityStatus;
 use convoke_membership::{Member, UniqueAddress};
-use convoke_sharding::sharding::{
-    Coordinator, CoordinatorOutput, EntityId, Region, RegionOutput, Replica, Shard, ShardId,
-    ShardOutput, shard_for_entity,
-};
+use convoke_sharding::sharding::wire::{self, Decoded, Frame};
+use convoke_sharding::sharding::{EntityId, Host, HostOutput, RegionMsg, answer, shard_for_entity};
 
 use super::{Event, Sim, into_queue};
 use crate::delivery::ShardingInFlight;
-use crate::delivery::{Ask, ShardingWire};
 use crate::invariants::Violation;
 use crate::invariants::s17_one_singleton::split;
 use crate::processes::SlotState;
-use crate::sharding::{ASK_INTERVAL, EntityRun, SHARDS, SlotSharding};
+use crate::sharding::{ASK_INTERVAL, EntityRun, SHARDS};
 
-/// One output of a slot's machines, taken out so the world can act on it.
-enum Out {
-    Coordinator(CoordinatorOutput),
-    Region(RegionOutput<Ask>),
-    Shard(ShardId, ShardOutput<Ask>),
-}
-
-/// The next output of any machine in `s`: the coordinator's, the region's, then the shards'.
-fn next_output(s: &mut SlotSharding) -> Option<Out> {
-    if let Some(o) = s.coordinator.as_mut().and_then(Coordinator::poll_output) {
-        return Some(Out::Coordinator(o));
+/// A frame's name and shard, for the step log.
+fn describe(frame: &Frame) -> String {
+    match Decoded::try_from(frame.clone()) {
+        Ok(Decoded::ToCoordinator(m)) => format!("{m:?}"),
+        Ok(Decoded::ToRegion(RegionMsg::ShardHomes(homes))) => {
+            format!("ShardHomes({})", homes.len())
+        }
+        Ok(Decoded::ToRegion(m)) => format!("{m:?}"),
+        _ => frame.name().to_owned(),
     }
-    if let Some(o) = s.region.as_mut().and_then(Region::poll_output) {
-        return Some(Out::Region(o));
-    }
-    s.shards
-        .iter_mut()
-        .find_map(|(id, shard)| shard.poll_output().map(|o| Out::Shard(id.clone(), o)))
-}
-
-/// The earliest deadline of the machines in `s`.
-fn next_deadline(s: &SlotSharding) -> Option<Instant> {
-    let c = s.coordinator.as_ref().and_then(Coordinator::poll_timeout);
-    let r = s.region.as_ref().and_then(Region::poll_timeout);
-    let shards = s.shards.values().filter_map(Shard::poll_timeout).min();
-    [c, r, shards].into_iter().flatten().min()
 }
 
 impl Sim {
-    /// Feeds one input to the sharding of `slot`, if it runs there, and carries out the outputs.
+    /// Feeds one input to the host of `slot`, if sharding runs there, and carries out the
+    /// outputs.
     fn sharding_input(
         &mut self,
         slot: usize,
         what: &'static str,
-        f: impl FnOnce(&mut SlotSharding, Instant),
+        f: impl FnOnce(&mut Host<u64>, Instant),
     ) {
         let local = self.local_instant(slot);
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
-        if s.slot(slot).node.is_none() {
-            return;
-        }
+        let Some(host) = s.slot_mut(slot).host.as_mut() else { return };
+        f(host, local);
         s.hash(now, slot, what);
-        f(s.slot_mut(slot), local);
         self.sharding_drain(slot);
-        let deadline = self.shardings.as_ref().and_then(|s| next_deadline(s.slot(slot)));
+        let deadline = self.host_deadline(slot);
         self.arm_sharding_timer(slot, deadline);
     }
 
-    /// Carries out every output of the machines in `slot` until none has more.
+    fn host_deadline(&self, slot: usize) -> Option<Instant> {
+        self.shardings.as_ref()?.slot(slot).host.as_ref()?.poll_timeout()
+    }
+
+    /// Carries out every output of the host in `slot` until it has none.
     fn sharding_drain(&mut self, slot: usize) {
         loop {
             if self.violation.is_some() {
                 return;
             }
             let Some(s) = self.shardings.as_mut() else { return };
-            let Some(me) = s.slot(slot).node.clone() else { return };
-            let Some(out) = next_output(s.slot_mut(slot)) else { return };
-            match out {
-                Out::Coordinator(CoordinatorOutput::ToRegion { to, msg }) => {
-                    self.sharding_send(slot, &me, &to, ShardingWire::ToRegion(msg));
-                }
-                Out::Coordinator(CoordinatorOutput::ToReplica { to, msg }) => {
-                    self.sharding_send(slot, &me, &to, ShardingWire::ToReplica(msg));
-                }
-                Out::Region(o) => self.region_output(slot, &me, o),
-                Out::Shard(id, o) => self.shard_output(slot, id, o),
-            }
+            let ss = s.slot_mut(slot);
+            let Some(me) = ss.node.clone() else { return };
+            let Some(out) = ss.host.as_mut().and_then(Host::poll_output) else { return };
+            self.host_output(slot, &me, out);
         }
     }
 
-    fn region_output(&mut self, slot: usize, me: &UniqueAddress, o: RegionOutput<Ask>) {
+    fn host_output(&mut self, slot: usize, me: &UniqueAddress, out: HostOutput<u64>) {
         let local = self.local_instant(slot);
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
-        match o {
-            RegionOutput::ToCoordinator { to, msg } => {
-                self.sharding_send(slot, me, &to, ShardingWire::ToCoordinator(msg));
-            }
-            RegionOutput::Forward { to, shard, msg } => {
-                self.sharding_send(slot, me, &to, ShardingWire::Forward(shard, msg));
-            }
-            RegionOutput::Deliver { shard, msg } => {
-                if let Some(sh) = s.slot_mut(slot).shards.get_mut(&shard) {
-                    sh.deliver(msg.entity.clone(), msg, local);
-                }
-            }
-            RegionOutput::StartShard(shard) => {
-                s.stats.shard_starts += 1;
-                s.hash(now, slot, "start-shard");
-                let sh = Shard::new(shard.clone(), s.config());
-                let ss = s.slot_mut(slot);
-                // Ordered before a long pause, started only after it: as stale as a shard that
-                // ran through the pause.
-                let epoch = if ss.stale_replay { ss.long_pauses - 1 } else { ss.long_pauses };
-                ss.shard_epochs.insert(shard.clone(), epoch);
-                ss.shards.insert(shard.clone(), sh);
-                self.note(|| format!("slot {slot} shard {shard} starts"));
-            }
-            RegionOutput::HandOffShard(shard) => {
-                s.stats.hand_offs += 1;
-                s.hash(now, slot, "hand-off");
-                if let Some(sh) = s.slot_mut(slot).shards.get_mut(&shard) {
-                    sh.hand_off();
-                }
-                self.note(|| format!("slot {slot} shard {shard} hands off"));
-            }
-            RegionOutput::Dropped { msg, .. } => self.answer(slot, me, msg.id, false),
-            // Regions in the simulation never shut down gracefully.
-            RegionOutput::Stopped => {}
-        }
-    }
-
-    fn shard_output(&mut self, slot: usize, id: ShardId, o: ShardOutput<Ask>) {
-        let local = self.local_instant(slot);
-        let now = self.now;
-        let Some(s) = self.shardings.as_mut() else { return };
-        let Some(me) = s.slot(slot).node.clone() else { return };
-        match o {
-            ShardOutput::StartEntity(entity) => {
+        match out {
+            HostOutput::Send { to, frame } => self.sharding_send(slot, me, &to, &frame),
+            HostOutput::StartEntity { shard, entity } => {
                 s.stats.entity_starts += 1;
                 s.hash(now, slot, "start-entity");
                 // An entity counts from its shard's start: a process frozen since then for longer
                 // than the removal margin may run it on after it resumes (see S18).
                 let ss = s.slot_mut(slot);
-                let long_pauses = ss.shard_epochs.get(&id).copied().unwrap_or(ss.long_pauses);
+                let long_pauses = ss.shard_epochs.get(&shard).copied().unwrap_or(ss.long_pauses);
                 ss.entities.insert(entity.clone(), EntityRun { since: now, long_pauses });
-                self.note(|| format!("slot {slot} entity {entity} starts (shard {id})"));
+                self.note(|| format!("slot {slot} entity {entity} starts (shard {shard})"));
                 self.check_one_entity(slot, &entity);
             }
-            ShardOutput::Deliver { msg, .. } => self.answer(slot, &me, msg.id, true),
-            ShardOutput::StopEntity(entity) => {
+            HostOutput::DeliverToEntity { payload, reply, .. } => {
+                // The entity answers at once, with what it was sent.
+                if let Some(out) = answer(reply, Ok(payload)) {
+                    self.host_output(slot, me, out);
+                }
+            }
+            HostOutput::StopEntity { shard, entity } => {
                 // An entity stops at once when asked (passivation or handoff).
                 s.stats.entity_stops += 1;
                 let ss = s.slot_mut(slot);
                 ss.entities.remove(&entity);
-                if let Some(sh) = ss.shards.get_mut(&id) {
-                    sh.entity_stopped(&entity, local);
+                if let Some(h) = ss.host.as_mut() {
+                    h.entity_stopped(&shard, &entity, local);
                 }
             }
-            ShardOutput::Dropped { msg, .. } => self.answer(slot, &me, msg.id, false),
-            ShardOutput::Stopped => {
-                self.note(|| format!("slot {slot} shard {id} stopped"));
-                let Some(s) = self.shardings.as_mut() else { return };
+            HostOutput::Reply { to, result } => {
+                let incarnation = self.procs.slot(slot).incarnations;
+                s.answered(to, result.is_ok(), slot, incarnation, now);
+            }
+            HostOutput::ShardStarted(shard) => {
+                s.stats.shard_starts += 1;
+                s.hash(now, slot, "start-shard");
                 let ss = s.slot_mut(slot);
-                ss.shards.remove(&id);
-                ss.shard_epochs.remove(&id);
-                if let Some(r) = ss.region.as_mut() {
-                    r.shard_stopped(id);
-                }
+                // Ordered before a long pause, started only after it: as stale as a shard that
+                // ran through the pause.
+                let epoch = if ss.stale_replay { ss.long_pauses - 1 } else { ss.long_pauses };
+                ss.shard_epochs.insert(shard.clone(), epoch);
+                self.note(|| format!("slot {slot} shard {shard} starts"));
             }
+            HostOutput::ShardHandingOff(shard) => {
+                s.stats.hand_offs += 1;
+                s.hash(now, slot, "hand-off");
+                self.note(|| format!("slot {slot} shard {shard} hands off"));
+            }
+            HostOutput::ShardStopped(shard) => {
+                s.slot_mut(slot).shard_epochs.remove(&shard);
+                self.note(|| format!("slot {slot} shard {shard} stopped"));
+            }
+            HostOutput::CoordinatorStarted(instance) => {
+                s.stats.coordinators += 1;
+                self.note(|| format!("slot {slot} COORDINATOR STARTS (instance {instance})"));
+            }
+            HostOutput::CoordinatorStopped => {
+                self.note(|| format!("slot {slot} coordinator stops"));
+            }
+            // Regions in the simulation never shut down gracefully.
+            HostOutput::Stopped => {}
         }
     }
 
-    /// Answers ask `id` from `slot`: through the network to the asking process.
-    fn answer(&mut self, slot: usize, me: &UniqueAddress, id: u64, ok: bool) {
-        let Some(s) = self.shardings.as_ref() else { return };
-        let Some(asker) = s.asks().get(&id).map(|a| a.from_slot) else { return };
-        let Some(to) = s.slot(asker).node.clone() else { return };
-        self.sharding_send(slot, me, &to, ShardingWire::Reply { id, ok });
-    }
-
+    /// Puts `frame`, encoded as the runtime sends it, on the wire from `slot` to `to`.
     fn sharding_send(
         &mut self,
         slot: usize,
         me: &UniqueAddress,
         to: &UniqueAddress,
-        w: ShardingWire,
+        frame: &Frame,
     ) {
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
+        let bytes = wire::to_bytes(frame);
         s.stats.messages += 1;
-        s.hash(now, slot, w.name());
+        s.stats.bytes += bytes.len() as u64;
+        s.hash(now, slot, frame.name());
         let Some(to_slot) = self.procs.slot_of(&to.address) else { return };
-        if !matches!(w, ShardingWire::Forward(..) | ShardingWire::Reply { .. }) {
-            self.note(|| format!("slot {slot} sharding -> {to_slot} {}", w.describe()));
+        if !matches!(frame, Frame::Entity(_) | Frame::Reply(_)) {
+            self.note(|| format!("slot {slot} sharding -> {to_slot} {}", describe(frame)));
         }
         let m = ShardingInFlight {
             from_slot: slot,
             from: me.clone(),
             to_slot,
-            message: (to.clone(), w),
+            message: (to.clone(), bytes),
         };
         self.delivery.send_sharding(now, m, into_queue(&mut self.queue, now));
     }
@@ -269,34 +224,21 @@ impl Sim {
         if let Some(s) = self.shardings.as_mut() {
             s.slot_mut(slot).timer.forget();
         }
-        self.sharding_input(slot, "timer", |s, now| {
-            if let Some(c) =
-                s.coordinator.as_mut().filter(|c| c.poll_timeout().is_some_and(|t| t <= now))
-            {
-                c.handle_timeout(now);
-            }
-            if let Some(r) =
-                s.region.as_mut().filter(|r| r.poll_timeout().is_some_and(|t| t <= now))
-            {
-                r.handle_timeout(now);
-            }
-            for sh in s.shards.values_mut() {
-                if sh.poll_timeout().is_some_and(|t| t <= now) {
-                    sh.handle_timeout(now);
-                }
+        self.sharding_input(slot, "timer", |h, now| {
+            if h.poll_timeout().is_some_and(|t| t <= now) {
+                h.handle_timeout(now);
             }
         });
     }
 
-    /// A new incarnation `node` started in `slot`: its region and replica start.
+    /// A new incarnation `node` started in `slot`: its host starts, hosting.
     pub(super) fn sharding_started(&mut self, slot: usize, node: &UniqueAddress) {
         let Some(s) = self.shardings.as_mut() else { return };
         s.on_exit(slot);
-        let region = Region::new(s.config().clone(), node.clone(), true);
+        let host = Host::new(s.config().clone(), node.clone(), true);
         let ss = s.slot_mut(slot);
         ss.node = Some(node.clone());
-        ss.region = Some(region);
-        ss.replica = Some(Replica::new());
+        ss.host = Some(host);
     }
 
     /// The process in `slot` is gone: its sharding with it.
@@ -313,45 +255,25 @@ impl Sim {
         Some((g.members().cloned().collect(), unreachable_in(g)))
     }
 
-    /// After a step of the core in `slot` that changed its members: region and coordinator see
-    /// them.
+    /// After a step of the core in `slot` that changed its members or their reachability: the
+    /// host sees them.
     pub(super) fn sharding_members(&mut self, slot: usize, members: &[Member]) {
         let unreachable = self.view_of(slot).map(|(_, u)| u).unwrap_or_default();
-        self.sharding_input(slot, "members", |s, now| {
-            if let Some(r) = s.region.as_mut() {
-                r.handle_members(members, now);
-            }
-            if let Some(c) = s.coordinator.as_mut() {
-                c.handle_members(members, &unreachable, now);
-            }
-        });
+        self.sharding_input(slot, "members", |h, now| h.handle_members(members, &unreachable, now));
     }
 
-    /// The singleton instance started in `slot`: so does a coordinator, with a fresh instance
-    /// number.
+    /// The singleton instance started in `slot`: so does a coordinator, with the host's next
+    /// instance number.
     pub(super) fn coordinator_started(&mut self, slot: usize) {
-        let Some((members, unreachable)) = self.view_of(slot) else { return };
-        let Some(s) = self.shardings.as_mut() else { return };
-        let Some(node) = s.slot(slot).node.clone() else { return };
-        s.stats.coordinators += 1;
-        let instance = s.stats.coordinators;
-        let config = s.config().clone();
-        self.note(|| format!("slot {slot} COORDINATOR STARTS (instance {instance})"));
-        self.sharding_input(slot, "coordinator-start", |s, now| {
-            let mut c = Coordinator::new(config, node, instance, &members, &unreachable, now);
-            if let Some(r) = &s.region {
-                c.note_departures(r.departures());
-            }
-            s.coordinator = Some(c);
-        });
+        self.sharding_input(slot, "coordinator-start", |h, now| h.coordinator_up(now));
     }
 
-    /// The singleton instance in `slot` was asked to stop, or is gone: the coordinator stops.
+    /// The singleton instance in `slot` was asked to stop: the coordinator stops, with no time
+    /// to finish its writes (the simulated instance does not wait for it).
     pub(super) fn coordinator_stopped(&mut self, slot: usize) {
-        let Some(s) = self.shardings.as_mut() else { return };
-        if s.slot_mut(slot).coordinator.take().is_some() {
-            self.note(|| format!("slot {slot} coordinator stops"));
-        }
+        self.sharding_input(slot, "coordinator-stop", |h, now| {
+            h.coordinator_down(Duration::ZERO, now);
+        });
     }
 
     /// A sharding message reaches the network interface of its destination.
@@ -371,49 +293,24 @@ impl Sim {
 
     fn sharding_message(&mut self, m: ShardingInFlight) {
         let to = m.to_slot;
-        let (addressee, wire) = m.message;
+        let (addressee, bytes) = m.message;
         let from = m.from;
         let here = self.shardings.as_ref().and_then(|s| s.slot(to).node.clone());
         if here.as_ref() != Some(&addressee) {
             return;
         }
-        if let ShardingWire::Reply { id, ok } = wire {
-            let incarnation = self.procs.slot(to).incarnations;
-            let now = self.now;
-            if let Some(s) = self.shardings.as_mut() {
-                s.answered(id, ok, to, incarnation, now);
+        let frame = match wire::from_bytes(&bytes) {
+            Ok(frame) => frame,
+            Err(e) => {
+                self.note(|| format!("slot {to} drops a sharding frame that does not decode: {e}"));
+                return;
             }
-            return;
-        }
-        let mut reply = None;
-        self.sharding_input(to, wire.name(), |s, now| match wire {
-            ShardingWire::ToCoordinator(msg) => {
-                if let Some(c) = s.coordinator.as_mut() {
-                    c.handle_region_msg(from.clone(), msg, now);
-                }
-            }
-            ShardingWire::ToRegion(msg) => {
-                if let Some(r) = s.region.as_mut() {
-                    r.handle_message(from.clone(), msg, now);
-                }
-            }
-            ShardingWire::ToReplica(msg) => {
-                reply = s.replica.as_mut().and_then(|r| r.handle(msg));
-            }
-            ShardingWire::FromReplica(msg) => {
-                if let Some(c) = s.coordinator.as_mut() {
-                    c.handle_replica_msg(from.clone(), msg, now);
-                }
-            }
-            ShardingWire::Forward(shard, ask) => {
-                if let Some(r) = s.region.as_mut() {
-                    r.route(shard, ask, now);
-                }
-            }
-            ShardingWire::Reply { .. } => {}
-        });
-        if let (Some(reply), Some(me)) = (reply, here) {
-            self.sharding_send(to, &me, &from, ShardingWire::FromReplica(reply));
+        };
+        let name = frame.name();
+        let mut refused = None;
+        self.sharding_input(to, name, |h, now| refused = h.handle_frame(from, frame, now).err());
+        if let Some(e) = refused {
+            self.note(|| format!("slot {to} drops a sharding frame: {e}"));
         }
     }
 
@@ -421,7 +318,7 @@ impl Sim {
     pub(super) fn sharding_ask(&mut self) {
         let Some(s) = self.shardings.as_ref() else { return };
         let running: Vec<usize> =
-            self.procs.running().filter(|i| s.slot(*i).region.is_some()).collect();
+            self.procs.running().filter(|i| s.slot(*i).host.is_some()).collect();
         let now = self.now;
         self.push(now + ASK_INTERVAL, Event::ShardingAsk);
         let Some(s) = self.shardings.as_mut() else { return };
@@ -429,11 +326,9 @@ impl Sim {
         let incarnation = self.procs.slot(slot).incarnations;
         let id = s.new_ask(slot, incarnation, now);
         let shard = shard_for_entity(&entity, SHARDS);
-        self.sharding_input(slot, "ask", |s, now| {
-            if let Some(r) = s.region.as_mut() {
-                r.route(shard, Ask { id, entity }, now);
-            }
-        });
+        // The payload is the ask's number, which the entity sends back.
+        let payload = id.to_le_bytes().to_vec();
+        self.sharding_input(slot, "ask", |h, now| h.ask(shard, entity, payload, Some(id), now));
     }
 
     /// The process in `slot` was paused at `now`.
@@ -489,7 +384,7 @@ impl Sim {
         if let Some(s) = self.shardings.as_mut() {
             s.slot_mut(slot).stale_replay = false;
         }
-        let deadline = self.shardings.as_ref().and_then(|s| next_deadline(s.slot(slot)));
+        let deadline = self.host_deadline(slot);
         self.arm_sharding_timer(slot, deadline);
     }
 }

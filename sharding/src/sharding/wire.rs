@@ -4,18 +4,22 @@
 //! The sans-IO messages carry [`UniqueAddress`]es and shared tables; these mirrors carry plain
 //! strings and numbers, and are checked when they come in: a node address that does not parse or
 //! a zero uid makes the whole frame count as undecodable and be dropped.
+//!
+//! The mirror types are public because [`Frame`] carries them out of the sans-IO
+//! [`Host`](super::Host) to the driver that sends it; their fields are private to this crate, so
+//! a frame is built only by the machines and read only through [`Decoded`].
 
 use std::sync::Arc;
 
-use convoke_membership::{Address, Uid, UniqueAddress};
-use convoke_sharding::sharding::{
+use super::{
     Ballot, CoordinatorMsg, CoordinatorState, RegionMsg, ReplicaMsg, ShardId, StateVersion,
 };
+use convoke_membership::{Address, Uid, UniqueAddress};
 use serde::{Deserialize, Serialize};
 
 /// One frame on an entity type's endpoint.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) enum Frame {
+pub enum Frame {
     /// Region → coordinator.
     ToCoordinator(WireCoordinatorMsg),
     /// Coordinator → region.
@@ -28,9 +32,46 @@ pub(crate) enum Frame {
     Reply(WireReply),
 }
 
+impl Frame {
+    /// The message's name, for logs, counters and traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::ToCoordinator(m) => match m {
+                WireCoordinatorMsg::Register(_) => "Register",
+                WireCoordinatorMsg::RegisterProxy => "RegisterProxy",
+                WireCoordinatorMsg::GetShardHome(_) => "GetShardHome",
+                WireCoordinatorMsg::ShardStarted(_) => "ShardStarted",
+                WireCoordinatorMsg::BeginHandOffAck(_) => "BeginHandOffAck",
+                WireCoordinatorMsg::ShardStopped(_) => "ShardStopped",
+                WireCoordinatorMsg::GracefulShutdownReq => "GracefulShutdownReq",
+                WireCoordinatorMsg::RegionStopped => "RegionStopped",
+            },
+            Self::ToRegion(m) => match m {
+                WireRegionMsg::RegisterAck => "RegisterAck",
+                WireRegionMsg::ShardHome { .. } => "ShardHome",
+                WireRegionMsg::ShardHomes(_) => "ShardHomes",
+                WireRegionMsg::HostShard(_) => "HostShard",
+                WireRegionMsg::BeginHandOff(_) => "BeginHandOff",
+                WireRegionMsg::HandOff(_) => "HandOff",
+                WireRegionMsg::RegisterAgain => "RegisterAgain",
+            },
+            Self::Replica(m) => match m {
+                WireReplicaMsg::Read { .. } => "Read",
+                WireReplicaMsg::ReadReply { .. } => "ReadReply",
+                WireReplicaMsg::Write { .. } => "Write",
+                WireReplicaMsg::WriteAck { .. } => "WriteAck",
+                WireReplicaMsg::Rejected { .. } => "Rejected",
+            },
+            Self::Entity(_) => "Entity",
+            Self::Reply(_) => "Reply",
+        }
+    }
+}
+
 /// A node: address parts and incarnation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct WireNode {
+#[allow(missing_docs)]
+pub struct WireNode {
     system: String,
     host: String,
     port: u16,
@@ -63,7 +104,8 @@ fn node(w: WireNode) -> Result<UniqueAddress, String> {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) enum WireCoordinatorMsg {
+#[allow(missing_docs)]
+pub enum WireCoordinatorMsg {
     Register(Vec<String>),
     RegisterProxy,
     GetShardHome(String),
@@ -110,7 +152,8 @@ impl From<WireCoordinatorMsg> for CoordinatorMsg {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) enum WireRegionMsg {
+#[allow(missing_docs)]
+pub enum WireRegionMsg {
     RegisterAck,
     ShardHome { shard: String, region: WireNode },
     ShardHomes(Vec<(String, WireNode)>),
@@ -164,26 +207,29 @@ impl TryFrom<WireRegionMsg> for RegionMsg {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct WireBallot {
+#[allow(missing_docs)]
+pub struct WireBallot {
     round: u64,
     node: WireNode,
     instance: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct WireVersion {
+#[allow(missing_docs)]
+pub struct WireVersion {
     ballot: WireBallot,
     seq: u64,
 }
 
 /// A coordinator table: each region with its shards in allocation order.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct WireState {
+pub struct WireState {
     regions: Vec<(WireNode, Vec<String>)>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) enum WireReplicaMsg {
+#[allow(missing_docs)]
+pub enum WireReplicaMsg {
     Read { ballot: WireBallot },
     ReadReply { ballot: WireBallot, accepted: Option<(WireVersion, WireState)> },
     Write { version: WireVersion, state: WireState },
@@ -272,20 +318,20 @@ impl TryFrom<WireReplicaMsg> for ReplicaMsg {
 
 /// A message for an entity.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct WireEnvelope {
-    pub(crate) shard: String,
-    pub(crate) entity: String,
+pub struct WireEnvelope {
+    pub(super) shard: String,
+    pub(super) entity: String,
     /// The user's message, postcard-encoded.
-    pub(crate) payload: Vec<u8>,
+    pub(super) payload: Vec<u8>,
     /// Where the answer goes, for an ask.
-    pub(crate) reply_to: Option<(WireNode, u64)>,
+    pub(super) reply_to: Option<(WireNode, u64)>,
 }
 
 /// The answer to an ask.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct WireReply {
-    pub(crate) id: u64,
-    pub(crate) result: Result<Vec<u8>, WireFailure>,
+pub struct WireReply {
+    pub(super) id: u64,
+    pub(super) result: Result<Vec<u8>, WireFailure>,
 }
 
 /// Why an ask got no answer from its entity.
@@ -374,6 +420,21 @@ impl From<&Decoded> for Frame {
 pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
     let frame: Frame = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
     Decoded::try_from(frame)
+}
+
+/// The bytes of `frame` as they travel: postcard, as the messaging layer encodes it.
+pub fn to_bytes(frame: &Frame) -> Vec<u8> {
+    // A frame is strings, numbers and vectors: postcard cannot fail on it.
+    postcard::to_stdvec(frame).unwrap_or_default()
+}
+
+/// The frame in `bytes` (postcard); its nodes are checked when the [`Host`](super::Host) takes
+/// it in.
+///
+/// # Errors
+/// The bytes are not a frame.
+pub fn from_bytes(bytes: &[u8]) -> Result<Frame, String> {
+    postcard::from_bytes(bytes).map_err(|e| e.to_string())
 }
 
 /// Encodes `d` as the frame a region sends.

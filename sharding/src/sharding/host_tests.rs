@@ -1,0 +1,298 @@
+//! Hosts of a few nodes wired together through the encoded frames they send, as the runtime and
+//! the simulator carry them: asks answered across nodes, the correlation of forwarded asks,
+//! messages between the machines of one node handled in place, and the coordinator's stop.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use convoke_membership::member::UpNumber;
+use convoke_membership::version::AppVersion;
+use convoke_membership::{Member, MemberStatus};
+
+use super::tests::{base, node};
+use super::wire::{self, Frame, WireFailure};
+use super::*;
+
+fn member(i: usize, status: MemberStatus) -> Member {
+    let dc: BTreeSet<String> = ["dc-default".to_owned()].into();
+    let up = u32::try_from(i).unwrap() + 1;
+    Member::from_parts(node(i), UpNumber(up), status, dc, AppVersion::default())
+}
+
+fn config() -> ShardingConfig {
+    let mut c = ShardingConfig::new("counter");
+    c.number_of_shards = 12;
+    c.passivate_idle_after = None;
+    c
+}
+
+/// Hosts on nodes 0..n, node 0 the oldest (so the coordinator's home), frames carried in order
+/// as bytes, entities that answer at once with what they were sent.
+struct Nodes {
+    hosts: Vec<Host<u64>>,
+    statuses: Vec<MemberStatus>,
+    wire: VecDeque<(usize, usize, Vec<u8>)>,
+    now: Instant,
+    /// Answers to local asks, by ask number, with the node they came back to.
+    answers: BTreeMap<u64, (usize, Reply)>,
+    /// Entities running, with their node.
+    running: BTreeMap<EntityId, usize>,
+    /// Frames sent from one node to another (never to itself).
+    frames: usize,
+    /// Nodes whose frames cannot be sent (the transport refuses them).
+    refused: BTreeSet<usize>,
+}
+
+impl Nodes {
+    fn new(n: usize) -> Self {
+        let now = base();
+        let hosts = (0..n).map(|i| Host::new(config(), node(i), true)).collect();
+        let mut nodes = Self {
+            hosts,
+            statuses: vec![MemberStatus::Up; n],
+            wire: VecDeque::new(),
+            now,
+            answers: BTreeMap::new(),
+            running: BTreeMap::new(),
+            frames: 0,
+            refused: BTreeSet::new(),
+        };
+        nodes.members_changed();
+        nodes.hosts[0].coordinator_up(now);
+        nodes.settle();
+        nodes
+    }
+
+    fn members(&self) -> Vec<Member> {
+        let statuses = self.statuses.iter().enumerate();
+        statuses.filter(|(_, s)| **s != MemberStatus::Removed).map(|(i, s)| member(i, *s)).collect()
+    }
+
+    fn members_changed(&mut self) {
+        let members = self.members();
+        for i in 0..self.hosts.len() {
+            if self.statuses[i] == MemberStatus::Up {
+                self.hosts[i].handle_members(&members, &BTreeSet::new(), self.now);
+            }
+        }
+    }
+
+    /// Carries out node `i`'s outputs.
+    fn outputs(&mut self, i: usize) {
+        while let Some(out) = self.hosts[i].poll_output() {
+            match out {
+                HostOutput::Send { to, frame } => {
+                    let j = (0..self.hosts.len()).find(|j| node(*j) == to).unwrap();
+                    assert_ne!(i, j, "a host sends nothing to itself: {frame:?}");
+                    if self.refused.contains(&i) {
+                        self.hosts[i].undeliverable(frame, "refused");
+                        continue;
+                    }
+                    self.frames += 1;
+                    self.wire.push_back((i, j, wire::to_bytes(&frame)));
+                }
+                HostOutput::StartEntity { entity, .. } => {
+                    let other = self.running.insert(entity.clone(), i);
+                    assert!(other.is_none(), "{entity} started on {i} while it runs on {other:?}");
+                }
+                HostOutput::DeliverToEntity { payload, reply, .. } => {
+                    match answer(reply, Ok(payload)) {
+                        Some(HostOutput::Send { to, frame }) => {
+                            let j = (0..self.hosts.len()).find(|j| node(*j) == to).unwrap();
+                            self.frames += 1;
+                            self.wire.push_back((i, j, wire::to_bytes(&frame)));
+                        }
+                        Some(HostOutput::Reply { to, result }) => {
+                            self.answers.insert(to, (i, result));
+                        }
+                        _ => {}
+                    }
+                }
+                HostOutput::StopEntity { shard, entity } => {
+                    self.running.remove(&entity);
+                    self.hosts[i].entity_stopped(&shard, &entity, self.now);
+                }
+                HostOutput::Reply { to, result } => {
+                    self.answers.insert(to, (i, result));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs until nothing moves: every output carried out, every frame taken in, the timers
+    /// due by now fired. Time stands still.
+    fn settle(&mut self) {
+        for _ in 0..100_000 {
+            for i in 0..self.hosts.len() {
+                self.outputs(i);
+            }
+            if let Some((from, to, bytes)) = self.wire.pop_front() {
+                if self.statuses[to] == MemberStatus::Up {
+                    let frame: Frame = wire::from_bytes(&bytes).unwrap();
+                    self.hosts[to].handle_frame(node(from), frame, self.now).unwrap();
+                }
+                continue;
+            }
+            let now = self.now;
+            let due = (0..self.hosts.len()).find(|i| {
+                self.statuses[*i] == MemberStatus::Up
+                    && self.hosts[*i].poll_timeout().is_some_and(|t| t <= now)
+            });
+            match due {
+                Some(i) => self.hosts[i].handle_timeout(now),
+                None => return,
+            }
+        }
+        panic!("the hosts never settled");
+    }
+
+    fn ask(&mut self, from: usize, entity: &str, id: u64) {
+        let shard = shard_for_entity(entity, 12);
+        let payload = id.to_le_bytes().to_vec();
+        self.hosts[from].ask(shard, entity.into(), payload, Some(id), self.now);
+        self.settle();
+    }
+
+    /// The node whose host runs `entity` once asked.
+    fn host_of(&self, entity: &str) -> usize {
+        self.running[entity]
+    }
+
+    /// An entity that runs on node `on`, started by asks from node 0.
+    fn entity_on(&mut self, on: usize) -> String {
+        let on_node = |n: &mut Self, e: &str| {
+            n.ask(0, e, 1000);
+            n.host_of(e) == on
+        };
+        (0..100).map(|i| format!("e{i}")).find(|e| on_node(self, e)).unwrap()
+    }
+}
+
+#[test]
+fn an_ask_from_every_node_reaches_the_one_entity_and_its_answer_comes_back_to_the_asker() {
+    let mut nodes = Nodes::new(3);
+    for (id, from) in [(1, 0), (2, 1), (3, 2)] {
+        nodes.ask(from, "alice", id);
+        let (at, result) = &nodes.answers[&id];
+        assert_eq!(*at, from, "the answer to ask {id} comes back to its asker");
+        assert_eq!(result, &Ok(id.to_le_bytes().to_vec()));
+    }
+    assert_eq!(nodes.running.len(), 1);
+    for h in &nodes.hosts {
+        assert_eq!(h.pending_asks(), 0, "every forwarded ask has been answered");
+    }
+}
+
+#[test]
+fn the_machines_of_one_node_talk_in_place_and_a_lone_node_sends_nothing() {
+    let mut nodes = Nodes::new(1);
+    nodes.ask(0, "bob", 7);
+    assert_eq!(nodes.answers[&7].1, Ok(7u64.to_le_bytes().to_vec()));
+    assert_eq!(nodes.frames, 0, "the coordinator, region and replica of one node need no frame");
+}
+
+#[test]
+fn an_ask_forwarded_to_a_node_that_is_downed_fails_at_once_and_not_at_its_timeout() {
+    let mut nodes = Nodes::new(3);
+    // Find an entity hosted away from node 0, then freeze its node so no answer comes.
+    let entity = (0..100)
+        .map(|i| format!("e{i}"))
+        .find(|e| {
+            nodes.ask(0, e, 1000);
+            nodes.host_of(e) != 0
+        })
+        .unwrap();
+    let far = nodes.host_of(&entity);
+    nodes.statuses[far] = MemberStatus::Removed;
+    let members = nodes.members();
+    nodes.hosts[0].ask(
+        shard_for_entity(&entity, 12),
+        entity.as_str().into(),
+        vec![0; 8],
+        Some(5),
+        nodes.now,
+    );
+    nodes.outputs(0);
+    nodes.wire.clear();
+    assert_eq!(nodes.hosts[0].pending_asks(), 1);
+    nodes.hosts[0].handle_members(&members, &BTreeSet::new(), nodes.now);
+    nodes.outputs(0);
+    let (_, result) = &nodes.answers[&5];
+    assert!(
+        matches!(result, Err(WireFailure::Unreachable(why)) if why.contains("left the cluster")),
+        "{result:?}"
+    );
+    assert_eq!(nodes.hosts[0].pending_asks(), 0);
+}
+
+#[test]
+fn a_frame_that_cannot_be_sent_fails_the_ask_it_carries() {
+    let mut nodes = Nodes::new(2);
+    let entity = nodes.entity_on(1);
+    nodes.refused.insert(0);
+    nodes.ask(0, &entity, 9);
+    let (_, result) = &nodes.answers[&9];
+    assert_eq!(result, &Err(WireFailure::Unreachable("refused".to_owned())));
+    assert_eq!(nodes.hosts[0].pending_asks(), 0);
+}
+
+#[test]
+fn forgotten_asks_are_no_longer_answered() {
+    let mut nodes = Nodes::new(2);
+    let entity = nodes.entity_on(1);
+    nodes.hosts[0].ask(
+        shard_for_entity(&entity, 12),
+        entity.as_str().into(),
+        11u64.to_le_bytes().to_vec(),
+        Some(11),
+        nodes.now,
+    );
+    nodes.outputs(0);
+    nodes.hosts[0].forget_asks(|id| *id != 11);
+    nodes.settle();
+    assert!(!nodes.answers.contains_key(&11), "the asker gave up; its reply is dropped");
+}
+
+#[test]
+fn a_coordinator_asked_to_stop_says_so_at_once_when_its_table_is_written() {
+    let mut nodes = Nodes::new(3);
+    nodes.ask(1, "carol", 1);
+    nodes.hosts[0].coordinator_down(Duration::from_secs(8), nodes.now);
+    let mut stopped = false;
+    while let Some(out) = nodes.hosts[0].poll_output() {
+        stopped |= matches!(out, HostOutput::CoordinatorStopped);
+    }
+    assert!(stopped, "nothing was left to write");
+    assert!(nodes.hosts[0].coordinator().is_none());
+}
+
+#[test]
+fn a_coordinator_asked_to_stop_while_writing_waits_for_the_write_or_its_budget() {
+    let mut nodes = Nodes::new(3);
+    // A new shard is allocated: the coordinator writes the change to the replicas.
+    nodes.hosts[1].ask(shard_for_entity("dave", 12), "dave".into(), vec![0; 8], Some(2), nodes.now);
+    nodes.outputs(1);
+    // Deliver frames until the coordinator has a write outstanding.
+    let mut writing = false;
+    while let Some((from, to, bytes)) = nodes.wire.pop_front() {
+        let frame = wire::from_bytes(&bytes).unwrap();
+        nodes.hosts[to].handle_frame(node(from), frame, nodes.now).unwrap();
+        nodes.outputs(to);
+        if nodes.hosts[0].coordinator_status().is_some_and(|s| s.writing) {
+            writing = true;
+            break;
+        }
+        nodes.outputs(0);
+    }
+    assert!(writing, "the allocation is being written");
+    nodes.wire.clear();
+    let budget = Duration::from_secs(1);
+    nodes.hosts[0].coordinator_down(budget, nodes.now);
+    let early: Vec<_> = std::iter::from_fn(|| nodes.hosts[0].poll_output()).collect();
+    assert!(!early.iter().any(|o| matches!(o, HostOutput::CoordinatorStopped)), "{early:?}");
+    assert!(nodes.hosts[0].poll_timeout().is_some_and(|t| t <= nodes.now + budget));
+    nodes.hosts[0].handle_timeout(nodes.now + budget);
+    let late: Vec<_> = std::iter::from_fn(|| nodes.hosts[0].poll_output()).collect();
+    assert!(late.iter().any(|o| matches!(o, HostOutput::CoordinatorStopped)), "{late:?}");
+}
