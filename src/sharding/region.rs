@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use convoke_sharding::sharding::wire::{Frame, WireFailure};
@@ -15,7 +16,7 @@ use convoke_sharding::sharding::{
 };
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::{Entity, EntityContext, ShardingError};
@@ -87,6 +88,50 @@ pub(super) struct EntityTask {
     mailbox: mpsc::Receiver<Box<Envelope>>,
     replies: Replies,
     events: mpsc::UnboundedSender<Event>,
+    gate: Arc<Gate>,
+    /// Set when the entity's shard stopped because the node was found frozen.
+    abandoned: Arc<AtomicBool>,
+}
+
+/// Holds the entities of one entity type while their region task has not run for longer than
+/// the host's watch interval: the process may have been frozen, and until the region task has
+/// run (and, if it was, stopped the shards), nothing queued before the freeze is handled. See
+/// `docs/sharding-design.md`, "Frozen hosts".
+pub(super) struct Gate {
+    origin: Instant,
+    /// When the region task last ran, in milliseconds since `origin`.
+    ran_at: AtomicU64,
+    ran: Notify,
+    /// Entities wait when the region task has not run for this long.
+    silence: Duration,
+}
+
+impl Gate {
+    fn new(silence: Duration) -> Self {
+        Self { origin: Instant::now(), ran_at: AtomicU64::new(0), ran: Notify::new(), silence }
+    }
+
+    fn millis(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The region task has run, after taking any freeze into account.
+    fn ran(&self) {
+        self.ran_at.store(self.millis(), Ordering::Release);
+        self.ran.notify_waiters();
+    }
+
+    /// Waits until the region task has run within the silence.
+    async fn pass(&self) {
+        let silence = u64::try_from(self.silence.as_millis()).unwrap_or(u64::MAX);
+        loop {
+            let ran = self.ran.notified();
+            if self.millis().saturating_sub(self.ran_at.load(Ordering::Acquire)) <= silence {
+                return;
+            }
+            ran.await;
+        }
+    }
 }
 
 /// What entity tasks tell their region task.
@@ -174,11 +219,14 @@ where
     E: Entity,
     F: Fn(&str) -> E + Send + Sync + 'static,
 {
-    let EntityTask { id, shard, mut mailbox, replies, events } = task;
+    let EntityTask { id, shard, mut mailbox, replies, events, gate, abandoned } = task;
     // Declared first, so dropped last: after the entity and its mailbox.
     let _stopped = StoppedGuard { events: events.clone(), shard: shard.clone(), id: id.clone() };
     let failure = match std::panic::catch_unwind(AssertUnwindSafe(|| factory(&id))) {
-        Ok(entity) => serve_entity(entity, &id, &shard, &mut mailbox, &replies, &events).await,
+        Ok(entity) => {
+            let fence = Fence { gate: &gate, abandoned: &abandoned };
+            serve_entity(entity, &id, &shard, &mut mailbox, &replies, &events, fence).await
+        }
         Err(_) => {
             tracing::error!(entity = %id, shard = %shard, "the entity factory panicked");
             format!("the factory of entity '{id}' panicked")
@@ -191,6 +239,13 @@ where
     }
 }
 
+/// What an entity checks before each message: that its region task has run lately, and that
+/// its shard was not stopped for a freeze.
+struct Fence<'a> {
+    gate: &'a Gate,
+    abandoned: &'a AtomicBool,
+}
+
 /// Feeds `entity` its messages; returns why it ended (answered to what is still queued).
 async fn serve_entity<E: Entity>(
     mut entity: E,
@@ -199,10 +254,17 @@ async fn serve_entity<E: Entity>(
     mailbox: &mut mpsc::Receiver<Box<Envelope>>,
     replies: &Replies,
     events: &mpsc::UnboundedSender<Event>,
+    fence: Fence<'_>,
 ) -> String {
     let mut ctx =
         EntityContext { entity_id: id.clone(), shard_id: shard.clone(), passivate: false };
     while let Some(envelope) = mailbox.recv().await {
+        fence.gate.pass().await;
+        if fence.abandoned.load(Ordering::Acquire) {
+            // Queued before a freeze, after which another node may host the entity.
+            replies.send(envelope.reply, Err(WireFailure::HandedOff));
+            continue;
+        }
         let message = match postcard::from_bytes::<E::Message>(&envelope.payload) {
             Ok(m) => m,
             Err(e) => {
@@ -251,6 +313,7 @@ pub(super) fn start(
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let self_node = messaging.self_node().clone();
     let task = Task {
+        gate: Arc::new(Gate::new(config.retry_interval)),
         host: Host::new(config.clone(), self_node, hosting),
         type_name: config.type_name,
         coordinator_done: None,
@@ -272,11 +335,13 @@ struct EntityHandle {
     /// Boxed: the channel allocates its slots in blocks, and an idle entity's block of
     /// pointers is a fraction of a block of envelopes.
     mailbox: Option<mpsc::Sender<Box<Envelope>>>,
+    abandoned: Arc<AtomicBool>,
 }
 
 struct Task {
     type_name: String,
     host: Host<Asker>,
+    gate: Arc<Gate>,
     /// The singleton waits for the coordinator asked to stop.
     coordinator_done: Option<oneshot::Sender<()>>,
     /// Running entity tasks by shard and id (one id may come with two shard ids from two
@@ -305,12 +370,18 @@ impl Task {
         self.feed_members(&snapshot);
         let mut sweep = tokio::time::interval(Duration::from_secs(5));
         loop {
+            // Due timers first: after a freeze, the host must see how late it is (and stop its
+            // shards) before the gate lets an entity handle anything queued.
+            if self.host.poll_timeout().is_some_and(|t| t <= now()) {
+                self.host.handle_timeout(now());
+            }
             self.drain();
             if self.coordinator_done.as_ref().is_some_and(oneshot::Sender::is_closed) {
                 // The singleton no longer waits: the coordinator stops now, written or not.
                 self.host.coordinator_stop_now();
                 self.drain();
             }
+            self.gate.ran();
             let wake = self.host.poll_timeout().map(Instant::from_std);
             tokio::select! {
                 changed = snapshots.changed() => {
@@ -425,13 +496,17 @@ impl Task {
             HostOutput::StartEntity { shard, entity } => {
                 let (tx, rx) = mpsc::channel(self.mailbox_size);
                 let key = (shard.clone(), entity.clone());
-                self.entities.insert(key, EntityHandle { mailbox: Some(tx) });
+                let abandoned = Arc::new(AtomicBool::new(false));
+                let handle = EntityHandle { mailbox: Some(tx), abandoned: abandoned.clone() };
+                self.entities.insert(key, handle);
                 (self.spawner)(EntityTask {
                     id: entity,
                     shard,
                     mailbox: rx,
                     replies: self.replies.clone(),
                     events: self.events.clone(),
+                    gate: self.gate.clone(),
+                    abandoned,
                 });
             }
             HostOutput::DeliverToEntity { shard, entity, payload, reply } => {
@@ -465,8 +540,16 @@ impl Task {
             HostOutput::ShardStarted(shard) => {
                 tracing::debug!(%entity_type, %shard, "shard starts here");
             }
-            HostOutput::ShardHandingOff(shard) => {
-                tracing::debug!(%entity_type, %shard, "shard hands off");
+            HostOutput::ShardHandingOff { shard, frozen } => {
+                if frozen {
+                    tracing::warn!(%entity_type, %shard, "this node was frozen; stopping the shard, failing what its entities hold");
+                    let held = self.entities.iter().filter(|((s, _), _)| *s == shard);
+                    for (_, h) in held {
+                        h.abandoned.store(true, Ordering::Release);
+                    }
+                } else {
+                    tracing::debug!(%entity_type, %shard, "shard hands off");
+                }
             }
             HostOutput::ShardStopped(shard) => {
                 tracing::debug!(%entity_type, %shard, "shard stopped here");
@@ -498,5 +581,26 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_gate_holds_entities_while_their_region_task_has_not_run_lately() {
+        let gate = Gate::new(Duration::from_secs(1));
+        let wait = Duration::from_millis(100);
+        gate.ran();
+        assert!(tokio::time::timeout(wait, gate.pass()).await.is_ok(), "it ran just now");
+        // The process was frozen (or the task starved) for two seconds.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(tokio::time::timeout(wait, gate.pass()).await.is_err(), "held");
+        let held = gate.pass();
+        tokio::pin!(held);
+        assert!(futures::poll!(held.as_mut()).is_pending());
+        gate.ran();
+        assert!(tokio::time::timeout(wait, held).await.is_ok(), "let through once it has run");
     }
 }

@@ -85,8 +85,14 @@ pub enum HostOutput<R> {
     },
     /// Shard `0` starts here (for logs and checks: entities start on their first message).
     ShardStarted(ShardId),
-    /// Shard `0` stops every entity for a handoff or because the node was frozen.
-    ShardHandingOff(ShardId),
+    /// A shard stops every entity, for a handoff or because the node was found frozen.
+    ShardHandingOff {
+        /// The shard.
+        shard: ShardId,
+        /// The node was frozen: the others may host the shard by now, so whatever its entities
+        /// still hold, queued before the freeze, must be answered with a failure, not handled.
+        frozen: bool,
+    },
     /// Shard `0` has stopped every entity and is no longer hosted here.
     ShardStopped(ShardId),
     /// The coordinator has started here, with its instance number.
@@ -522,7 +528,9 @@ impl<R> Host<R> {
                 self.outputs.push_back(HostOutput::ShardStarted(shard));
             }
             RegionOutput::HandOffShard(shard) => {
-                self.outputs.push_back(HostOutput::ShardHandingOff(shard.clone()));
+                let frozen = self.region.stopping_after_freeze(&shard);
+                self.outputs
+                    .push_back(HostOutput::ShardHandingOff { shard: shard.clone(), frozen });
                 if let Some(s) = self.shards.get_mut(&shard) {
                     s.hand_off();
                 }

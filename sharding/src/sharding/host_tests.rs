@@ -296,3 +296,40 @@ fn a_coordinator_asked_to_stop_while_writing_waits_for_the_write_or_its_budget()
     let late: Vec<_> = std::iter::from_fn(|| nodes.hosts[0].poll_output()).collect();
     assert!(late.iter().any(|o| matches!(o, HostOutput::CoordinatorStopped)), "{late:?}");
 }
+
+#[test]
+fn a_host_found_frozen_stops_its_shards_and_says_their_entities_hold_only_stale_messages() {
+    let mut nodes = Nodes::new(2);
+    let entity = nodes.entity_on(1);
+    let shard = shard_for_entity(&entity, 12);
+    let deadline = nodes.hosts[1].poll_timeout().unwrap();
+    // Node 1 runs again long after the deadline it asked for: it was frozen.
+    let late = deadline + Duration::from_secs(30);
+    nodes.hosts[1].handle_timeout(late);
+    let outs: Vec<_> = std::iter::from_fn(|| nodes.hosts[1].poll_output()).collect();
+    let frozen = outs.iter().find_map(|o| match o {
+        HostOutput::ShardHandingOff { shard: s, frozen } if *s == shard => Some(*frozen),
+        _ => None,
+    });
+    assert_eq!(frozen, Some(true), "{outs:?}");
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, HostOutput::StopEntity { entity: e, .. } if **e == *entity)),
+        "{outs:?}"
+    );
+}
+
+#[test]
+fn a_shard_the_coordinator_moves_hands_off_without_the_freeze_mark() {
+    let mut nodes = Nodes::new(2);
+    let entity = nodes.entity_on(1);
+    let shard = shard_for_entity(&entity, 12);
+    let hand_off = Frame::ToRegion((&RegionMsg::HandOff(shard.clone())).into());
+    nodes.hosts[1].handle_frame(node(0), hand_off, nodes.now).unwrap();
+    let outs: Vec<_> = std::iter::from_fn(|| nodes.hosts[1].poll_output()).collect();
+    let frozen = outs.iter().find_map(|o| match o {
+        HostOutput::ShardHandingOff { shard: s, frozen } if *s == shard => Some(*frozen),
+        _ => None,
+    });
+    assert_eq!(frozen, Some(false), "{outs:?}");
+}

@@ -231,6 +231,12 @@ impl<M> Region<M> {
         }
     }
 
+    /// Whether the local `shard` is stopping because the node was found frozen (no coordinator
+    /// asked for it): what its entities still hold was queued before the freeze and is stale.
+    pub fn stopping_after_freeze(&self, shard: &ShardId) -> bool {
+        self.local.get(shard) == Some(&Local::Stopping)
+    }
+
     /// The region the message for `shard` would go to now: `None` while its home is unknown.
     pub fn home(&self, shard: &ShardId) -> Option<&UniqueAddress> {
         self.homes.get(shard)

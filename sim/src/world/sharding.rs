@@ -116,7 +116,8 @@ impl Sim {
                 ss.shard_epochs.insert(shard.clone(), epoch);
                 self.note(|| format!("slot {slot} shard {shard} starts"));
             }
-            HostOutput::ShardHandingOff(shard) => {
+            // Simulated entities hold no queue: they answer at once.
+            HostOutput::ShardHandingOff { shard, .. } => {
                 s.stats.hand_offs += 1;
                 s.hash(now, slot, "hand-off");
                 self.note(|| format!("slot {slot} shard {shard} hands off"));
