@@ -9,8 +9,7 @@
 //! 6. Otherwise keep probing, expecting the lowest to form it.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::contact_point::{ContactPoint, SelfContactPoint};
 use crate::settings::BootstrapSettings;
@@ -212,6 +211,11 @@ mod tests {
 
     const MARGIN: Duration = Duration::from_secs(5);
 
+    #[allow(clippy::disallowed_methods, reason = "the base instant; only offsets from it matter")]
+    fn t0() -> Instant {
+        Instant::now()
+    }
+
     fn cp(host: &str) -> ContactPoint {
         ContactPoint::new(host, Some(8558), Some(host.parse().unwrap()))
     }
@@ -242,7 +246,7 @@ mod tests {
     impl Case {
         fn new(hosts: &[&str]) -> Self {
             Self {
-                start: Instant::now(),
+                start: t0(),
                 contact_points: hosts.iter().map(|h| cp(h)).collect(),
                 observations: BTreeMap::new(),
             }

@@ -2,7 +2,10 @@
 //! discovery and form exactly one cluster.
 //!
 //! Each node looks its service up, probes every discovered contact point's
-//! `GET /bootstrap/seed-nodes`, and feeds what it learned to a pure join decider. A node joins an
+//! `GET /bootstrap/seed-nodes`, and feeds what it learned to a pure join decider. What to look up
+//! and probe, when, and when to decide is a sans-IO state machine, [`BootstrapMachine`]; the
+//! [`Coordinator`] drives it with tokio, a [`ServiceDiscovery`](convoke_discovery::ServiceDiscovery)
+//! and a [`Prober`] (`docs/architecture.md`, "Bootstrap's state machine"). A node joins an
 //! existing cluster as soon as any contact point reports one; otherwise, once the discovered set
 //! has been stable for the stable margin and enough contact points have answered, only the node
 //! with the lowest contact-point address forms a new cluster, and the others join it when it
@@ -35,7 +38,9 @@
 //!   contact point).
 //! - [`probe`]: the contact-point probe ([`Prober`], the HTTP implementation and its
 //!   [`HttpProberError`], the `seed-nodes` JSON).
-//! - [`coordinator`]: the lookup loop with backoff, one prober task per target, and the decision.
+//! - [`machine`]: the sans-IO state machine ([`BootstrapMachine`], its [`Action`]s): the lookup
+//!   backoff, each probe and its timing, giving a contact point up, and when to run the decider.
+//! - [`coordinator`]: the tokio driver of the machine, running its lookups and probes.
 //! - [`status`]: what `GET /bootstrap/status` shows.
 #![warn(missing_docs)]
 
@@ -43,6 +48,7 @@ pub mod contact_point;
 pub mod coordinator;
 pub mod decider;
 pub mod local_node;
+pub mod machine;
 pub mod probe;
 pub mod settings;
 pub mod status;
@@ -51,6 +57,7 @@ pub use contact_point::{ContactPoint, SelfContactPoint};
 pub use coordinator::Coordinator;
 pub use decider::{Decision, Verdict};
 pub use local_node::LocalNode;
+pub use machine::{Action, BootstrapMachine};
 pub use probe::{HttpProber, HttpProberError, ProbeError, Prober, SeedNode, SeedNodes};
 pub use settings::{BootstrapSettings, ContactPointSettings, InvalidSetting};
 pub use status::{BootstrapStatus, Dropped, StatusView};

@@ -1,10 +1,11 @@
-//! What the coordinator needs to know about this node that is not in the `[bootstrap]` table:
+//! What bootstrap needs to know about this node that is not in the `[bootstrap]` table:
 //! facts from other tables or known only once the node runs.
 
 use crate::contact_point::SelfContactPoint;
 
 /// This node, as bootstrap sees it. Passed to [`Coordinator::new`](crate::Coordinator::new)
-/// next to the [`BootstrapSettings`](crate::BootstrapSettings).
+/// (and [`BootstrapMachine::new`](crate::BootstrapMachine::new)) next to the
+/// [`BootstrapSettings`](crate::BootstrapSettings).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LocalNode {
     /// The cluster's system name; the service looked up when `bootstrap.service_name` is `""`.
@@ -19,7 +20,8 @@ pub struct LocalNode {
     pub https: bool,
     /// The management base path (`""` or `/something`) that probe URLs start with.
     pub base_path: String,
-    /// Seed of the jitter; `None` draws one from the OS.
+    /// Seed of the jitter; `None` makes the coordinator draw one from the OS. (The machine takes
+    /// its seed as an argument and does not read this.)
     pub seed: Option<u64>,
 }
 

@@ -116,7 +116,7 @@ impl Default for ContactPointSettings {
 
 impl ContactPointSettings {
     /// The fallback port in effect: [`fallback_port`](Self::fallback_port), or this node's
-    /// management port when it is unset. The coordinator resolves it once, here.
+    /// management port when it is unset. The bootstrap machine resolves it once, here.
     pub fn effective_fallback_port(&self, management_port: u16) -> u16 {
         self.fallback_port.unwrap_or(management_port)
     }

@@ -1,9 +1,10 @@
-//! What the coordinator is doing and why, for `GET /bootstrap/status`.
+//! What bootstrap is doing and why, for `GET /bootstrap/status`: the
+//! [`BootstrapMachine`](crate::BootstrapMachine) keeps it, the coordinator publishes it.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use serde::Serialize;
-use tokio::time::Instant;
 
 use crate::contact_point::ContactPoint;
 use crate::decider::{Decision, Verdict};
@@ -64,7 +65,7 @@ impl std::fmt::Display for Dropped {
     }
 }
 
-/// The coordinator's state, with instants; [`BootstrapStatus::view`] turns it into JSON.
+/// Bootstrap's state, with instants; [`BootstrapStatus::view`] turns it into JSON.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BootstrapStatus {
     /// The phase.
@@ -106,7 +107,7 @@ impl BootstrapStatus {
         }
     }
 
-    /// The status of a coordinator that starts looking up `lookup`.
+    /// The status of bootstrap as it starts looking up `lookup`.
     pub fn probing(lookup: impl Into<String>, self_contact_point: impl Into<String>) -> Self {
         Self {
             phase: Phase::Probing,
@@ -117,8 +118,10 @@ impl BootstrapStatus {
         }
     }
 
-    /// The JSON view at `now` (ages in milliseconds).
-    pub fn view(&self, now: Instant) -> StatusView {
+    /// The JSON view at `now` (ages in milliseconds). `now` is a [`std::time::Instant`] or a
+    /// tokio one, from the clock the status's instants were read from.
+    pub fn view(&self, now: impl Into<Instant>) -> StatusView {
+        let now = now.into();
         let age = |at: Instant| {
             u64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u64::MAX)
         };

@@ -1,13 +1,17 @@
-//! The coordinator in paused tokio time, with scripted discovery and scripted probe answers.
+//! The coordinator driving the machine in paused tokio time, with scripted discovery and
+//! scripted probe answers: the machine's timing as the real driver carries it out.
+#![allow(clippy::disallowed_methods, reason = "paused tokio time is the clock of these tests")]
 
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use futures::future::BoxFuture;
+use tokio::time::Instant;
 
 use super::*;
 use crate::contact_point::SelfContactPoint;
-use crate::local_node::LocalNode;
 use crate::probe::SeedNode;
+use crate::status::{Phase, ProbeOutcome};
 
 type Script = dyn Fn(usize, Duration) -> Result<Vec<ContactPoint>, ()> + Send + Sync;
 
@@ -293,8 +297,14 @@ async fn the_stable_margin_restarts_when_the_discovered_set_changes() {
     let joined = start.elapsed();
     let (first, second) = changed.await.unwrap();
     assert!(second - first >= Duration::from_secs(4), "{:?}", second - first);
-    assert!(joined >= (second - start) + Duration::from_secs(5), "joined after {joined:?}");
-    assert!(joined <= (second - start) + Duration::from_secs(7), "joined after {joined:?}");
+    assert!(
+        joined >= (second - start.into_std()) + Duration::from_secs(5),
+        "joined after {joined:?}"
+    );
+    assert!(
+        joined <= (second - start.into_std()) + Duration::from_secs(7),
+        "joined after {joined:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -333,14 +343,14 @@ async fn a_probe_gives_up_only_after_its_deadline_and_a_slow_answer_costs_one_at
         .lock()
         .unwrap()
         .iter()
-        .filter(|(at, url)| url.contains("10.0.0.2") && *at < gave_up)
+        .filter(|(at, url)| url.contains("10.0.0.2") && at.into_std() < gave_up)
         .count();
     run.abort();
     let settings = settings();
     assert!(
-        gave_up - start >= settings.contact_point.probing_failure_timeout,
+        gave_up - start.into_std() >= settings.contact_point.probing_failure_timeout,
         "gave up after {:?}",
-        gave_up - start
+        gave_up - start.into_std()
     );
     assert!(
         attempts_before >= 2,
@@ -488,4 +498,21 @@ async fn targets_that_are_not_probed_are_listed_with_the_reason() {
     assert!(probed.iter().all(|u| !u.contains(":25520") && !u.contains(":8559")), "{probed:?}");
     let reason = &view.verdict.as_ref().unwrap().reason;
     assert!(reason.contains("5 discovered targets are not probed"), "{reason}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_until_stops_when_told_and_shows_the_stopped_phase() {
+    let discovery = ScriptedDiscovery::new(|_, _| Ok(vec![cp(1), cp(2), cp(3)]));
+    let prober = ScriptedProber::new(|_| Answer::NoCluster);
+    let (coordinator, status) = Coordinator::new(&settings(), local(1), discovery, prober.clone());
+    let start = Instant::now();
+    let stopped = coordinator.run_until(tokio::time::sleep(Duration::from_secs(2))).await;
+    assert_eq!(stopped, None);
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert_eq!(status.borrow().phase, Phase::Stopped);
+    // It probed meanwhile, and nothing after it stopped.
+    let probes = prober.probes.lock().unwrap().len();
+    assert!(probes >= 3, "{probes}");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(prober.probes.lock().unwrap().len(), probes);
 }
