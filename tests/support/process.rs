@@ -1,6 +1,7 @@
 //! Running the `convoke` binary as a child process and reading its log.
 
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ pub struct Proc {
     pub child: Child,
     lines: Arc<Mutex<Vec<String>>>,
     notify: Arc<Notify>,
+    /// Set once the whole log has been read (the process closed its stderr).
+    read_all: Arc<AtomicBool>,
 }
 
 /// How long a starting process may take to log its bound address.
@@ -147,16 +150,18 @@ impl Proc {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let notify = Arc::new(Notify::new());
         let stderr = child.stderr.take().unwrap();
-        let (l, n) = (lines.clone(), notify.clone());
+        let read_all = Arc::new(AtomicBool::new(false));
+        let (l, n, all) = (lines.clone(), notify.clone(), read_all.clone());
         tokio::spawn(async move {
             let mut r = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = r.next_line().await {
                 l.lock().unwrap().push(line);
                 n.notify_waiters();
             }
+            all.store(true, Ordering::Release);
             n.notify_waiters();
         });
-        Proc { port, child, lines, notify }
+        Proc { port, child, lines, notify, read_all }
     }
 
     /// The value of the `key` field (`node=`, `url=`) of the first line containing `message`,
@@ -234,13 +239,25 @@ impl Proc {
         assert!(ok, "kill {flag} {pid}");
     }
 
-    /// Waits for the process to exit and returns its exit code. A process still running after
-    /// `timeout` fails the test with its log, so that the failure shows what the node was doing.
+    /// Waits for the process to exit and its log to be read to the end, and returns its exit
+    /// code. A process still running after `timeout` fails the test with its log, so that the
+    /// failure shows what the node was doing.
     pub async fn exit_code(&mut self, timeout: Duration) -> Option<i32> {
-        match tokio::time::timeout(timeout, self.child.wait()).await {
-            Ok(status) => status.unwrap().code(),
+        let exited = async {
+            let status = self.child.wait().await.unwrap();
+            // The last lines may still be in the pipe when the process has gone.
+            loop {
+                let notified = self.notify.notified();
+                if self.read_all.load(Ordering::Acquire) {
+                    return status.code();
+                }
+                notified.await;
+            }
+        };
+        match tokio::time::timeout(timeout, exited).await {
+            Ok(code) => code,
             Err(_) => panic!(
-                "the process did not exit within {timeout:?}; its log:\n{}",
+                "the process did not exit and close its log within {timeout:?}; its log:\n{}",
                 self.log().join("\n")
             ),
         }
