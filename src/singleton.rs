@@ -6,9 +6,12 @@
 //! machine that the simulator also runs. Here, one task per singleton feeds it the node's
 //! membership snapshots, the hand-over messages of the other nodes' managers (tells on the
 //! messaging endpoint `convoke.singleton/<name>`), its timers, the instance's end and the
-//! lease's answers, and carries out what it outputs: start the instance, signal it to stop
-//! (aborting it after `singleton.hand_over_timeout`), send a hand-over message, acquire or
-//! release the lease.
+//! lease's answers, and carries out what it outputs: start the instance, signal it to stop, abort
+//! it (the manager says when: `singleton.hand_over_timeout` after the stop), send a hand-over
+//! message, acquire, renew or release the lease. The manager also decides when the lease is
+//! renewed and what an answer means; the only timing left here is the lease's operation timeout,
+//! an IO timeout around each lease call (an operation that does not answer in time answers
+//! `false`).
 //!
 //! [`SingletonProxy`] routes asks to wherever the instance runs: to the endpoint the instance
 //! registers on its node, on the oldest member with the role, waiting (within its timeout, at
@@ -24,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use convoke_membership::sbr::{Lease, LeaseOp, perform};
 use convoke_membership::{Member, UniqueAddress};
 use convoke_sharding::singleton::{
-    HandOver, Output, Phase, SingletonConfig, SingletonManager, SingletonStatus, oldest_candidate,
+    HandOver, Output, SingletonConfig, SingletonManager, SingletonStatus, oldest_candidate,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -256,6 +259,10 @@ impl Singletons {
         config.min_hand_over_retries = s.min_number_of_hand_over_retries;
         config.removal_margin = inner.removal_margin;
         config.use_lease = lease.is_some();
+        config.hand_over_timeout = s.hand_over_timeout;
+        if let Some(l) = &lease {
+            config.lease_heartbeat_interval = l.settings().heartbeat_interval;
+        }
         let now = Instant::now().into_std();
         let manager = SingletonManager::new(config, inner.messaging.self_node().clone(), now);
         let (status_tx, status_rx) = watch::channel(manager.status());
@@ -266,10 +273,9 @@ impl Singletons {
             manager,
             name: name.to_owned(),
             factory,
-            lease: lease.map(|l| LeaseHandle { lease: l, renew_at: None }),
+            lease,
             messaging: inner.messaging.clone(),
             control: inner.control.clone(),
-            hand_over_timeout: s.hand_over_timeout,
             status: status_tx,
             instance: None,
             leave_waiters: Vec::new(),
@@ -323,14 +329,6 @@ fn hand_over_key(name: &str) -> EndpointKey<HandOver, ()> {
 struct Instance {
     stop: CancellationToken,
     task: JoinHandle<()>,
-    /// When a stopped instance is aborted.
-    abort_at: Option<Instant>,
-}
-
-struct LeaseHandle {
-    lease: Arc<dyn Lease>,
-    /// When the held lease is next renewed.
-    renew_at: Option<Instant>,
 }
 
 /// The task of one singleton on one node.
@@ -338,10 +336,9 @@ struct Task {
     manager: SingletonManager,
     name: String,
     factory: Factory,
-    lease: Option<LeaseHandle>,
+    lease: Option<Arc<dyn Lease>>,
     messaging: Messaging,
     control: Control,
-    hand_over_timeout: Duration,
     status: watch::Sender<SingletonStatus>,
     instance: Option<Instance>,
     /// Graceful hand-overs waiting for the instance to end.
@@ -357,18 +354,18 @@ impl Task {
         let mut snapshots = self.control.watch();
         let (lease_tx, mut lease_rx) = mpsc::channel::<bool>(4);
         let mut terminated = false;
+        let mut inbox_open = true;
         self.feed_members(&snapshots.borrow_and_update());
         loop {
             self.drain(&lease_tx);
             let _ = self.status.send(self.manager.status());
-            if terminated && self.instance.is_none() {
+            // A lease answer still due is waited for (at most the operation timeout), so that a
+            // lease this node turns out to hold is released.
+            if terminated && self.instance.is_none() && !self.manager.lease_pending() {
                 self.release_waiters();
                 return;
             }
-            let timer = self.manager.poll_timeout().map(Instant::from_std);
-            let abort_at = self.instance.as_ref().and_then(|i| i.abort_at);
-            let renew_at = self.lease.as_ref().and_then(|l| l.renew_at);
-            let wake = [timer, abort_at, renew_at].into_iter().flatten().min();
+            let wake = self.manager.poll_timeout().map(Instant::from_std);
             tokio::select! {
                 changed = snapshots.changed(), if !terminated => {
                     if changed.is_err() {
@@ -383,13 +380,14 @@ impl Task {
                     terminated = true;
                     self.manager.shutdown(now());
                 }
-                request = inbox.recv() => match request {
+                request = inbox.recv(), if inbox_open => match request {
                     Some(r) => {
                         let (from, message, _) = r.into_parts();
                         tracing::debug!(singleton = %self.name, %from, message = message.name(), "hand-over message");
                         self.manager.handle_message(now(), &from, message);
                     }
                     None => {
+                        inbox_open = false;
                         terminated = true;
                         self.manager.shutdown(now());
                     }
@@ -405,30 +403,14 @@ impl Task {
                     self.manager.instance_stopped(now());
                     self.release_waiters();
                 }
-                Some(granted) = lease_rx.recv() => self.lease_answer(granted),
+                Some(granted) = lease_rx.recv() => self.manager.lease_result(now(), granted),
                 Some(waiter) = leaves.recv() => {
                     self.manager.shutdown(now());
                     self.leave_waiters.push(waiter);
                     // Answered at once when no instance runs here; otherwise once it has ended.
                     self.release_waiters();
                 }
-                () = sleep_until(wake) => {
-                    let t = Instant::now();
-                    if let Some(i) = &mut self.instance
-                        && i.abort_at.is_some_and(|at| at <= t)
-                    {
-                        tracing::warn!(singleton = %self.name, timeout = ?self.hand_over_timeout, "the singleton instance did not stop within singleton.hand_over_timeout; aborting it");
-                        i.abort_at = None;
-                        i.task.abort();
-                    }
-                    if let Some(l) = &mut self.lease
-                        && l.renew_at.is_some_and(|at| at <= t)
-                    {
-                        l.renew_at = None;
-                        spawn_acquire(l.lease.clone(), lease_tx.clone());
-                    }
-                    self.manager.handle_timeout(t.into_std());
-                }
+                () = sleep_until(wake) => self.manager.handle_timeout(now()),
             }
         }
     }
@@ -447,19 +429,6 @@ impl Task {
         self.manager.handle_members(now(), members);
     }
 
-    fn lease_answer(&mut self, granted: bool) {
-        let Some(l) = &mut self.lease else { return };
-        l.renew_at = if granted {
-            Some(Instant::now() + l.lease.settings().heartbeat_interval)
-        } else {
-            None
-        };
-        // A renewal that succeeds changes nothing; any refusal is a lost (or not won) lease.
-        if !granted || self.manager.phase() == Phase::AcquiringLease {
-            self.manager.lease_result(now(), granted);
-        }
-    }
-
     fn drain(&mut self, lease_tx: &mpsc::Sender<bool>) {
         while let Some(output) = self.manager.poll_output() {
             match output {
@@ -471,16 +440,20 @@ impl Task {
                         messaging: self.messaging.clone(),
                     };
                     let task = tokio::spawn((self.factory)(ctx));
-                    self.instance = Some(Instance { stop, task, abort_at: None });
+                    self.instance = Some(Instance { stop, task });
                     tracing::info!(singleton = %self.name, node = %self.messaging.self_node().address, "singleton instance started");
                 }
                 Output::StopInstance => {
-                    if let Some(i) = &mut self.instance
-                        && !i.stop.is_cancelled()
-                    {
+                    if let Some(i) = &self.instance {
                         i.stop.cancel();
-                        i.abort_at = Some(Instant::now() + self.hand_over_timeout);
                         tracing::info!(singleton = %self.name, "stopping the singleton instance");
+                    }
+                }
+                Output::AbortInstance => {
+                    if let Some(i) = &self.instance {
+                        let timeout = self.manager.config().hand_over_timeout;
+                        tracing::warn!(singleton = %self.name, ?timeout, "the singleton instance did not stop within singleton.hand_over_timeout; aborting it");
+                        i.task.abort();
                     }
                 }
                 Output::Send { to, message } => {
@@ -488,14 +461,13 @@ impl Task {
                         tracing::debug!(singleton = %self.name, %to, message = message.name(), error = %e, "cannot send a hand-over message");
                     }
                 }
-                Output::AcquireLease => match &self.lease {
-                    Some(l) => spawn_acquire(l.lease.clone(), lease_tx.clone()),
+                Output::AcquireLease | Output::RenewLease => match &self.lease {
+                    Some(l) => spawn_acquire(l.clone(), lease_tx.clone()),
                     None => self.manager.lease_result(now(), true),
                 },
                 Output::ReleaseLease => {
-                    if let Some(l) = &mut self.lease {
-                        l.renew_at = None;
-                        let lease = l.lease.clone();
+                    if let Some(l) = &self.lease {
+                        let lease = l.clone();
                         tokio::spawn(async move {
                             let timeout = lease.settings().operation_timeout;
                             let _ =

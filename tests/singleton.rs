@@ -278,6 +278,74 @@ async fn with_a_lease_the_instance_starts_only_while_its_host_holds_the_lease() 
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_refused_by_the_lease_stops_the_instance() {
+    let _live = support::live().await;
+    let nodes = support::start_cluster(&fast_settings(), 2).await;
+    let table = InMemoryLeaseTable::new();
+    let clock: Clock = Arc::new(std::time::Instant::now);
+    let every = Duration::from_millis(200);
+    let journal = Journal::default();
+    let (tx, mut started) = mpsc::unbounded_channel();
+    for (i, node) in nodes.iter().enumerate() {
+        let mut settings = LeaseSettings::new("ticker", format!("node-{i}"));
+        settings.heartbeat_interval = every;
+        let lease: Arc<dyn Lease> =
+            Arc::new(InMemoryLease::new(table.clone(), settings, clock.clone()));
+        start_ticker_with(node, i, &journal, &tx, Some(lease));
+    }
+    assert_eq!(next_start(&mut started).await, 0);
+    // Renewed every heartbeat interval while it runs: still held well past the first one.
+    tokio::time::sleep(every * 5).await;
+    assert!(table.check("ticker", "node-0", std::time::Instant::now()));
+    assert_eq!(journal.first(0, false), None);
+    // Another owner takes it: the next renewal is refused and the instance is told to stop.
+    assert!(table.release("ticker", "node-0"));
+    let now = std::time::Instant::now();
+    assert!(table.acquire("ticker", "intruder", now, Some(Duration::from_secs(600))));
+    let deadline = Instant::now() + T;
+    while journal.first(0, false).is_none() {
+        assert!(Instant::now() < deadline, "the instance kept running without its lease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(journal.first(0, false).unwrap().duration_since(now.into()) < every * 10);
+    assert_eq!(journal.max_concurrent(), 1);
+    for n in &nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_ignores_its_stop_is_aborted_after_the_hand_over_timeout() {
+    let _live = support::live().await;
+    let mut settings = fast_settings();
+    settings.singleton.hand_over_timeout = Duration::from_millis(500);
+    let nodes = support::start_cluster(&settings, 2).await;
+    let (tx, mut started) = mpsc::unbounded_channel();
+    for (i, node) in nodes.iter().enumerate() {
+        let tx = tx.clone();
+        let factory = move |_ctx: SingletonContext| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(i);
+                // Never looks at its stop signal.
+                std::future::pending::<()>().await;
+            }
+        };
+        node.singletons().start("stubborn", None, factory).unwrap();
+    }
+    assert_eq!(next_start(&mut started).await, 0);
+    let asked = Instant::now();
+    let handed_over = tokio::time::timeout(T, nodes[0].singletons().hand_over_all()).await;
+    assert!(handed_over.is_ok(), "the instance was never aborted");
+    let took = asked.elapsed();
+    assert!(took >= Duration::from_millis(500), "ended before the timeout: {took:?}");
+    assert!(took < Duration::from_secs(5), "not aborted in time: {took:?}");
+    for n in &nodes {
+        n.stop().await;
+    }
+}
+
 /// GETs `url` until its JSON satisfies `ok`: the manager publishes its state on its own task.
 async fn wait_for_json<B: serde::de::DeserializeOwned>(
     client: &reqwest::Client,

@@ -36,6 +36,7 @@
 //! - [`faults`]: the nemesis that injects random faults in chaos runs.
 //! - [`operator`]: quarantine, bootstrap, and oracle downing in place of the resolver.
 //! - [`singleton`]: the cluster singleton managers, their instances and counters.
+//! - [`lease`]: the lease store a singleton may run with.
 //! - [`sharding`]: the sharded entity type's machines in every process, the load of asks, and
 //!   counters.
 //! - [`invariants`]: one checker per safety invariant, of the core and of the resolver.
@@ -55,6 +56,7 @@ pub mod counters;
 pub mod delivery;
 pub mod faults;
 pub mod invariants;
+pub mod lease;
 pub mod liveness;
 pub mod net;
 pub mod operator;

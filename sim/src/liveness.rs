@@ -34,8 +34,9 @@ use convoke_membership::member::MemberStatus;
 
 use convoke_membership::sbr::TICK_INTERVAL;
 use convoke_sharding::sharding::ShardingConfig;
-use convoke_sharding::singleton::SingletonConfig;
+use convoke_sharding::singleton::{LEASE_RETRY_INTERVAL, SingletonConfig};
 
+use crate::lease::LeaseConfig;
 use crate::net::NetConfig;
 use crate::operator::{Downing, OperatorConfig};
 use crate::sharding::ASK_BOUND;
@@ -195,11 +196,23 @@ pub fn check_singleton(sim: &Sim) -> Result<(), Unmet> {
 /// - two hand-over rounds, each a retry interval plus the longest one-way latency: a previous host
 ///   may first learn that it is no longer the oldest, then be asked again;
 /// - the longest an instance takes to stop, and a second of slack;
+/// - with a lease, its TTL, a lease retry interval and two operation timeouts: a lease may still
+///   be held when the membership settles by a node that will not release it (it crashed, or its
+///   acquire timed out after the store granted it), and the new host asks again every retry
+///   interval until it has expired;
 ///
 /// all stretched by the largest clock drift (the margins and retries run on the nodes' clocks).
 pub fn singleton_bound(config: &SingletonConfig, net: &NetConfig, max_drift_ppm: i32) -> Duration {
     let round = config.hand_over_retry_interval + net.latency_max + net.reorder_delay;
-    let total = config.removal_margin + round * 2 + MAX_STOP_DELAY + Duration::from_secs(1);
+    let lease = config.use_lease.then(|| {
+        let l = LeaseConfig::for_singleton(config);
+        l.ttl + LEASE_RETRY_INTERVAL + l.operation_timeout * 2
+    });
+    let total = config.removal_margin
+        + round * 2
+        + MAX_STOP_DELAY
+        + Duration::from_secs(1)
+        + lease.unwrap_or_default();
     total.mul_f64(1.0 + f64::from(max_drift_ppm.unsigned_abs()) / 1e6)
 }
 

@@ -114,6 +114,10 @@ enum Command {
         /// stable_after alone (too short; kept to show it).
         #[arg(long, value_enum, default_value_t = Margin::Recommended)]
         singleton_margin: Margin,
+        /// Run the cluster singleton with a lease, from a modelled lease store that loses,
+        /// fails and delays operations while faults are injected.
+        #[arg(long)]
+        singleton_lease: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -232,11 +236,12 @@ fn main() -> ExitCode {
             log,
             downing,
             singleton_margin,
+            singleton_lease,
             json,
         } => chaos(
             nodes,
             seeds,
-            ChaosRun { duration, twice, jobs, log, downing, singleton_margin },
+            ChaosRun { duration, twice, jobs, log, downing, singleton_margin, singleton_lease },
             json,
         ),
     }
@@ -340,10 +345,11 @@ struct ChaosRun {
     log: usize,
     downing: ChaosDowning,
     singleton_margin: Margin,
+    singleton_lease: bool,
 }
 
 fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode {
-    let ChaosRun { duration, twice, jobs, log, downing, singleton_margin } = run;
+    let ChaosRun { duration, twice, jobs, log, downing, singleton_margin, singleton_lease } = run;
     let list: Vec<u64> = (seeds.0..seeds.1).collect();
     let jobs = jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
@@ -356,6 +362,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         o.log_steps = log;
         o.downing = downing;
         o.singleton_margin = singleton_margin;
+        o.singleton_lease = singleton_lease;
         let mut r = run_seed(&o);
         if twice {
             let again = run_seed(&o);
@@ -419,7 +426,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
 fn print_seed(r: &SeedReport) {
     match &r.violation {
         None => say!(
-            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, singleton {} starts {} hand-overs, one on the oldest {:.1}s of {:.0}s after, sharding {} coordinators {} shard starts {} handoffs {} entity starts {} asks ({} failed), balanced {:.1}s of {:.0}s after, {} asks checked, {:.0}s simulated, {:.1}s wall]",
+            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, singleton {} starts {} hand-overs {} aborts{}, one on the oldest {:.1}s of {:.0}s after, sharding {} coordinators {} shard starts {} handoffs {} entity starts {} asks ({} failed), balanced {:.1}s of {:.0}s after, {} asks checked, {:.0}s simulated, {:.1}s wall]",
             r.seed,
             r.nodes,
             r.faults,
@@ -428,6 +435,11 @@ fn print_seed(r: &SeedReport) {
             r.liveness_bound_s,
             r.singleton.starts,
             r.singleton.hand_over_done,
+            r.singleton.aborts,
+            r.lease.map_or(String::new(), |l| format!(
+                " lease {} acquires {} granted {} refused {} timed out",
+                l.acquires, l.granted, l.refused, l.timeouts
+            )),
             r.singleton_s.unwrap_or(0.0),
             r.singleton_bound_s,
             r.sharding.coordinators,

@@ -10,8 +10,15 @@
 //!   own, see [`crate::delivery`]). A paused process queues them until it resumes.
 //! - The instance: `StartInstance` marks it running at that virtual time. `StopInstance` makes it
 //!   end after a delay drawn from `0..=`[`MAX_STOP_DELAY`] (the seeded stream of this layer), and
-//!   then the manager hears `instance_stopped`. A crashed process's instance is gone at once. A
-//!   paused process's instance is paused with it: a stop due meanwhile completes when it resumes.
+//!   then the manager hears `instance_stopped`. The managers run with a hand-over timeout of
+//!   [`HAND_OVER_TIMEOUT`], shorter than the longest stop: an instance whose stop takes longer is
+//!   ended by the manager's `AbortInstance` instead. A crashed process's instance is gone at
+//!   once. A paused process's instance is paused with it: a stop due meanwhile completes when it
+//!   resumes.
+//! - The lease, when the run has one (`chaos --singleton-lease`): the managers acquire it before
+//!   they start, renew it, release it, over the modelled store of [`crate::lease`]; the answers
+//!   come back like messages (a paused process takes them in when it resumes), or the driver's
+//!   operation timeout answers `false`.
 //! - The node's termination: when its core shuts it down because it was downed (or removed, or
 //!   gave up joining) the manager is told `shutdown` and the process exits, taking its instance
 //!   with it. When the node *left* gracefully and still holds the instance, the process lingers
@@ -34,6 +41,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::delivery::HandOverInFlight;
+use crate::lease::{self, LeaseConfig, LeaseStore};
 use crate::queue::TimerSlot;
 use crate::trace::TraceHash;
 
@@ -41,6 +49,10 @@ use crate::trace::TraceHash;
 pub const NAME: &str = "sim-singleton";
 /// The longest an instance takes to end once asked to stop.
 pub const MAX_STOP_DELAY: Duration = Duration::from_secs(2);
+/// How long an instance asked to stop may take before its manager aborts it: short enough that
+/// an abort, timed on a node's clock that runs up to 2 % fast or slow, still ends the instance
+/// within [`MAX_STOP_DELAY`]; long enough that about one stop in ten is ended by an abort.
+pub const HAND_OVER_TIMEOUT: Duration = Duration::from_millis(1_800);
 /// The longest a process that left gracefully stays to hand its instance over: half the removal
 /// margin.
 pub fn linger(config: &SingletonConfig) -> Duration {
@@ -62,14 +74,22 @@ pub enum Margin {
 }
 
 /// The singleton settings for a simulated cluster configured as `cluster`: retries every second,
-/// and the removal margin `margin`.
+/// the removal margin `margin`, the hand-over timeout [`HAND_OVER_TIMEOUT`], no lease.
 pub fn config(cluster: &Config, margin: Margin) -> SingletonConfig {
     let mut c = SingletonConfig::new(NAME);
     c.hand_over_retry_interval = Duration::from_secs(1);
+    c.hand_over_timeout = HAND_OVER_TIMEOUT;
     c.removal_margin = match margin {
         Margin::Recommended => SingletonConfig::removal_margin_for(cluster, MAX_STOP_DELAY),
         Margin::StableAfter => cluster.split_brain_resolver.stable_after,
     };
+    c
+}
+
+/// The settings `c` with the lease on, renewed every [`lease::HEARTBEAT_INTERVAL`].
+pub fn with_lease(mut c: SingletonConfig) -> SingletonConfig {
+    c.use_lease = true;
+    c.lease_heartbeat_interval = lease::HEARTBEAT_INTERVAL;
     c
 }
 
@@ -89,6 +109,8 @@ pub struct Instance {
     pub long_pause_from: Option<Duration>,
     /// When the first such pause ended.
     pub long_pause_until: Option<Duration>,
+    /// With the lease: whether its host held it, by the store, when it started.
+    pub leased_at_start: Option<bool>,
 }
 
 impl Instance {
@@ -116,6 +138,10 @@ pub struct SlotSingleton {
     pub(crate) stop_due: bool,
     /// The manager's timer.
     pub(crate) timer: TimerSlot,
+    /// The acquire whose answer the manager waits for.
+    pub(crate) lease_pending: Option<u64>,
+    /// Its answer, come while the process was paused.
+    pub(crate) lease_answer: Option<bool>,
 }
 
 /// What the singletons did in a run.
@@ -133,24 +159,53 @@ pub struct SingletonStats {
     pub messages_delivered: u64,
     /// HandOverDone messages handed to a manager.
     pub hand_over_done: u64,
+    /// Instances ended by their manager's abort, past the hand-over timeout.
+    pub aborts: u64,
 }
 
-/// Every slot's singleton, the random stream of stop delays, the counters and the trace hash.
+/// Every slot's singleton, the random stream of stop delays, the lease store, the counters and
+/// the trace hash.
 #[derive(Debug)]
 pub struct Singletons {
     config: SingletonConfig,
     slots: Vec<SlotSingleton>,
     rng: ChaCha8Rng,
+    /// The lease store, when the managers use a lease.
+    pub(crate) lease: Option<LeaseStore>,
+    /// The number of the next lease operation.
+    pub(crate) next_lease_op: u64,
     /// What happened so far.
     pub stats: SingletonStats,
     trace: TraceHash,
 }
 
 impl Singletons {
-    /// `n` slots running singleton `config`; stop delays drawn from `rng`.
-    pub fn new(n: usize, config: SingletonConfig, rng: ChaCha8Rng) -> Self {
+    /// `n` slots running singleton `config`; stop delays drawn from `rng`, and with the lease
+    /// (`config.use_lease`) the store's draws from `lease_rng`.
+    pub fn new(
+        n: usize,
+        config: SingletonConfig,
+        rng: ChaCha8Rng,
+        lease_rng: impl FnOnce() -> ChaCha8Rng,
+    ) -> Self {
         let slots = (0..n).map(|_| SlotSingleton::default()).collect();
-        Self { config, slots, rng, stats: SingletonStats::default(), trace: TraceHash::new() }
+        let lease = config
+            .use_lease
+            .then(|| LeaseStore::new(n, LeaseConfig::for_singleton(&config), lease_rng()));
+        Self {
+            config,
+            slots,
+            rng,
+            lease,
+            next_lease_op: 0,
+            stats: SingletonStats::default(),
+            trace: TraceHash::new(),
+        }
+    }
+
+    /// The lease store, when the managers use a lease.
+    pub fn lease(&self) -> Option<&LeaseStore> {
+        self.lease.as_ref()
     }
 
     /// The settings every manager runs with.
@@ -213,5 +268,7 @@ impl Singletons {
         s.inbox.clear();
         s.stop_due = false;
         s.timer.cancel();
+        s.lease_pending = None;
+        s.lease_answer = None;
     }
 }

@@ -68,6 +68,7 @@ impl WorldView for Seen<'_> {
             stopping: false,
             long_pause_from: None,
             stale_until: None,
+            leased: None,
         })
     }
 }
@@ -308,6 +309,40 @@ fn l8_holds_once_the_oldest_runs_the_only_instance_and_again_after_its_crash() {
     assert!(sim.violation().is_none(), "{:?}", sim.violation());
     let stats = sim.singletons().map(|s| s.stats).expect("on");
     assert_eq!((stats.starts, stats.gone_with_process), (2, 1));
+}
+
+#[test]
+fn with_the_lease_a_crashed_host_is_replaced_only_once_its_lease_has_expired() {
+    let mut opts = SimOptions::new(11, 3);
+    let single = crate::singleton::config(&Config::default(), Default::default());
+    opts.singleton = Some(crate::singleton::with_lease(single));
+    let mut sim = Sim::new(opts);
+    start_bulk(&mut sim, &[0, 1, 2]);
+    let l8 = |s: &Sim| liveness::check_singleton(s).is_ok();
+    assert!(sim.run_until_pred(Duration::from_secs(60), Duration::from_millis(250), l8));
+    fn store(s: &Sim) -> &crate::lease::LeaseStore {
+        s.singletons().and_then(|x| x.lease()).expect("a lease")
+    }
+    let holder = |s: &Sim| store(s).holder(crate::singleton::NAME, s.now()).cloned();
+    assert_eq!(holder(&sim).as_ref(), Some(&sim.slot(0).address));
+    // It is renewed every heartbeat interval while the instance runs.
+    let granted = store(&sim).stats.granted;
+    sim.run_for(Duration::from_secs(20));
+    let renewals = store(&sim).stats.granted - granted;
+    assert!((9..=11).contains(&renewals), "{renewals} renewals in 20 s");
+
+    let ttl = store(&sim).config().ttl;
+    let crashed_at = sim.now();
+    sim.apply(Action::Crash(0));
+    assert!(sim.run_until_pred(ttl * 3, Duration::from_millis(250), l8));
+    let started =
+        sim.singletons().and_then(|s| s.instances().next()).map(|(slot, i)| (slot, i.since));
+    let (slot, since) = started.expect("an instance");
+    assert_eq!(slot, 1);
+    assert!(since >= crashed_at + ttl - crate::lease::HEARTBEAT_INTERVAL, "{since:?}");
+    assert_eq!(holder(&sim).as_ref(), Some(&sim.slot(1).address));
+    assert!(store(&sim).stats.taken_over_expired >= 1);
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
 }
 
 #[test]

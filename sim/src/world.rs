@@ -20,10 +20,13 @@
 //! When [`SimOptions::singleton`] is set, every process also runs a cluster singleton manager
 //! ([`crate::singleton`]); `singleton` feeds it. Its randomness (stop delays, hand-over messages'
 //! fates) comes from streams of its own and its steps are hashed apart, so the membership part of
-//! a run, and its trace hash, are the same with or without it. [`SimOptions::sharding`] adds the
-//! sharding layer on top of it ([`crate::sharding`], fed by `sharding`), the same way.
+//! a run, and its trace hash, are the same with or without it. A singleton configured with a lease
+//! acquires it from the modelled store of [`crate::lease`] (`lease` drives it), from a stream of
+//! its own too. [`SimOptions::sharding`] adds the sharding layer on top of it
+//! ([`crate::sharding`], fed by `sharding`), the same way.
 
 mod actions;
+mod lease;
 mod sharding;
 mod singleton;
 mod step;
@@ -68,6 +71,7 @@ pub(crate) enum Stream {
     HandOver = 9,
     Sharding = 10,
     ShardingLoad = 11,
+    Lease = 12,
 }
 
 /// The random stream `stream` of run `seed`.
@@ -136,11 +140,13 @@ enum Event {
     OperatorTick,
     DeliverHandOver(HandOverInFlight),
     SingletonTimer { slot: usize, generation: u64 },
-    InstanceStopped { slot: usize, incarnation: u32 },
+    InstanceStopped { slot: usize, incarnation: u32, since: Duration },
     LingerEnd { slot: usize, incarnation: u32 },
     DeliverSharding(ShardingInFlight),
     ShardingTimer { slot: usize, generation: u64 },
     ShardingAsk,
+    LeaseArrive(Box<lease::Arrival>),
+    LeaseAnswer(lease::Answer),
 }
 
 /// The simulated world.
@@ -243,10 +249,10 @@ impl Sim {
             crashes: Vec::new(),
             up: UpTracker { target: n, ..UpTracker::default() },
             decisions: 0,
-            singletons: opts
-                .singleton
-                .clone()
-                .map(|c| Singletons::new(n, c, rng(opts.seed, Stream::Singleton))),
+            singletons: opts.singleton.clone().map(|c| {
+                let seed = opts.seed;
+                Singletons::new(n, c, rng(seed, Stream::Singleton), || rng(seed, Stream::Lease))
+            }),
             shardings: opts
                 .sharding
                 .clone()
@@ -278,6 +284,7 @@ impl Sim {
     /// Installs the nemesis and schedules its first move at `at`.
     pub fn set_nemesis(&mut self, nemesis: Nemesis, at: Duration) {
         self.nemesis = Some(nemesis);
+        self.lease_faults(true);
         self.push(at, Event::Nemesis);
     }
 
@@ -312,13 +319,15 @@ impl Sim {
             Event::SingletonTimer { slot, generation } => {
                 self.fire_singleton_timer(slot, generation)
             }
-            Event::InstanceStopped { slot, incarnation } => {
-                self.instance_stopped(slot, incarnation)
+            Event::InstanceStopped { slot, incarnation, since } => {
+                self.instance_stopped(slot, incarnation, since)
             }
             Event::LingerEnd { slot, incarnation } => self.linger_end(slot, incarnation),
             Event::DeliverSharding(m) => self.arrive_sharding(m),
             Event::ShardingTimer { slot, generation } => self.fire_sharding_timer(slot, generation),
             Event::ShardingAsk => self.sharding_ask(),
+            Event::LeaseArrive(a) => self.lease_arrive(*a),
+            Event::LeaseAnswer(a) => self.lease_answer(a),
             Event::OperatorTick => {
                 // Out of the world while it acts on it; nothing it does calls back into it.
                 let mut operator = std::mem::take(&mut self.operator);

@@ -26,6 +26,24 @@ fn a_chaos_seed_run_twice_gives_the_same_trace_hash() {
 }
 
 #[test]
+fn a_chaos_seed_with_the_lease_is_the_same_twice_and_leaves_the_membership_run_as_it_was() {
+    let plain = ChaosOptions::new(3, 7, Duration::from_secs(120));
+    let leased = ChaosOptions { singleton_lease: true, ..plain.clone() };
+    let (without, first, second) = (run_seed(&plain), run_seed(&leased), run_seed(&leased));
+    assert!(first.pass, "{:?}", first.violation);
+    assert!(first.reproduce.ends_with(" --singleton-lease"), "{}", first.reproduce);
+    // The lease store draws on a stream of its own: the membership part is the same.
+    assert_eq!(first.trace_hash, without.trace_hash);
+    assert_eq!(first.singleton_trace_hash, second.singleton_trace_hash);
+    assert_ne!(first.singleton_trace_hash, without.singleton_trace_hash);
+    assert_eq!(first.lease, second.lease);
+    let lease = first.lease.expect("the run had a lease");
+    assert!(lease.granted > 0 && lease.acquires > lease.granted, "{lease:?}");
+    assert!(first.singleton.starts > 0, "{:?}", first.singleton);
+    assert!(without.lease.is_none());
+}
+
+#[test]
 fn different_chaos_seeds_give_different_trace_hashes() {
     let hashes: Vec<String> = (10..14)
         .map(|seed| run_seed(&ChaosOptions::new(seed, 5, Duration::from_secs(60))).trace_hash)

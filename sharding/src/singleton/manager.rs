@@ -26,11 +26,15 @@ enum StopCause {
     Frozen,
 }
 
+/// The lease, as far as this manager knows. At most one operation is outstanding: `Acquiring`
+/// and `Renewing` wait for the answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lease {
     Released,
     Acquiring,
     Held,
+    /// Held, and a renewal is outstanding.
+    Renewing,
 }
 
 /// The manager's timers (the removal margins are computed from the suspects instead).
@@ -42,6 +46,10 @@ enum Timer {
     LeaseRetry,
     /// Wake up every retry interval while the instance runs here, so that a freeze is noticed.
     Watch,
+    /// Renew the held lease.
+    LeaseRenew,
+    /// Abort the instance asked to stop, if it has not ended by then.
+    Abort,
 }
 
 impl convoke_membership::timers::Timer for Timer {
@@ -50,7 +58,7 @@ impl convoke_membership::timers::Timer for Timer {
     }
 }
 
-type Timers = convoke_membership::timers::Timers<Timer, 3>;
+type Timers = convoke_membership::timers::Timers<Timer, 5>;
 
 /// A node that may be running the instance, as far as this manager knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,8 +95,9 @@ struct View {
 ///      [`poll_timeout`](Self::poll_timeout) has passed;
 ///    - [`instance_stopped`](Self::instance_stopped) when the local instance has ended, asked to
 ///      or not;
-///    - [`lease_result`](Self::lease_result) with the answer to every
-///      [`Output::AcquireLease`], and with `false` when a held lease is lost;
+///    - [`lease_result`](Self::lease_result) with the answer to every [`Output::AcquireLease`]
+///      and [`Output::RenewLease`] (`false` when the operation failed or timed out), and with
+///      `false` when the driver learns by other means that a held lease is lost;
 ///    - [`shutdown`](Self::shutdown) when the node goes away for good without handing over.
 /// 3. After every input, drain [`poll_output`](Self::poll_output) until `None` (carry out each
 ///    output in order), then re-arm the timer with [`poll_timeout`](Self::poll_timeout).
@@ -296,6 +305,14 @@ impl SingletonManager {
                 _ => {}
             }
         }
+        if self.timers.take_due(Timer::LeaseRenew, now) && self.lease == Lease::Held {
+            self.lease = Lease::Renewing;
+            self.outputs.push_back(Output::RenewLease);
+        }
+        if self.timers.take_due(Timer::Abort, now) && matches!(self.instance, Instance::Stopping(_))
+        {
+            self.outputs.push_back(Output::AbortInstance);
+        }
         // A refused lease is asked for again by `update`, once this timer is gone; the watch is
         // armed again there.
         self.timers.take_due(Timer::LeaseRetry, now);
@@ -315,27 +332,30 @@ impl SingletonManager {
         self.update(now);
     }
 
-    /// Answer to AcquireLease (granted or not); also called with `false` when a held lease is
-    /// lost.
+    /// The answer to AcquireLease or RenewLease: whether this node holds the lease now. Also
+    /// called with `false` when a held lease is lost. A granted lease is renewed every
+    /// `lease_heartbeat_interval`; a renewal that succeeds changes nothing else, and any refusal
+    /// of a held lease (a renewal refused, failed or timed out) is a lost lease: the instance is
+    /// stopped. An answer while no operation is outstanding and the lease is not held is ignored.
     pub fn lease_result(&mut self, now: Instant, granted: bool) {
         self.observe(now);
-        if granted {
-            // Kept if still wanted; `update` releases an unwanted one.
-            self.lease = Lease::Held;
-        } else {
-            match self.lease {
-                Lease::Acquiring => {
-                    self.lease = Lease::Released;
-                    self.timers.set(Timer::LeaseRetry, now + LEASE_RETRY_INTERVAL);
-                }
-                Lease::Held => {
-                    self.lease = Lease::Released;
-                    if self.instance == Instance::Running {
-                        self.stop_instance(StopCause::LeaseLost);
-                    }
-                }
-                Lease::Released => {}
+        match (self.lease, granted) {
+            (Lease::Acquiring | Lease::Renewing, true) => {
+                // Kept if still wanted; `update` releases an unwanted one.
+                self.lease = Lease::Held;
+                self.timers.set(Timer::LeaseRenew, now + self.config.lease_heartbeat_interval);
             }
+            (Lease::Acquiring, false) => {
+                self.lease = Lease::Released;
+                self.timers.set(Timer::LeaseRetry, now + LEASE_RETRY_INTERVAL);
+            }
+            (Lease::Held | Lease::Renewing, false) => {
+                self.lease = Lease::Released;
+                if self.instance == Instance::Running {
+                    self.stop_instance(StopCause::LeaseLost, now);
+                }
+            }
+            (Lease::Held | Lease::Released, true) | (Lease::Released, false) => {}
         }
         self.update(now);
     }
@@ -396,6 +416,13 @@ impl SingletonManager {
         self.suspects.iter().map(|(n, s)| (n, s.removed_since))
     }
 
+    /// Whether an [`Output::AcquireLease`] or [`Output::RenewLease`] still waits for its answer. A
+    /// driver that is about to exit waits for it (at most the operation timeout), so that a lease
+    /// it turns out to hold is released rather than left to expire.
+    pub fn lease_pending(&self) -> bool {
+        matches!(self.lease, Lease::Acquiring | Lease::Renewing)
+    }
+
     /// Whether this node, as the oldest, has asked a previous host still in the membership more
     /// than [`SingletonConfig::max_hand_over_retries`] times without an answer. It keeps asking and
     /// does not start; the driver may want to log it.
@@ -413,7 +440,7 @@ impl SingletonManager {
         if self.hold_until.is_some_and(|t| t <= now) {
             self.hold_until = None;
         }
-        let next = self.decide();
+        let next = self.decide(now);
         self.enter(next, now);
         if self.lease == Lease::Held
             && self.instance == Instance::Absent
@@ -421,6 +448,12 @@ impl SingletonManager {
         {
             self.lease = Lease::Released;
             self.outputs.push_back(Output::ReleaseLease);
+        }
+        if !matches!(self.lease, Lease::Held) {
+            self.timers.clear(Timer::LeaseRenew);
+        }
+        if !matches!(self.instance, Instance::Stopping(_)) {
+            self.timers.clear(Timer::Abort);
         }
         self.serve_requests(now);
         self.announce_release();
@@ -445,15 +478,15 @@ impl SingletonManager {
         self.hold_until = Some(now + self.config.removal_margin);
         let others = self.view.statuses.keys().any(|n| *n != self.self_node);
         if self.instance == Instance::Running && others {
-            self.stop_instance(StopCause::Frozen);
+            self.stop_instance(StopCause::Frozen, now);
         }
     }
 
     /// The phase the inputs so far lead to; starts or stops the instance when that is the step.
-    fn decide(&mut self) -> Phase {
+    fn decide(&mut self, now: Instant) -> Phase {
         if self.shut_down {
             if self.instance == Instance::Running {
-                self.stop_instance(StopCause::Shutdown);
+                self.stop_instance(StopCause::Shutdown, now);
             }
             return Phase::Stopped;
         }
@@ -462,7 +495,7 @@ impl SingletonManager {
             Instance::Running if oldest => Phase::Running,
             Instance::Running if self.requests.is_empty() => Phase::WasOldest,
             Instance::Running => {
-                self.stop_instance(StopCause::HandOver);
+                self.stop_instance(StopCause::HandOver, now);
                 Phase::HandingOver
             }
             Instance::Stopping(StopCause::LeaseLost) if oldest => Phase::AcquiringLease,
@@ -581,7 +614,11 @@ impl SingletonManager {
 
     /// Once shut down with no instance left, tells every other member so (once).
     fn announce_release(&mut self) {
-        if !self.shut_down || self.announced_release || self.instance != Instance::Absent {
+        if !self.shut_down
+            || self.announced_release
+            || self.instance != Instance::Absent
+            || self.lease_pending()
+        {
             return;
         }
         self.announced_release = true;
@@ -598,12 +635,14 @@ impl SingletonManager {
         self.suspects.entry(to.clone()).or_insert(Suspect { removed_since: None });
     }
 
-    /// Whether this node may say HandOverDone: no instance here, it is not about to start one, and
+    /// Whether this node may say HandOverDone: no instance here, it is not about to start one, no
+    /// lease operation is outstanding (the lease is released first, once its answer is in), and
     /// no node it knows of is within its removal margin (a host cut off by a partition may still be
     /// running the instance then, and the requester may never have heard of it).
     fn may_answer_done(&self, now: Instant) -> bool {
         let margin = self.config.removal_margin;
         self.instance == Instance::Absent
+            && !self.lease_pending()
             && !self.phase.claims_oldest()
             && !self.suspects.values().any(|s| s.removed_since.is_some_and(|t| t + margin > now))
     }
@@ -630,9 +669,12 @@ impl SingletonManager {
         self.suspects.entry(node.clone()).or_insert(Suspect { removed_since });
     }
 
-    fn stop_instance(&mut self, cause: StopCause) {
+    /// Asks the running instance to stop, and to be aborted if it has not ended within the
+    /// hand-over timeout.
+    fn stop_instance(&mut self, cause: StopCause, now: Instant) {
         self.instance = Instance::Stopping(cause);
         self.outputs.push_back(Output::StopInstance);
+        self.timers.set(Timer::Abort, now + self.config.hand_over_timeout);
     }
 
     fn send(&mut self, to: UniqueAddress, message: HandOver) {

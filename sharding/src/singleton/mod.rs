@@ -33,6 +33,10 @@ pub const DEFAULT_MIN_HAND_OVER_RETRIES: u32 = 15;
 pub const DEFAULT_REMOVAL_MARGIN: Duration = Duration::from_secs(20);
 /// How long after a refused lease the manager asks for it again.
 pub const LEASE_RETRY_INTERVAL: Duration = Duration::from_secs(5);
+/// How long an instance asked to stop may take before it is aborted, by default.
+pub const DEFAULT_HAND_OVER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a held lease is renewed, by default (the lease's own default heartbeat interval).
+pub const DEFAULT_LEASE_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(12);
 
 /// Settings of one singleton.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,11 +56,18 @@ pub struct SingletonConfig {
     pub removal_margin: Duration,
     /// Whether the instance must hold a lease while it runs.
     pub use_lease: bool,
+    /// How long an instance asked to stop may take to end: past it the manager outputs
+    /// [`Output::AbortInstance`] (default 10 s; the runtime passes `singleton.hand_over_timeout`).
+    pub hand_over_timeout: Duration,
+    /// How often a held lease is renewed (with `use_lease`; default 12 s; the runtime passes the
+    /// lease's `heartbeat_interval`).
+    pub lease_heartbeat_interval: Duration,
 }
 
 impl SingletonConfig {
     /// Settings for singleton `name`: every member may host it, retries every second, at least 15
-    /// of them, a 20 s removal margin, no lease.
+    /// of them, a 20 s removal margin, a 10 s hand-over timeout, no lease (renewed every 12 s when
+    /// one is used).
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
@@ -65,6 +76,8 @@ impl SingletonConfig {
             min_hand_over_retries: DEFAULT_MIN_HAND_OVER_RETRIES,
             removal_margin: DEFAULT_REMOVAL_MARGIN,
             use_lease: false,
+            hand_over_timeout: DEFAULT_HAND_OVER_TIMEOUT,
+            lease_heartbeat_interval: DEFAULT_LEASE_HEARTBEAT_INTERVAL,
         }
     }
 
@@ -137,17 +150,30 @@ impl HandOver {
 }
 
 /// What the manager asks its driver to do.
+///
+/// The lease operations are answered one at a time: the manager asks for the next only once the
+/// driver has answered the last [`AcquireLease`](Self::AcquireLease) or
+/// [`RenewLease`](Self::RenewLease) with [`SingletonManager::lease_result`]. The driver bounds
+/// each operation by the lease's operation timeout and answers `false` when it did not complete
+/// in time; it never answers one twice, nor late.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
-    /// Acquire the lease (only when use_lease); answer with `lease_result`.
+    /// Take the lease before starting (only with `use_lease`); answer with `lease_result`.
     AcquireLease,
-    /// Release the lease.
+    /// Renew the held lease (an acquire by its holder; with `use_lease`, every
+    /// `lease_heartbeat_interval` while it is held); answer with `lease_result`. A refusal counts
+    /// as a lost lease.
+    RenewLease,
+    /// Release the lease. No answer is expected.
     ReleaseLease,
     /// Start the instance here now.
     StartInstance,
     /// Signal the running instance to stop (cancellation); the driver calls `instance_stopped`
-    /// once it has ended (the runtime aborts it after its hand_over_timeout).
+    /// once it has ended.
     StopInstance,
+    /// The instance asked to stop has not ended within `hand_over_timeout`: end it by force. The
+    /// driver still calls `instance_stopped` once it has ended.
+    AbortInstance,
     /// Send a hand-over message to the manager of the same singleton on `to`.
     Send {
         /// The receiving node.

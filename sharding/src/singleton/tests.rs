@@ -114,7 +114,12 @@ impl Net {
                     self.nodes[i].stop_asked = true;
                     self.log.push(format!("stop {i}"));
                 }
+                Output::AbortInstance => {
+                    assert!(self.nodes[i].stop_asked, "node {i} aborts an instance not stopping");
+                    self.log.push(format!("abort {i}"));
+                }
                 Output::AcquireLease => self.log.push(format!("acquire {i}")),
+                Output::RenewLease => self.log.push(format!("renew {i}")),
                 Output::ReleaseLease => self.log.push(format!("release {i}")),
                 Output::Send { to, message } => {
                     let to = self.index(&to);
@@ -683,6 +688,148 @@ fn a_host_releases_its_lease_after_its_instance_stopped_and_before_it_says_done(
     assert_eq!(net.phase(1), Phase::AcquiringLease);
     net.lease(1, true);
     assert_eq!(net.running(), [1]);
+}
+
+fn count(log: &[String], line: &str) -> usize {
+    log.iter().filter(|l| *l == line).count()
+}
+
+/// Node 0 of three starts running, then sees itself Exiting and is asked for the instance.
+fn handing_over() -> Net {
+    let mut net = three_up();
+    net.view_all(&host_is(Exiting));
+    net.deliver();
+    assert!(net.log.contains(&"stop 0".to_owned()), "{:?}", net.log);
+    net
+}
+
+#[test]
+fn an_instance_not_stopped_within_the_hand_over_timeout_is_aborted() {
+    let timeout = SingletonConfig::new("s").hand_over_timeout;
+    let mut net = handing_over();
+    net.advance(timeout - Duration::from_millis(1));
+    assert_eq!(count(&net.log, "abort 0"), 0, "{:?}", net.log);
+    net.advance(Duration::from_millis(1));
+    assert_eq!(count(&net.log, "abort 0"), 1, "{:?}", net.log);
+    // Aborting is asked once; the instance still counts until the driver says it has ended.
+    net.advance(timeout * 3);
+    assert_eq!(count(&net.log, "abort 0"), 1, "{:?}", net.log);
+    assert!(net.nodes[0].m.status().running_here);
+    assert!(!net.log.contains(&"0->1 HandOverDone".to_owned()), "{:?}", net.log);
+    net.stopped(0);
+    net.deliver();
+    assert_eq!(net.running(), [1]);
+}
+
+#[test]
+fn an_instance_that_stops_in_time_is_not_aborted() {
+    let timeout = SingletonConfig::new("s").hand_over_timeout;
+    let mut net = handing_over();
+    net.advance(timeout - Duration::from_millis(1));
+    net.stopped(0);
+    net.deliver();
+    net.advance(timeout * 2);
+    assert_eq!(count(&net.log, "abort 0"), 0, "{:?}", net.log);
+    assert_eq!(net.running(), [1]);
+}
+
+#[test]
+fn the_hand_over_timeout_comes_from_the_config() {
+    let timeout = Duration::from_secs(3);
+    let mut net = Net::with(3, |_| {
+        let mut c = SingletonConfig::new("s");
+        c.hand_over_timeout = timeout;
+        c
+    });
+    net.view_all(&all(3, Up));
+    net.view_all(&host_is(Exiting));
+    net.deliver();
+    net.advance(timeout - Duration::from_millis(1));
+    assert_eq!(count(&net.log, "abort 0"), 0, "{:?}", net.log);
+    net.advance(Duration::from_millis(1));
+    assert_eq!(count(&net.log, "abort 0"), 1, "{:?}", net.log);
+}
+
+/// Two leased nodes Up, node 0 granted its lease and running.
+fn leased_running() -> Net {
+    let mut net = leased(2);
+    net.view_all(&all(2, Up));
+    net.lease(0, true);
+    assert_eq!(net.log, ["acquire 0", "start 0"]);
+    net
+}
+
+#[test]
+fn a_granted_lease_is_renewed_every_heartbeat_interval() {
+    let every = SingletonConfig::new("s").lease_heartbeat_interval;
+    let mut net = leased_running();
+    for round in 1..=3 {
+        net.advance(every - Duration::from_millis(1));
+        assert_eq!(count(&net.log, "renew 0"), round - 1, "{:?}", net.log);
+        net.advance(Duration::from_millis(1));
+        assert_eq!(count(&net.log, "renew 0"), round, "{:?}", net.log);
+        // Answered a moment later: the next renewal is one interval after the answer.
+        net.advance(Duration::from_millis(10));
+        net.lease(0, true);
+    }
+    assert_eq!(count(&net.log, "renew 1"), 0);
+    assert_eq!(net.running(), [0]);
+}
+
+#[test]
+fn a_renewal_that_succeeds_changes_nothing() {
+    let every = SingletonConfig::new("s").lease_heartbeat_interval;
+    let mut net = leased_running();
+    net.advance(every);
+    assert_eq!(net.log, ["acquire 0", "start 0", "renew 0"]);
+    net.lease(0, true);
+    assert_eq!(net.log, ["acquire 0", "start 0", "renew 0"]);
+    assert_eq!(net.phase(0), Phase::Running);
+    assert_eq!(net.running(), [0]);
+    assert!(!net.nodes[0].stop_asked);
+}
+
+#[test]
+fn a_refused_renewal_stops_the_instance() {
+    let every = SingletonConfig::new("s").lease_heartbeat_interval;
+    let mut net = leased_running();
+    net.advance(every);
+    net.lease(0, false);
+    assert_eq!(net.log, ["acquire 0", "start 0", "renew 0", "stop 0"]);
+    assert_eq!(net.phase(0), Phase::AcquiringLease);
+    // No renewal of a lease it no longer holds; it asks again once its instance has ended.
+    net.advance(every * 2);
+    assert_eq!(count(&net.log, "renew 0"), 1, "{:?}", net.log);
+    net.stopped(0);
+    assert_eq!(net.log.last().map(String::as_str), Some("acquire 0"));
+}
+
+#[test]
+fn a_renewal_without_an_answer_is_not_sent_again() {
+    let every = SingletonConfig::new("s").lease_heartbeat_interval;
+    let mut net = leased_running();
+    net.advance(every * 4);
+    assert_eq!(count(&net.log, "renew 0"), 1, "{:?}", net.log);
+    assert_eq!(net.running(), [0]);
+}
+
+#[test]
+fn a_host_waits_for_its_renewal_before_it_releases_and_says_done() {
+    let every = SingletonConfig::new("s").lease_heartbeat_interval;
+    let mut net = leased_running();
+    net.advance(every);
+    net.view_all(&[(0, Exiting, 1, &[][..]), (1, Up, 2, &[])]);
+    net.deliver();
+    net.stopped(0);
+    net.deliver();
+    assert!(!net.log.contains(&"release 0".to_owned()), "{:?}", net.log);
+    assert!(!net.log.contains(&"0->1 HandOverDone".to_owned()), "{:?}", net.log);
+    net.lease(0, true);
+    net.deliver();
+    let release = net.position("release 0");
+    let done = net.position("0->1 HandOverDone");
+    assert!(release < done, "{:?}", net.log);
+    assert_eq!(net.phase(1), Phase::AcquiringLease);
 }
 
 #[test]

@@ -19,6 +19,7 @@ use super::{all_up_converged, secs, start_bulk};
 use crate::counters::SizeMode;
 use crate::faults::{ChaosConfig, FaultRecord, Nemesis};
 use crate::invariants::Violation;
+use crate::lease::LeaseStats;
 use crate::liveness;
 use crate::net::NetConfig;
 use crate::operator::OperatorConfig;
@@ -73,11 +74,13 @@ pub struct ChaosOptions {
     pub downing: ChaosDowning,
     /// The singleton managers' removal margin.
     pub singleton_margin: Margin,
+    /// Whether the singleton runs with a lease.
+    pub singleton_lease: bool,
 }
 
 impl ChaosOptions {
     /// Seed `seed` with `nodes` nodes for `duration`, downing by the resolver, the recommended
-    /// singleton removal margin, no log.
+    /// singleton removal margin, no lease, no log.
     pub fn new(seed: u64, nodes: usize, duration: Duration) -> Self {
         Self {
             seed,
@@ -86,6 +89,7 @@ impl ChaosOptions {
             log_steps: 0,
             downing: ChaosDowning::default(),
             singleton_margin: Margin::default(),
+            singleton_lease: false,
         }
     }
 }
@@ -134,6 +138,8 @@ pub struct SeedReport {
     pub singleton_trace_hash: String,
     /// What the singletons did.
     pub singleton: SingletonStats,
+    /// What the lease store did, when the singleton ran with a lease.
+    pub lease: Option<LeaseStats>,
     /// Virtual seconds from the membership settling (L1) to one singleton instance running on the
     /// oldest member (L8), when reached.
     pub singleton_s: Option<f64>,
@@ -178,8 +184,9 @@ pub fn reproduce(o: &ChaosOptions) -> String {
         Margin::Recommended => "",
         Margin::StableAfter => " --singleton-margin stable-after",
     };
+    let lease = if o.singleton_lease { " --singleton-lease" } else { "" };
     format!(
-        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}",
+        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}{lease}",
         o.nodes,
         o.seed,
         o.seed + 1,
@@ -229,7 +236,10 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
     // Silence from before the heal can still make a failure detector fire this long after it.
     let fd = &config.failure_detector;
     let detection_lag = fd.acceptable_heartbeat_pause + 3 * fd.heartbeat_interval;
-    let singleton_config = singleton::config(&config, o.singleton_margin);
+    let mut singleton_config = singleton::config(&config, o.singleton_margin);
+    if o.singleton_lease {
+        singleton_config = singleton::with_lease(singleton_config);
+    }
     let opts = SimOptions {
         seed: o.seed,
         nodes: n,
@@ -355,6 +365,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         trace_hash: format!("{trace_hash:016x}"),
         singleton_trace_hash: format!("{:016x}", singletons.map_or(0, |s| s.trace_hash())),
         singleton: singletons.map(|s| s.stats).unwrap_or_default(),
+        lease: singletons.and_then(|s| s.lease()).map(|l| l.stats),
         singleton_s,
         singleton_bound_s: singleton_bound.as_secs_f64(),
         sharding_trace_hash: format!("{:016x}", shardings.map_or(0, |s| s.trace_hash())),

@@ -218,6 +218,9 @@ pub struct InstanceView {
     /// beside another instance: the resume, plus one retry interval for its manager to notice
     /// the freeze, plus the longest an instance takes to stop.
     pub stale_until: Option<Duration>,
+    /// When the singleton runs with a lease: whether its host held the lease (by the lease
+    /// store) when the instance started.
+    pub leased: Option<bool>,
 }
 
 /// The whole world, for checkers of invariants that span nodes or processes.

@@ -24,6 +24,13 @@
 //! the pair breaks S17 when the overlap ends, or outlasts S1's bound, without the two hosts ever
 //! having been seen in two live clusters. The hosts are looked at after every step of the
 //! singleton layer and every half second of virtual time while an overlap lasts.
+//!
+//! With a lease the promise is stronger, and so is the check. An instance starts only while its
+//! host holds the lease, by the lease store; and two instances that both started under the lease
+//! may not overlap even in two live clusters: the lease, not the resolver, keeps the second from
+//! starting while the first runs (the simulated lease outlives the longest pause that still counts
+//! by the time a holder takes to notice its loss and end its instance, see
+//! `crate::lease::LeaseConfig::for_singleton`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -74,6 +81,25 @@ fn frozen_through(
     })
 }
 
+/// Whether two instances' overlap may be left to S1 when their hosts are in two live clusters:
+/// not when both started under a lease, which promises one instance across clusters too.
+fn may_split(a: &InstanceView, b: &InstanceView) -> bool {
+    a.leased.is_none() || b.leased.is_none()
+}
+
+/// An instance that started while its host did not hold the lease.
+fn unleased(world: &dyn WorldView) -> Option<String> {
+    (0..world.slots()).find_map(|s| {
+        let i = world.singleton(s).filter(|i| i.leased == Some(false))?;
+        Some(format!(
+            "the singleton instance on slot {s} ({}) started at {:.3} s while its host did not \
+             hold the lease",
+            i.node,
+            i.since.as_secs_f64()
+        ))
+    })
+}
+
 /// Whether the hosts in slots `a` and `b` are now in two live clusters (S1's definition).
 pub(crate) fn split(world: &dyn WorldView, a: usize, b: usize) -> bool {
     let (Some(ca), Some(cb)) = (world.core(a), world.core(b)) else { return false };
@@ -89,7 +115,9 @@ fn stale_beside(world: &dyn WorldView, running: &[(usize, InstanceView)]) -> Opt
     (0..world.slots()).find_map(|s| {
         let i = world.singleton(s)?;
         let until = i.stale_until.filter(|u| now > *u)?;
-        let (other, _) = running.iter().find(|(o, _)| *o != s && !split(world, s, *o))?;
+        let (other, _) = running
+            .iter()
+            .find(|(o, oi)| *o != s && !(may_split(&i, oi) && split(world, s, *o)))?;
         Some(format!(
             "the singleton instance on slot {s} ({}), whose process resumed from a pause longer \
              than the removal margin, still ran at {:.3} s beside the instance on slot {other}, \
@@ -110,7 +138,7 @@ impl OneSingleton {
         let running: Vec<(usize, InstanceView)> = (0..world.slots())
             .filter_map(|s| world.singleton(s).filter(counts).map(|i| (s, i)))
             .collect();
-        if let Some(err) = stale_beside(world, &running) {
+        if let Some(err) = unleased(world).or_else(|| stale_beside(world, &running)) {
             return Err(err);
         }
         let mut current = Vec::new();
@@ -126,7 +154,7 @@ impl OneSingleton {
                     slots,
                     split: false,
                 });
-                o.split |= split(world, slots.0, slots.1);
+                o.split |= may_split(ia, ib) && split(world, slots.0, slots.1);
                 current.push(key);
             }
         }

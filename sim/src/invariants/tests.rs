@@ -521,6 +521,7 @@ fn instance(n: UniqueAddress, since: u64) -> InstanceView {
         stopping: false,
         long_pause_from: None,
         stale_until: None,
+        leased: None,
     }
 }
 
@@ -589,6 +590,18 @@ fn s17_judges_a_pause_whole_once_it_outlasts_the_removal_margin() {
     ])
     .unwrap_err();
     assert!(ran_beside.contains("from 1.000 s until 3.000 s"), "{ran_beside}");
+}
+
+#[test]
+fn s17_fires_when_an_instance_starts_without_holding_the_lease() {
+    let leased = InstanceView { leased: Some(true), ..instance(a(), 0) };
+    let unleased = InstanceView { leased: Some(false), ..instance(b(), 2) };
+    let ok = s17_over(vec![vec![Some(leased.clone()), None], vec![None, None]]);
+    assert_eq!(ok, Ok(()));
+    let err =
+        s17_over(vec![vec![Some(leased), None], vec![None, None], vec![None, Some(unleased)]])
+            .unwrap_err();
+    assert!(err.contains("slot 1") && err.contains("did not hold the lease"), "{err}");
 }
 
 #[test]

@@ -168,6 +168,7 @@ impl Sim {
         });
         let now = self.now;
         self.delivery.heal(net, now, into_queue(&mut self.queue, now));
+        self.lease_faults(false);
         for i in 0..self.len() {
             self.resume(i);
         }

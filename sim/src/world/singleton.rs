@@ -1,21 +1,23 @@
 //! The singleton layer's steps: membership lists, hand-over messages, timers, instance stops and
 //! terminations fed to the managers, and their outputs carried out — messages into the network,
-//! instances started and asked to stop. After each such step the singleton checker (S17) looks at
-//! every instance. None of it touches a membership core or the membership trace.
+//! instances started, asked to stop and aborted, lease operations sent to the store (`lease`).
+//! After each such step the singleton checker (S17) looks at every instance. None of it touches a
+//! membership core or the membership trace.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use convoke_membership::{Member, ShutdownReason, UniqueAddress};
 use convoke_sharding::singleton::{HandOver, Output, SingletonManager};
 
 use super::{Event, Sim, into_queue};
 use crate::delivery::HandOverInFlight;
+use crate::lease::LeaseOp;
 use crate::processes::SlotState;
 use crate::singleton::{Instance, linger};
 
 impl Sim {
     /// Feeds one input to the manager in `slot`, if it has one, and carries out its outputs.
-    fn singleton_input(
+    pub(super) fn singleton_input(
         &mut self,
         slot: usize,
         what: &'static str,
@@ -59,6 +61,9 @@ impl Sim {
             Output::StartInstance => {
                 s.stats.starts += 1;
                 s.hash(now, slot, "start");
+                let leased = s.lease.as_ref().map(|l| {
+                    l.holder(crate::singleton::NAME, now).is_some_and(|h| *h == me.address)
+                });
                 s.slot_mut(slot).instance = Some(Instance {
                     node: me.clone(),
                     since: now,
@@ -66,6 +71,7 @@ impl Sim {
                     paused_at: None,
                     long_pause_from: None,
                     long_pause_until: None,
+                    leased_at_start: leased,
                 });
                 self.note(|| format!("slot {slot} SINGLETON STARTS ({me})"));
                 self.coordinator_started(slot);
@@ -78,13 +84,24 @@ impl Sim {
                     return;
                 }
                 instance.stop_asked_at = Some(now);
+                let since = instance.since;
                 self.coordinator_stopped(slot);
                 let incarnation = self.procs.slot(slot).incarnations;
-                self.push(now + delay, Event::InstanceStopped { slot, incarnation });
+                self.push(now + delay, Event::InstanceStopped { slot, incarnation, since });
                 self.note(|| format!("slot {slot} singleton asked to stop (ends in {delay:?})"));
             }
-            // The simulated singleton runs without a lease.
-            Output::AcquireLease | Output::ReleaseLease => {}
+            Output::AbortInstance => {
+                s.hash(now, slot, "abort");
+                let Some(since) = s.slot(slot).instance.as_ref().map(|i| i.since) else { return };
+                s.stats.aborts += 1;
+                let incarnation = self.procs.slot(slot).incarnations;
+                self.push(now, Event::InstanceStopped { slot, incarnation, since });
+                self.note(|| format!("slot {slot} singleton aborted"));
+            }
+            Output::AcquireLease | Output::RenewLease => {
+                self.lease_send(slot, me, LeaseOp::Acquire)
+            }
+            Output::ReleaseLease => self.lease_send(slot, me, LeaseOp::Release),
         }
     }
 
@@ -98,7 +115,7 @@ impl Sim {
 
     /// Whether the process in `slot` takes singleton input now: it runs, or it lingers to hand
     /// over.
-    fn singleton_live(&self, slot: usize) -> bool {
+    pub(super) fn singleton_live(&self, slot: usize) -> bool {
         self.is_running(slot) || self.singletons.as_ref().is_some_and(|s| s.slot(slot).lingering)
     }
 
@@ -132,12 +149,14 @@ impl Sim {
         self.check_singletons();
     }
 
-    /// A lingering process exits once its instance has ended.
-    fn end_linger_if_done(&mut self, slot: usize) {
-        let done = self
-            .singletons
-            .as_ref()
-            .is_some_and(|s| s.slot(slot).lingering && s.slot(slot).instance.is_none());
+    /// A lingering process exits once its instance has ended and no lease answer is due.
+    pub(super) fn end_linger_if_done(&mut self, slot: usize) {
+        let done = self.singletons.as_ref().is_some_and(|s| {
+            let ss = s.slot(slot);
+            ss.lingering
+                && ss.instance.is_none()
+                && !ss.manager.as_ref().is_some_and(SingletonManager::lease_pending)
+        });
         if done {
             self.note(|| format!("slot {slot} handed the singleton over and exits"));
             self.singleton_exit(slot);
@@ -187,15 +206,16 @@ impl Sim {
         self.end_linger_if_done(slot);
     }
 
-    /// The instance in `slot` of incarnation `incarnation` has ended, as asked.
-    pub(super) fn instance_stopped(&mut self, slot: usize, incarnation: u32) {
+    /// The instance in `slot` of incarnation `incarnation` started at `since` has ended, as
+    /// asked (or aborted).
+    pub(super) fn instance_stopped(&mut self, slot: usize, incarnation: u32, since: Duration) {
         if self.procs.slot(slot).incarnations != incarnation {
             return;
         }
         let paused = self.slot(slot).state == SlotState::Paused;
         let Some(s) = self.singletons.as_mut() else { return };
         let ss = s.slot_mut(slot);
-        if ss.instance.as_ref().is_none_or(|i| i.stop_asked_at.is_none()) {
+        if ss.instance.as_ref().is_none_or(|i| i.stop_asked_at.is_none() || i.since != since) {
             return;
         }
         if paused {
@@ -252,6 +272,7 @@ impl Sim {
         }
         let inbox = std::mem::take(&mut ss.inbox);
         let stop_due = std::mem::take(&mut ss.stop_due);
+        let lease_answer = ss.lease_answer.take();
         ss.timer.forget();
         for m in inbox {
             if !self.singleton_live(slot) || self.violation.is_some() {
@@ -261,6 +282,9 @@ impl Sim {
         }
         if stop_due {
             self.end_instance(slot);
+        }
+        if let Some(granted) = lease_answer {
+            self.lease_result(slot, granted);
         }
         let deadline = self
             .singletons
