@@ -18,7 +18,8 @@
 //! The cores run the split-brain resolver, which downs nodes in chaos runs by default. What a
 //! deployment adds around a core and the simulator does not model — the transport's quarantine,
 //! Cluster Bootstrap, a process supervisor, an operator downing by hand — is played by the
-//! [`operator`] and the [`processes`]' supervisor.
+//! [`operator`] and the [`processes`]' supervisor. The `bootstrap` command and `chaos --bootstrap`
+//! form clusters by Cluster Bootstrap's own machine instead ([`bootstrap`], checked by B1).
 //!
 //! Layout:
 //! - [`world`]: the simulator itself — [`world::Sim`] composes the parts below, takes the steps
@@ -39,6 +40,8 @@
 //! - [`lease`]: the lease store a singleton may run with.
 //! - [`sharding`]: the sharded entity type's machines in every process, the load of asks, and
 //!   counters.
+//! - [`bootstrap`]: Cluster Bootstrap's machine in every bootstrapping process, over modelled
+//!   discovery and contact-point probes.
 //! - [`invariants`]: one checker per safety invariant, of the core and of the resolver.
 //! - [`liveness`]: the post-heal checks and their bound.
 //! - [`counters`]: traffic per node and message type, with real wire sizes.
@@ -50,6 +53,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bootstrap;
 pub mod commands;
 pub mod control;
 pub mod counters;

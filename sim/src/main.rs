@@ -1,4 +1,4 @@
-//! The `convoke-sim` binary: `converge`, `detect` and `chaos` (see the crate docs).
+//! The `convoke-sim` binary: `converge`, `detect`, `chaos` and `bootstrap` (see the crate docs).
 
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -118,10 +118,17 @@ enum Command {
         /// fails and delays operations while faults are injected.
         #[arg(long)]
         singleton_lease: bool,
+        /// Form the initial cluster by Cluster Bootstrap's machine over modelled discovery and
+        /// probes, instead of seed nodes (B1 checks it).
+        #[arg(long)]
+        bootstrap: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
+    /// N processes form their cluster by Cluster Bootstrap, with optional faults; report whether
+    /// one cluster formed (B1) and how long it took.
+    Bootstrap(convoke_sim::commands::bootstrap::BootstrapArgs),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -237,13 +244,36 @@ fn main() -> ExitCode {
             downing,
             singleton_margin,
             singleton_lease,
+            bootstrap,
             json,
         } => chaos(
             nodes,
             seeds,
-            ChaosRun { duration, twice, jobs, log, downing, singleton_margin, singleton_lease },
+            ChaosRun {
+                duration,
+                twice,
+                jobs,
+                log,
+                downing,
+                singleton_margin,
+                singleton_lease,
+                bootstrap,
+            },
             json,
         ),
+        Command::Bootstrap(args) => {
+            let summary = args.run(|r| {
+                if !args.json {
+                    say!("{}", r.text());
+                }
+            });
+            if args.json {
+                print_json(&summary)
+            } else {
+                say!("{}", summary.text())
+            }
+            if summary.failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+        }
     }
 }
 
@@ -346,10 +376,20 @@ struct ChaosRun {
     downing: ChaosDowning,
     singleton_margin: Margin,
     singleton_lease: bool,
+    bootstrap: bool,
 }
 
 fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode {
-    let ChaosRun { duration, twice, jobs, log, downing, singleton_margin, singleton_lease } = run;
+    let ChaosRun {
+        duration,
+        twice,
+        jobs,
+        log,
+        downing,
+        singleton_margin,
+        singleton_lease,
+        bootstrap,
+    } = run;
     let list: Vec<u64> = (seeds.0..seeds.1).collect();
     let jobs = jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
@@ -363,6 +403,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         o.downing = downing;
         o.singleton_margin = singleton_margin;
         o.singleton_lease = singleton_lease;
+        o.bootstrap = bootstrap;
         let mut r = run_seed(&o);
         if twice {
             let again = run_seed(&o);

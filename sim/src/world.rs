@@ -26,6 +26,7 @@
 //! ([`crate::sharding`], fed by `sharding`), the same way.
 
 mod actions;
+mod bootstrap;
 mod lease;
 mod sharding;
 mod singleton;
@@ -72,6 +73,7 @@ pub(crate) enum Stream {
     Sharding = 10,
     ShardingLoad = 11,
     Lease = 12,
+    Bootstrap = 13,
 }
 
 /// The random stream `stream` of run `seed`.
@@ -147,6 +149,7 @@ enum Event {
     ShardingAsk,
     LeaseArrive(Box<lease::Arrival>),
     LeaseAnswer(lease::Answer),
+    Bootstrap(crate::bootstrap::BootstrapEvent),
 }
 
 /// The simulated world.
@@ -170,6 +173,7 @@ pub struct Sim {
     decisions: u64,
     singletons: Option<Singletons>,
     shardings: Option<Shardings>,
+    bootstraps: Option<crate::bootstrap::Bootstraps>,
 }
 
 /// Who has seen whom Up, for the convergence figures.
@@ -258,6 +262,7 @@ impl Sim {
                 .clone()
                 .filter(|_| opts.singleton.is_some())
                 .map(|c| Shardings::new(n, c, rng(opts.seed, Stream::ShardingLoad))),
+            bootstraps: None,
             opts,
         };
         if sim.shardings.is_some() {
@@ -328,6 +333,7 @@ impl Sim {
             Event::ShardingAsk => self.sharding_ask(),
             Event::LeaseArrive(a) => self.lease_arrive(*a),
             Event::LeaseAnswer(a) => self.lease_answer(a),
+            Event::Bootstrap(e) => self.bootstrap_event(e),
             Event::OperatorTick => {
                 // Out of the world while it acts on it; nothing it does calls back into it.
                 let mut operator = std::mem::take(&mut self.operator);

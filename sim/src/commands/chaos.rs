@@ -76,6 +76,8 @@ pub struct ChaosOptions {
     pub singleton_margin: Margin,
     /// Whether the singleton runs with a lease.
     pub singleton_lease: bool,
+    /// Form the initial cluster by Cluster Bootstrap's machine instead of seed nodes.
+    pub bootstrap: bool,
 }
 
 impl ChaosOptions {
@@ -90,6 +92,7 @@ impl ChaosOptions {
             downing: ChaosDowning::default(),
             singleton_margin: Margin::default(),
             singleton_lease: false,
+            bootstrap: false,
         }
     }
 }
@@ -156,6 +159,8 @@ pub struct SeedReport {
     pub sharding_bound_s: f64,
     /// Asks checked by L9.
     pub asks_checked: usize,
+    /// With `--bootstrap`: virtual seconds until Cluster Bootstrap formed the initial cluster.
+    pub bootstrap_formed_s: Option<f64>,
     /// Wall-clock seconds.
     pub wall_s: f64,
     /// The latest steps, when a log was kept and the run failed.
@@ -185,8 +190,9 @@ pub fn reproduce(o: &ChaosOptions) -> String {
         Margin::StableAfter => " --singleton-margin stable-after",
     };
     let lease = if o.singleton_lease { " --singleton-lease" } else { "" };
+    let bootstrap = if o.bootstrap { " --bootstrap" } else { "" };
     format!(
-        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}{lease}",
+        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}{lease}{bootstrap}",
         o.nodes,
         o.seed,
         o.seed + 1,
@@ -261,10 +267,16 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
     let late_set: BTreeSet<usize> = late.iter().copied().collect();
 
     // Formation, without faults.
-    start_bulk(&mut sim, &initial);
-    let formed = sim.run_until_pred(Duration::from_secs(120), Duration::from_millis(250), |s| {
-        all_up_converged(s, &initial)
-    });
+    let mut bootstrap_formed_s = None;
+    let formed = if o.bootstrap {
+        bootstrap_formed_s = super::bootstrap::form_in_chaos(&mut sim, &initial, drift);
+        bootstrap_formed_s.is_some()
+    } else {
+        start_bulk(&mut sim, &initial);
+        sim.run_until_pred(Duration::from_secs(120), Duration::from_millis(250), |s| {
+            all_up_converged(s, &initial)
+        })
+    };
     if !formed && sim.violation().is_none() {
         sim.set_violation(liveness_violation(
             &sim,
@@ -373,6 +385,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         sharding_s,
         sharding_bound_s: sharding_bound.as_secs_f64(),
         asks_checked,
+        bootstrap_formed_s,
         wall_s: wall.elapsed().as_secs_f64(),
         log: if violation.is_some() && o.log_steps > 0 {
             sim.log().map(str::to_owned).chain(sim.dump()).collect()

@@ -1,6 +1,7 @@
 //! The simulator's commands, as library functions returning serialisable reports: [`converge`],
-//! [`detect`] and [`chaos`]. The binary only parses flags and prints.
+//! [`detect`], [`chaos`] and [`bootstrap`]. The binary only parses flags and prints.
 
+pub mod bootstrap;
 pub mod chaos;
 pub mod converge;
 pub mod detect;

@@ -22,8 +22,11 @@
 //! that start an instance), through [`Invariant::check_singletons`]. S18 (an entity runs in at
 //! most one process of a cluster) is not a registered checker: the sharding layer checks it at
 //! every entity start, with [`Shardings::other_host`](crate::sharding::Shardings::other_host)
-//! and S17's test for two live clusters, whenever the checkers are on.
+//! and S17's test for two live clusters, whenever the checkers are on. Nor is B1 (processes that
+//! bootstrap with the same discovery form one cluster, within a bound): the bootstrap layer
+//! checks it while a formation is watched ([`OneClusterFormed`]).
 
+pub mod b1_one_cluster_formed;
 pub(crate) mod s01_one_live_cluster;
 mod s02_complementary_decisions;
 mod s03_indirectly_connected_downed;
@@ -51,6 +54,7 @@ use convoke_membership::sbr::{Decision, DecisionTrigger, DowningDecision};
 use convoke_membership::{Cluster, UniqueAddress};
 use serde::Serialize;
 
+pub use b1_one_cluster_formed::OneClusterFormed;
 pub use s01_one_live_cluster::OneLiveCluster;
 pub use s02_complementary_decisions::ComplementaryDecisions;
 pub use s03_indirectly_connected_downed::IndirectlyConnectedDowned;
