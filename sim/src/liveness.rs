@@ -217,9 +217,10 @@ pub fn singleton_bound(config: &SingletonConfig, net: &NetConfig, max_drift_ppm:
 }
 
 /// Checks L10 now: a coordinator runs with its table recovered and no handoff in progress, every
-/// shard it has allocated lives in the region of a running process, every running process has a
-/// region in its table, and the shard counts of any two of them differ by at most one (what the
-/// least-shard rule settles to). Holds trivially when the run has no sharding layer.
+/// shard has been allocated, every shard it has allocated lives in the region of a running
+/// process, and the shard counts of any two running processes' regions (zero for one not in the
+/// table) differ by at most one (what the least-shard rule settles to). Holds trivially when the
+/// run has no sharding layer.
 ///
 /// # Errors
 /// What is wrong.
@@ -236,6 +237,14 @@ pub fn check_sharding_balance(sim: &Sim) -> Result<(), Unmet> {
         sim.running().filter_map(|i| shardings.slot(i).node.clone()).collect();
     if let Some((gone, n)) = counts.iter().find(|(r, n)| **n > 0 && !live.contains(*r)) {
         return Err(("L10", format!("{n} shards are still allocated to {gone}, which is gone")));
+    }
+    // A coordinator that has just become active may have an empty or partial table, in which
+    // every region has no shards or few: it is not balanced until every shard has a home (asks
+    // reach every shard within seconds).
+    let allocated: usize = counts.values().sum();
+    let shards = usize::try_from(shardings.config().number_of_shards).unwrap_or(usize::MAX);
+    if allocated < shards {
+        return Err(("L10", format!("{allocated} of {shards} shards have a home")));
     }
     let loads: Vec<usize> = live.iter().map(|n| counts.get(n).copied().unwrap_or(0)).collect();
     let (min, max) = (loads.iter().min().copied(), loads.iter().max().copied());

@@ -578,3 +578,28 @@ fn a_removal_margin_of_stable_after_alone_lets_two_singleton_instances_overlap()
     assert_eq!(v.invariant, "S17", "{v}");
     assert!(r.reproduce.contains("--singleton-margin stable-after"), "{}", r.reproduce);
 }
+
+/// With a lease the same run keeps one instance: the cut-off host still renews its lease until it
+/// has downed itself and stopped, so the new oldest, whose margin was too short, cannot take it.
+#[test]
+fn a_lease_keeps_one_singleton_instance_where_the_margin_of_stable_after_alone_does_not() {
+    let mut o = ChaosOptions::new(105, 5, Duration::from_secs(600));
+    o.singleton_margin = Margin::StableAfter;
+    o.singleton_lease = true;
+    let r = run_seed(&o);
+    assert!(r.pass, "{:?}\n  reproduce: {}", r.violation, r.reproduce);
+    assert!(r.lease.is_some_and(|l| l.refused > 0), "{:?}", r.lease);
+}
+
+/// L10 once counted a coordinator that had just become active with an empty table as balanced
+/// (every region at zero shards); the allocations and rebalances that followed answered asks with
+/// handoff failures that L9 blamed on a balanced cluster. L10 now wants every shard to have a home.
+#[test]
+fn seed_1290_at_n6_with_the_lease_balances_only_once_every_shard_has_a_home() {
+    let o = ChaosOptions {
+        singleton_lease: true,
+        ..ChaosOptions::new(1290, 6, Duration::from_secs(600))
+    };
+    let r = run_seed(&o);
+    assert!(r.pass, "{:?}\n  reproduce: {}", r.violation, r.reproduce);
+}
