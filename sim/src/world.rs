@@ -72,8 +72,8 @@ pub(crate) enum Stream {
     HandOver = 9,
     Sharding = 10,
     ShardingLoad = 11,
-    Lease = 12,
-    Bootstrap = 13,
+    Lease = 13,
+    Bootstrap = 12,
 }
 
 /// The random stream `stream` of run `seed`.
