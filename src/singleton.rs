@@ -262,6 +262,7 @@ impl Singletons {
         config.hand_over_timeout = s.hand_over_timeout;
         if let Some(l) = &lease {
             config.lease_heartbeat_interval = l.settings().heartbeat_interval;
+            config.lease_operation_timeout = l.settings().operation_timeout;
         }
         let now = Instant::now().into_std();
         let manager = SingletonManager::new(config, inner.messaging.self_node().clone(), now);

@@ -86,10 +86,12 @@ pub fn config(cluster: &Config, margin: Margin) -> SingletonConfig {
     c
 }
 
-/// The settings `c` with the lease on, renewed every [`lease::HEARTBEAT_INTERVAL`].
+/// The settings `c` with the lease on, renewed every [`lease::HEARTBEAT_INTERVAL`], operations
+/// bounded by [`lease::OPERATION_TIMEOUT`].
 pub fn with_lease(mut c: SingletonConfig) -> SingletonConfig {
     c.use_lease = true;
     c.lease_heartbeat_interval = lease::HEARTBEAT_INTERVAL;
+    c.lease_operation_timeout = lease::OPERATION_TIMEOUT;
     c
 }
 

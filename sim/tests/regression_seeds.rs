@@ -603,3 +603,16 @@ fn seed_1290_at_n6_with_the_lease_balances_only_once_every_shard_has_a_home() {
     let r = run_seed(&o);
     assert!(r.pass, "{:?}\n  reproduce: {}", r.violation, r.reproduce);
 }
+
+/// S17 with the lease: a host paused between the store's grant and taking the answer in resumed
+/// 44 s later, past the lease's TTL, and started its instance on the stale grant (fixed: the
+/// manager counts a grant that comes in later than the operation timeout after its request as a
+/// refusal).
+#[test]
+fn seed_316_at_n5_with_the_lease_starts_no_instance_on_a_stale_grant() {
+    let mut o = ChaosOptions::new(316, 5, Duration::from_secs(600));
+    o.singleton_margin = Margin::StableAfter;
+    o.singleton_lease = true;
+    let r = run_seed(&o);
+    assert!(r.violation.as_ref().is_none_or(|v| v.invariant != "S17"), "{:?}", r.violation);
+}

@@ -127,6 +127,8 @@ pub struct SingletonManager {
     /// The instance ended by itself while running: the manager does not restart it.
     ended_by_itself: bool,
     lease: Lease,
+    /// When the outstanding lease operation was asked for.
+    lease_asked_at: Option<Instant>,
     /// Nodes that may be running the instance; cleared by their HandOverDone, or by their removal
     /// plus the margin.
     suspects: BTreeMap<UniqueAddress, Suspect>,
@@ -168,6 +170,7 @@ impl SingletonManager {
             instance: Instance::Absent,
             ended_by_itself: false,
             lease: Lease::Released,
+            lease_asked_at: None,
             suspects: BTreeMap::new(),
             flagged: BTreeSet::new(),
             requests: BTreeSet::new(),
@@ -307,6 +310,7 @@ impl SingletonManager {
         }
         if self.timers.take_due(Timer::LeaseRenew, now) && self.lease == Lease::Held {
             self.lease = Lease::Renewing;
+            self.lease_asked_at = Some(now);
             self.outputs.push_back(Output::RenewLease);
         }
         if self.timers.take_due(Timer::Abort, now) && matches!(self.instance, Instance::Stopping(_))
@@ -336,10 +340,14 @@ impl SingletonManager {
     /// called with `false` when a held lease is lost. A granted lease is renewed every
     /// `lease_heartbeat_interval`; a renewal that succeeds changes nothing else, and any refusal
     /// of a held lease (a renewal refused, failed or timed out) is a lost lease: the instance is
-    /// stopped. An answer while no operation is outstanding and the lease is not held is ignored.
+    /// stopped. A grant that comes in more than `lease_operation_timeout` after its request
+    /// counts as a refusal (the node was frozen in between; the lease may have expired). An
+    /// answer while no operation is outstanding and the lease is not held is ignored.
     pub fn lease_result(&mut self, now: Instant, granted: bool) {
         self.observe(now);
-        match (self.lease, granted) {
+        let timeout = self.config.lease_operation_timeout;
+        let fresh = self.lease_asked_at.take().is_none_or(|at| now <= at + timeout);
+        match (self.lease, granted && fresh) {
             (Lease::Acquiring | Lease::Renewing, true) => {
                 // Kept if still wanted; `update` releases an unwanted one.
                 self.lease = Lease::Held;
@@ -502,7 +510,7 @@ impl SingletonManager {
             Instance::Stopping(StopCause::Frozen) if oldest => Phase::WaitingForRemoval,
             Instance::Stopping(StopCause::Shutdown) => Phase::Stopped,
             Instance::Stopping(_) => Phase::HandingOver,
-            Instance::Absent if oldest => self.try_start(),
+            Instance::Absent if oldest => self.try_start(now),
             Instance::Absent => {
                 let up = self
                     .view
@@ -518,7 +526,7 @@ impl SingletonManager {
     }
 
     /// This node is the oldest and runs no instance: start it if nothing stands in the way.
-    fn try_start(&mut self) -> Phase {
+    fn try_start(&mut self, now: Instant) -> Phase {
         if self.phase == Phase::Running && self.ended_by_itself {
             return Phase::Running;
         }
@@ -531,6 +539,7 @@ impl SingletonManager {
         if self.config.use_lease && self.lease != Lease::Held {
             if self.lease == Lease::Released && self.timers.get(Timer::LeaseRetry).is_none() {
                 self.lease = Lease::Acquiring;
+                self.lease_asked_at = Some(now);
                 self.outputs.push_back(Output::AcquireLease);
             }
             return Phase::AcquiringLease;

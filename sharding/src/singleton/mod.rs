@@ -37,6 +37,8 @@ pub const LEASE_RETRY_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_HAND_OVER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a held lease is renewed, by default (the lease's own default heartbeat interval).
 pub const DEFAULT_LEASE_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(12);
+/// How long a lease operation may take, by default (the lease's own default).
+pub const DEFAULT_LEASE_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Settings of one singleton.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +64,11 @@ pub struct SingletonConfig {
     /// How often a held lease is renewed (with `use_lease`; default 12 s; the runtime passes the
     /// lease's `heartbeat_interval`).
     pub lease_heartbeat_interval: Duration,
+    /// How long a lease operation may take (with `use_lease`; default 5 s; the runtime passes the
+    /// lease's `operation_timeout`). The driver bounds each call by it; the manager counts a grant
+    /// that reaches it later than this after the request as a refusal: the node was frozen in
+    /// between, and the lease may have expired meanwhile.
+    pub lease_operation_timeout: Duration,
 }
 
 impl SingletonConfig {
@@ -78,6 +85,7 @@ impl SingletonConfig {
             use_lease: false,
             hand_over_timeout: DEFAULT_HAND_OVER_TIMEOUT,
             lease_heartbeat_interval: DEFAULT_LEASE_HEARTBEAT_INTERVAL,
+            lease_operation_timeout: DEFAULT_LEASE_OPERATION_TIMEOUT,
         }
     }
 

@@ -814,6 +814,36 @@ fn a_renewal_without_an_answer_is_not_sent_again() {
 }
 
 #[test]
+fn a_grant_that_comes_in_after_the_operation_timeout_counts_as_refused() {
+    // Shorter than the retry interval, so that coming in late is not also a freeze.
+    let timeout = Duration::from_millis(300);
+    let mut net = Net::with(2, |_| {
+        let mut c = SingletonConfig::new("s");
+        c.use_lease = true;
+        c.lease_operation_timeout = timeout;
+        c
+    });
+    net.view_all(&all(2, Up));
+    // The node was frozen between the store's grant and taking the answer in.
+    net.now += timeout + Duration::from_millis(1);
+    net.lease(0, true);
+    assert!(net.running().is_empty(), "{:?}", net.log);
+    assert_eq!(net.phase(0), Phase::AcquiringLease);
+    net.advance(LEASE_RETRY_INTERVAL);
+    assert_eq!(net.log.last().map(String::as_str), Some("acquire 0"));
+    // In time, it counts.
+    net.advance(timeout);
+    net.lease(0, true);
+    assert_eq!(net.running(), [0]);
+    // A renewal granted too late is a lost lease.
+    let every = SingletonConfig::new("s").lease_heartbeat_interval;
+    net.advance(every);
+    net.now += timeout + Duration::from_millis(1);
+    net.lease(0, true);
+    assert!(net.nodes[0].stop_asked, "{:?}", net.log);
+}
+
+#[test]
 fn a_host_waits_for_its_renewal_before_it_releases_and_says_done() {
     let every = SingletonConfig::new("s").lease_heartbeat_interval;
     let mut net = leased_running();
