@@ -11,8 +11,10 @@
 //! With `--data-dir DIR` (one directory shared by all processes) a counter keeps its value in
 //! `DIR/<id>` and survives moves, crashes and restarts; the sharding guarantees that one process
 //! at a time writes it. Without it the value lives in memory and starts again from zero when its
-//! shard moves. Entities log `entity started` and `entity stopped`. SIGTERM or Ctrl-C hands the
-//! shards off and leaves the cluster.
+//! shard moves. Entities log `entity started` and `entity stopped`, and at debug level
+//! (`RUST_LOG=info,counter=debug`) `entity handled` for every message; an increment logs
+//! `entity storing` before it writes the file and `entity handled` once it is stored. SIGTERM or
+//! Ctrl-C hands the shards off and leaves the cluster.
 //!
 //! ```text
 //! cargo run --release --example counter -- --http-port 8080 --data-dir /tmp/counters \
@@ -123,13 +125,18 @@ impl Entity for Counter {
         match op {
             Op::Add(n) => {
                 let value = current.saturating_add(n);
+                tracing::debug!(entity = %self.id, value, "entity storing");
                 // Answered only once stored: a success reply is never lost with the process.
                 let stored = self.store(value).await;
                 stored.map_err(|e| format!("cannot store counter {}: {e}", self.id))?;
                 self.value = Some(value);
+                tracing::debug!(entity = %self.id, op = "add", value, "entity handled");
                 Ok((value, self.node.clone()))
             }
-            Op::Get => Ok((current, self.node.clone())),
+            Op::Get => {
+                tracing::debug!(entity = %self.id, op = "get", value = current, "entity handled");
+                Ok((current, self.node.clone()))
+            }
         }
     }
 }

@@ -2,12 +2,15 @@
 //! and one router namespace joining them, each node on its own subnet (`10.77.<k>.2/24`, router
 //! `10.77.<k>.1`). A partition is a set of iptables DROP rules in the router's FORWARD chain;
 //! healing flushes them. Nothing outside these namespaces is touched, and they disappear with
-//! their processes.
+//! their processes. The test process itself stays in its own namespace, which has no route to
+//! the nodes; [`Network::forward`] carries its connections to a server on a node's loopback.
 //!
 //! Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), `unshare`/`nsenter` (util-linux), `ip`
 //! (iproute2) and `iptables`; `.ci/install-test-deps` installs the last two on Debian. Without
 //! them the tests using this fail, naming what is missing: they never skip.
 
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -159,6 +162,89 @@ impl Network {
     /// The router's FORWARD rules, for the record.
     pub fn rules(&self) -> String {
         self.router.run(&["iptables", "-S", "FORWARD"])
+    }
+
+    /// Carries every connection to the returned port on 127.0.0.1 of the test's own namespace
+    /// to `127.0.0.1:port` inside node `i`'s namespace, so that the test reaches a server that
+    /// listens on the node's loopback (an HTTP front, the management API) with an ordinary
+    /// client. Only a thread of the test process enters the node's namespace, to open the
+    /// connections there; no interface, address or route is added to either namespace. It
+    /// stops when dropped.
+    pub fn forward(&self, i: usize, port: u16) -> Forward {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a forwarding port");
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let path = format!("/proc/{}/ns/net", self.nodes[i].pid());
+        let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (entered, entering) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            // setns(2) moves only this thread: the sockets it opens from now on are in node i's
+            // namespace, while the listener, opened before, stays in the test's.
+            let net = Some(rustix::thread::LinkNameSpaceType::Network);
+            let moved = rustix::thread::move_into_link_name_space(ns.as_fd(), net);
+            drop(ns);
+            let failed = moved.is_err();
+            let _ = entered.send(moved);
+            if failed {
+                return;
+            }
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let target = SocketAddr::from(([127, 0, 0, 1], port));
+                tokio::pin!(stopped);
+                loop {
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        accepted = listener.accept() => {
+                            let Ok((mut inbound, _)) = accepted else { continue };
+                            // Spawned on this thread's runtime: the connection opens in the
+                            // node's namespace. A refused one closes the client's at once.
+                            tokio::spawn(async move {
+                                let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await
+                                else {
+                                    return;
+                                };
+                                let _ = inbound.set_nodelay(true);
+                                let _ = outbound.set_nodelay(true);
+                                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound)
+                                    .await;
+                            });
+                        }
+                    }
+                }
+            });
+        });
+        let moved = entering.recv().expect("the forwarding thread reports");
+        moved.unwrap_or_else(|e| panic!("setns into {path}: {e}; this test needs root"));
+        Forward { addr, stop: Some(stop), thread: Some(thread) }
+    }
+}
+
+/// A running [`Network::forward`]; dropping it closes the port and every connection through it.
+pub struct Forward {
+    /// The forwarding port's address, on 127.0.0.1 of the test's own namespace.
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Forward {
+    /// `http://<addr>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

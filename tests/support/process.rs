@@ -141,7 +141,8 @@ impl Proc {
             cmd.arg("--set").arg(s);
         }
         cmd.arg("--set").arg(format!("cluster.port={port}"));
-        cmd.env("RUST_LOG", "info,convoke::singleton=debug")
+        // `counter=debug`: examples/counter.rs logs every message its entities handle.
+        cmd.env("RUST_LOG", "info,convoke::singleton=debug,counter=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
