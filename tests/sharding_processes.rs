@@ -4,6 +4,20 @@
 //! rolling restart of every process under load. No increment that got a success reply is lost,
 //! and the processes' logs never show one counter running in two processes at once. The times
 //! are printed (`--nocapture` shows them).
+//!
+//! Two more runs make the same checks through harder faults:
+//!
+//! - five processes, each in its own network namespace (`support::netns`, as in
+//!   `tests/partition.rs`), split 3|2 by the router while increments flow through all five: the
+//!   two down themselves and exit 1, and every counter answers through the three;
+//! - the coordinator's host (the oldest process) stopped by SIGSTOP while increments flow through
+//!   the others, until they have removed it and every counter answers through them (longer than
+//!   the removal margin), then resumed under load: it stops its counters before it acts on
+//!   anything and exits 1. Its frozen time does not count in the overlap check, but a counter
+//!   of it that handled a message after the resume while another process ran it fails the test.
+//!
+//! Both also read every counter's file once no process runs. The partition run needs root, `ip`
+//! and `iptables` (`.ci/install-test-deps`) and fails without them.
 
 mod support;
 
@@ -14,6 +28,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use support::fast_sets;
+use support::netns::{Forward, Network};
 use support::process::{Proc, address, timestamp};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -332,4 +347,633 @@ async fn counters_survive_a_kill_joins_and_a_rolling_restart_and_never_run_twice
             );
         }
     }
+}
+
+// A network partition and a frozen coordinator host, with the helpers only they use.
+
+/// The removal margin of the processes (`sets`): the singleton's margin, which a new coordinator
+/// also waits after a region's removal before it moves the region's shards (docs/singleton.md,
+/// "The removal margin"; docs/sharding-design.md, "A node that crashes"). Computed from the
+/// settings the processes load: 2 s `stable_after` + 4 s down-all-when-unstable (its shortest
+/// "on") + 3 s acceptable heartbeat pause + 3 × 200 ms heartbeats + 2 s hand-over timeout, 11.6 s.
+fn removal_margin() -> Duration {
+    use convoke::settings::{Settings, Sources};
+    let sources = Sources { file: None, env: false, sets: sets(&[]) };
+    let settings = Settings::load(&sources).expect("the test's settings load");
+    settings.singleton.removal_margin(&settings.cluster.core)
+}
+
+/// Sends rounds of increments through `fronts` (which may change between rounds) until
+/// `running` is cleared.
+async fn load_while(
+    client: &reqwest::Client,
+    fronts: &Mutex<Vec<String>>,
+    running: &AtomicBool,
+    tally: &Mutex<Tally>,
+    seed: u64,
+) {
+    let mut round = 0;
+    while running.load(Ordering::Relaxed) {
+        let now: Vec<String> = fronts.lock().await.clone();
+        load(client, &now, CONCURRENCY * 4, tally, seed + round * CONCURRENCY as u64).await;
+        round += 1;
+    }
+}
+
+async fn tried(tally: &Mutex<Tally>) -> u64 {
+    tally.lock().await.tried.values().sum()
+}
+
+/// Waits until `n` increments more than now have been tried: the load flows.
+async fn load_flowing(tally: &Mutex<Tally>, n: u64) {
+    let (from, deadline) = (tried(tally).await, Instant::now() + T);
+    loop {
+        let now = tried(tally).await;
+        if now >= from + n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "only {} of {n} increments tried", now - from);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads every counter through `fronts` until each has answered once, while increments may
+/// still flow (so the values are not checked here); returns how long it took.
+async fn answering(client: &reqwest::Client, fronts: &[String]) -> Duration {
+    let started = Instant::now();
+    let mut missing: Vec<usize> = (0..COUNTERS).collect();
+    let mut round = 0;
+    while !missing.is_empty() {
+        assert!(started.elapsed() < T, "{} counters never answered", missing.len());
+        let mut still = Vec::new();
+        for k in missing {
+            if read(client, &fronts[(k + round) % fronts.len()], k).await.is_none() {
+                still.push(k);
+            }
+        }
+        missing = still;
+        round += 1;
+    }
+    started.elapsed()
+}
+
+/// Every counter's file in `dir`, read once no process runs, that lost a success or holds more
+/// than was tried. A file is what a counter starts from wherever it starts next, so a stale
+/// write by a second writer shows here even when the live entity still answers from memory.
+async fn files_wrong(dir: &str, tally: &Mutex<Tally>) -> Vec<String> {
+    let t = tally.lock().await;
+    let mut wrong = Vec::new();
+    for k in 0..COUNTERS {
+        let path = std::path::Path::new(dir).join(format!("c{k}"));
+        let value = match std::fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse::<u64>().unwrap_or_else(|e| panic!("{path:?}: {e}")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => panic!("{path:?}: {e}"),
+        };
+        let ok = t.ok.get(&k).copied().unwrap_or(0);
+        let tried = t.tried.get(&k).copied().unwrap_or(0);
+        if value < ok || value > tried {
+            wrong.push(format!("c{k}: its file holds {value} after {ok} successful of {tried}"));
+        }
+    }
+    wrong
+}
+
+/// A process for the overlap check: its log, when it ended (or the check's time), and the
+/// windows in which SIGSTOP had stopped it, each from just after the STOP was sent until just
+/// before the CONT was.
+struct Ran<'a> {
+    proc: &'a Proc,
+    until: f64,
+    frozen: Vec<(f64, f64)>,
+}
+
+/// A part of one interval of a counter in one process: `from`, `to`, and `freeze`, the frozen
+/// window `(stop, resume)` that this part follows when the interval began before it (the
+/// entity was running when its process resumed, and should be stopping).
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    from: f64,
+    to: f64,
+    process: usize,
+    freeze: Option<(f64, f64)>,
+}
+
+/// What the overlap check saw of entities that were running when their process resumed.
+#[derive(Debug, Default)]
+struct Resumed {
+    /// How many there were.
+    entities: usize,
+    /// The longest time from the resume until one of them stopped, in seconds.
+    longest: f64,
+    /// How many of them overlapped an interval of the same counter in another process without
+    /// handling any message after the resume (each that handled one is a violation).
+    overlapping: usize,
+    /// Messages they handled after the resume.
+    handled: usize,
+}
+
+/// Every counter's log lines in `p` (`entity started`, `entity storing`, `entity handled`,
+/// `entity stopped`), with their timestamps.
+fn entity_lines(p: &Proc) -> HashMap<String, Vec<(f64, String)>> {
+    let mut lines: HashMap<String, Vec<(f64, String)>> = HashMap::new();
+    for line in p.log() {
+        let entity = line.split_whitespace().find_map(|w| w.strip_prefix("entity="));
+        let Some(entity) = entity.map(|e| e.trim_matches('"').to_owned()) else { continue };
+        lines.entry(entity).or_default().push((timestamp(&line), line));
+    }
+    lines
+}
+
+/// The number in a log line's `key` field (`value=7`, `value=Some(7)`).
+fn field_u64(line: &str, key: &str) -> Option<u64> {
+    let word = line.split_whitespace().find_map(|w| w.strip_prefix(key))?;
+    word.trim_start_matches("Some(").trim_end_matches(')').parse().ok()
+}
+
+/// A Unix time of day as `HH:MM:SS.ffffff` (UTC), as in the logs.
+fn clock(t: f64) -> String {
+    let s = t.rem_euclid(86_400.0);
+    let (h, m) = ((s / 3600.0) as u32, (s % 3600.0 / 60.0) as u32);
+    format!("{h:02}:{m:02}:{:09.6}", s % 60.0)
+}
+
+/// No counter ever ran in two processes at once, by the processes' own logs: any two intervals
+/// of one counter in two processes are disjoint. SIGSTOP stops a process, so its frozen windows
+/// do not count. An entity that was running when its process resumed is to stop then, before it
+/// acts on anything (docs/sharding-design.md, "Frozen hosts"): its time from the resume until its
+/// `entity stopped` may overlap another process's interval only if it handled no message in it;
+/// one that did is a second writer. Returns what it saw of resumed entities and every violation,
+/// each with both processes' lines for that counter.
+fn never_twice(ran: &[Ran<'_>]) -> (Resumed, Vec<String>) {
+    let mut by_entity: BTreeMap<String, Vec<Span>> = BTreeMap::new();
+    for (i, r) in ran.iter().enumerate() {
+        for (entity, spans) in intervals(r.proc, r.until) {
+            let out = by_entity.entry(entity).or_default();
+            for (a, b) in spans {
+                // (a, b) minus the frozen windows.
+                let mut parts = vec![Span { from: a, to: b, process: i, freeze: None }];
+                for &(s, c) in &r.frozen {
+                    parts = parts
+                        .into_iter()
+                        .flat_map(|p| {
+                            let mut left = Vec::new();
+                            if p.from < s {
+                                left.push(Span { to: p.to.min(s), ..p });
+                            }
+                            if p.to > c {
+                                let freeze = if p.from < c { Some((s, c)) } else { p.freeze };
+                                left.push(Span { from: p.from.max(c), freeze, ..p });
+                            }
+                            left
+                        })
+                        .collect();
+                }
+                out.extend(parts);
+            }
+        }
+    }
+    let mut resumed = Resumed::default();
+    let mut violations = Vec::new();
+    let logs: Vec<_> = ran.iter().map(|r| entity_lines(r.proc)).collect();
+    for (entity, spans) in &by_entity {
+        let lines: Vec<&[(f64, String)]> =
+            logs.iter().map(|l| l.get(entity).map_or(&[][..], Vec::as_slice)).collect();
+        let handled_after = |s: &Span| -> Vec<(f64, String)> {
+            let Some((_, c)) = s.freeze else { return Vec::new() };
+            let lines = &lines[s.process];
+            let handled = lines.iter().filter(|(t, _)| *t > c && *t <= s.to);
+            handled.filter(|(_, l)| l.contains("entity handled")).cloned().collect()
+        };
+        for s in spans.iter().filter(|s| s.freeze.is_some()) {
+            resumed.entities += 1;
+            resumed.longest = resumed.longest.max(s.to - s.freeze.unwrap().1);
+            resumed.handled += handled_after(s).len();
+        }
+        for (n, x) in spans.iter().enumerate() {
+            for y in &spans[n + 1..] {
+                let (from, to) = (x.from.max(y.from), x.to.min(y.to));
+                if x.process == y.process || from >= to {
+                    continue;
+                }
+                let stopping = [x, y].into_iter().find(|s| s.freeze.is_some());
+                let acted = stopping.map(handled_after).unwrap_or_default();
+                if stopping.is_some() && acted.is_empty() {
+                    resumed.overlapping += 1;
+                    continue;
+                }
+                let mut report = format!(
+                    "{entity} ran in processes {} and {} at once from {} to {}",
+                    x.process,
+                    y.process,
+                    clock(from),
+                    clock(to)
+                );
+                if let Some(s) = stopping {
+                    let (stop, resume) = s.freeze.expect("a stopping span follows a freeze");
+                    let other = if std::ptr::eq(s, x) { y } else { x };
+                    // What the other process found in the counter's file when it started it:
+                    // its first increment stores one more, its first read answers it.
+                    let found = lines[other.process]
+                        .iter()
+                        .filter(|(t, _)| *t >= other.from)
+                        .find_map(|(_, l)| {
+                            let value = field_u64(l, "value=")?;
+                            if l.contains("entity storing") {
+                                Some(value - 1)
+                            } else if l.contains("entity handled") {
+                                Some(value)
+                            } else {
+                                None
+                            }
+                        });
+                    // An increment logs `entity storing` before its write and `entity handled`
+                    // after it: was the one handled after the resume taken before the freeze,
+                    // and had its write landed when the other process read the file?
+                    let storing: Vec<f64> = lines[s.process]
+                        .iter()
+                        .filter(|(_, l)| l.contains("entity storing"))
+                        .map(|(t, _)| *t)
+                        .collect();
+                    let kinds: Vec<String> = acted
+                        .iter()
+                        .map(|(t, l)| {
+                            let began = storing.iter().copied().rfind(|b| b <= t);
+                            let value = field_u64(l, "value=").unwrap_or_default();
+                            let kind = if l.contains("op=\"get\"") {
+                                format!("a read of {value} at {}", clock(*t))
+                            } else {
+                                match began {
+                                    Some(b) if b < stop => format!(
+                                        "an increment to {value} stored at {}, whose write \
+                                         began at {}, before the freeze",
+                                        clock(*t),
+                                        clock(b)
+                                    ),
+                                    _ => format!(
+                                        "an increment to {value} taken after the resume, stored \
+                                         at {}",
+                                        clock(*t)
+                                    ),
+                                }
+                            };
+                            let landed = match found {
+                                Some(f) if f >= value => "; the file already held it then",
+                                Some(_) => "; the file did not hold it yet then",
+                                None => "",
+                            };
+                            format!(
+                                "{kind} (process {} started the counter at {} from the value \
+                                 {} in its file{landed})",
+                                other.process,
+                                clock(other.from),
+                                found.map_or("?".to_owned(), |f| f.to_string()),
+                            )
+                        })
+                        .collect();
+                    report += &format!(
+                        ": process {} was frozen from {} to {} and then handled {}",
+                        s.process,
+                        clock(stop),
+                        clock(resume),
+                        kinds.join("; ")
+                    );
+                }
+                // Each process's lines for the counter: the first three of its interval (for a
+                // part after a freeze, the last three before the freeze), and the lines from a
+                // second before the overlap until a second after it.
+                for s in [x, y] {
+                    let l = &lines[s.process];
+                    let mut shown: Vec<usize> = match s.freeze {
+                        None => (0..l.len()).filter(|&n| l[n].0 >= s.from).take(3).collect(),
+                        Some((stop, _)) => {
+                            let before: Vec<usize> =
+                                (0..l.len()).filter(|&n| l[n].0 < stop).collect();
+                            before[before.len().saturating_sub(3)..].to_vec()
+                        }
+                    };
+                    shown.extend(
+                        (0..l.len()).filter(|&n| (from - 1.0..=to + 1.0).contains(&l[n].0)),
+                    );
+                    shown.sort_unstable();
+                    shown.dedup();
+                    let shown: Vec<&str> = shown.iter().map(|&n| l[n].1.as_str()).collect();
+                    report += &format!("\n  process {}:\n    {}", s.process, shown.join("\n    "));
+                }
+                violations.push(report);
+            }
+        }
+    }
+    assert!(by_entity.len() >= COUNTERS, "only {} counters in the logs", by_entity.len());
+    (resumed, violations)
+}
+
+/// For every counter of the processes `from` that the processes `to` started later: how long
+/// after it stopped in `from` (with `since`, after `since`, for the counters running at that
+/// time) it first started in `to`, in seconds, shortest first.
+fn moves(ran: &[Ran<'_>], from: &[usize], to: &[usize], since: Option<f64>) -> Vec<f64> {
+    let spans: Vec<_> = ran.iter().map(|r| intervals(r.proc, r.until)).collect();
+    let mut gaps = Vec::new();
+    for &i in from {
+        for (entity, own) in &spans[i] {
+            let stopped = match since {
+                Some(t) if own.iter().any(|&(a, b)| a < t && b > t) => t,
+                Some(_) => continue,
+                None => own.iter().map(|s| s.1).fold(f64::MIN, f64::max),
+            };
+            let started = to.iter().filter_map(|&j| spans[j].get(entity)).flatten();
+            let next = started.map(|s| s.0).filter(|&a| a >= stopped).fold(f64::INFINITY, f64::min);
+            if next.is_finite() {
+                gaps.push(next - stopped);
+            }
+        }
+    }
+    gaps.sort_by(f64::total_cmp);
+    gaps
+}
+
+/// `n gaps, a–b s`.
+fn spread(gaps: &[f64]) -> String {
+    match (gaps.first(), gaps.last()) {
+        (Some(a), Some(b)) => format!("{} counters, {a:.1}–{b:.1} s", gaps.len()),
+        _ => "no counters".to_owned(),
+    }
+}
+
+/// Fails with every counter that ran twice at once and every counter file that lost a success.
+fn assert_safe(violations: &[String], files: &[String]) {
+    assert!(
+        violations.is_empty() && files.is_empty(),
+        "{} counters ran in two processes at once:\n{}\n{} counter files are wrong:\n{}",
+        violations.len(),
+        violations.join("\n"),
+        files.len(),
+        files.join("\n")
+    );
+}
+
+/// The port of a logged `127.0.0.1:PORT` or `http://127.0.0.1:PORT/...`.
+fn logged_port(address: &str) -> u16 {
+    let rest = address.trim_start_matches("http://");
+    let port = rest.split('/').next().unwrap_or_default().rsplit(':').next().unwrap_or_default();
+    port.parse().unwrap_or_else(|_| panic!("no port in {address:?}"))
+}
+
+/// The cluster port of the processes in network namespaces, each on its namespace's address.
+const NET_PORT: u16 = 25520;
+
+fn net_address(net: &Network, i: usize) -> String {
+    format!("convoke://convoke@{}:{NET_PORT}", net.ip(i))
+}
+
+/// A counter process in a network namespace, whose HTTP front and management API (on the
+/// namespace's loopback) the test reaches through forwarded ports.
+struct NetCounter {
+    counter: Counter,
+    _forwards: [Forward; 2],
+}
+
+/// Starts a counter process in node `i`'s namespace of `net`, on the namespace's address, with
+/// node 0 as seed node (node 0, first in its own seed list, forms the cluster).
+async fn start_in(net: &Network, i: usize, dir: &str) -> NetCounter {
+    let extra = [
+        format!("cluster.hostname=\"{}\"", net.ip(i)),
+        format!("cluster.seed_nodes=[\"{}\"]", net_address(net, 0)),
+    ];
+    let args = ["--http-port", "0", "--data-dir", dir];
+    let wrapper = net.wrapper(i);
+    let proc = Proc::example_with_args("counter", &args, &wrapper, NET_PORT, &sets(&extra)).await;
+    let front = proc.logged_field("counter front listening", "http=").await;
+    let http = net.forward(i, logged_port(&front));
+    let management = net.forward(i, logged_port(&proc.management_url().await));
+    let counter = Counter { proc, http: http.url(), management: management.url() };
+    NetCounter { counter, _forwards: [http, management] }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_under_load_through_a_3_2_partition_the_two_exit_and_none_runs_twice() {
+    let _live = support::live().await;
+    let net = Network::new(5);
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().to_str().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    let mut nodes = Vec::new();
+    for i in 0..5 {
+        nodes.push(start_in(&net, i, &dir).await);
+    }
+    for n in &nodes {
+        wait_members(&client, &n.counter, 5).await;
+    }
+    let tally = Mutex::new(Tally::default());
+    let fronts: Vec<String> = nodes.iter().map(|n| n.counter.http.clone()).collect();
+    let t = Instant::now();
+    load(&client, &fronts, INCREMENTS / 4, &tally, 1).await;
+    eprintln!(
+        "{} increments through 5 processes in namespaces: {:.1} s, {} failed",
+        INCREMENTS / 4,
+        t.elapsed().as_secs_f64(),
+        tally.lock().await.failed
+    );
+    all_answer(&client, &fronts, &tally).await;
+
+    // Increments through all five while the router cuts them 3|2. The coordinator runs on node 0,
+    // the oldest, on the majority side. The two down themselves and exit 1; the load goes on
+    // through the three until every counter answers through them.
+    let (majority, minority) = ([0, 1, 2], [3, 4]);
+    let majority_fronts: Vec<String> =
+        majority.iter().map(|&i| nodes[i].counter.http.clone()).collect();
+    let running = AtomicBool::new(true);
+    let loading = Mutex::new(fronts.clone());
+    let mut ended: Vec<(usize, f64)> = Vec::new();
+    let split = async {
+        load_flowing(&tally, CONCURRENCY as u64 * 4).await;
+        let failed_before = tally.lock().await.failed;
+        net.partition(&majority, &minority);
+        let cut = Instant::now();
+        for i in minority {
+            let p = &mut nodes[i].counter.proc;
+            let code = p.exit_code(T).await;
+            ended.push((i, now_secs()));
+            assert_eq!(code, Some(1), "node {i} on the minority side must exit 1");
+            p.wait_log(&["cluster node shutting down", "this node was downed"], T).await;
+            p.wait_log(&["the node stopped"], T).await;
+            let after = cut.elapsed().as_secs_f64();
+            eprintln!(
+                "node {i} ({}) downed itself and exited 1 {after:.1} s after the cut",
+                net.ip(i)
+            );
+            loading.lock().await.retain(|f| *f != nodes[i].counter.http);
+        }
+        for i in majority {
+            wait_members(&client, &nodes[i].counter, 3).await;
+        }
+        let removed = cut.elapsed();
+        let answering = answering(&client, &majority_fronts).await;
+        running.store(false, Ordering::Relaxed);
+        eprintln!(
+            "the three see 3 members Up {:.1} s after the cut; every counter answers through them \
+             (under load) {:.1} s later",
+            removed.as_secs_f64(),
+            answering.as_secs_f64()
+        );
+        (cut, failed_before)
+    };
+    let ((cut, failed_before), ()) =
+        tokio::join!(split, load_while(&client, &loading, &running, &tally, 1_000));
+    all_answer(&client, &majority_fronts, &tally).await;
+    let t = tally.lock().await;
+    eprintln!(
+        "no success lost {:.1} s after the cut; {} increments tried in all, {} failed ({} from \
+         the cut on)",
+        cut.elapsed().as_secs_f64(),
+        t.tried.values().sum::<u64>(),
+        t.failed,
+        t.failed - failed_before
+    );
+    drop(t);
+
+    for i in majority {
+        nodes[i].counter.proc.term();
+    }
+    for i in majority {
+        let code = nodes[i].counter.proc.exit_code(T).await;
+        ended.push((i, now_secs()));
+        assert_eq!(code, Some(0), "node {i}: a graceful leave exits 0");
+    }
+    let files = files_wrong(&dir, &tally).await;
+    let ran: Vec<Ran<'_>> = (0..5)
+        .map(|i| Ran {
+            proc: &nodes[i].counter.proc,
+            until: ended.iter().find(|(j, _)| *j == i).expect("every process ended").1,
+            frozen: Vec::new(),
+        })
+        .collect();
+    let (_, violations) = never_twice(&ran);
+    eprintln!(
+        "the three started the two's counters after the two had stopped them: {} (removal \
+         margin {:.1} s)",
+        spread(&moves(&ran, &minority, &majority, None)),
+        removal_margin().as_secs_f64()
+    );
+    assert_safe(&violations, &files);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_host_frozen_past_the_removal_margin_under_load_stops_its_counters_on_resuming()
+ {
+    let _live = support::live().await;
+    let margin = removal_margin();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().to_str().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    // The first process is the oldest: it runs the coordinator.
+    let mut frozen = start(&dir, None).await;
+    let seed = frozen.proc.port;
+    let mut others = Vec::new();
+    for _ in 0..4 {
+        others.push(start(&dir, Some(seed)).await);
+    }
+    wait_members(&client, &frozen, 5).await;
+    let mut fronts: Vec<String> = vec![frozen.http.clone()];
+    fronts.extend(others.iter().map(|c| c.http.clone()));
+    let tally = Mutex::new(Tally::default());
+    load(&client, &fronts, INCREMENTS / 4, &tally, 1).await;
+    all_answer(&client, &fronts, &tally).await;
+    assert!(frozen.proc.logged(&["shard coordinator starting here"]), "the oldest coordinates");
+    let hosted = frozen.proc.count(&["entity started"]);
+    assert!(hosted > 0, "the coordinator's host hosts counters");
+
+    // SIGSTOP it while increments flow through the others; keep it stopped until they have
+    // removed it and every counter answers through them, which takes more than a removal margin.
+    let survivors: Vec<String> = others.iter().map(|c| c.http.clone()).collect();
+    let running = AtomicBool::new(true);
+    let loading = Mutex::new(survivors.clone());
+    let freeze = async {
+        load_flowing(&tally, CONCURRENCY as u64 * 4).await;
+        frozen.proc.signal("STOP");
+        let stopped = (Instant::now(), now_secs());
+        for c in &others {
+            wait_members(&client, c, 4).await;
+        }
+        let removed = stopped.0.elapsed();
+        let answering = answering(&client, &survivors).await;
+        running.store(false, Ordering::Relaxed);
+        eprintln!(
+            "the others removed the frozen host {:.1} s after SIGSTOP; every counter answers \
+             through them (under load) {:.1} s later",
+            removed.as_secs_f64(),
+            answering.as_secs_f64()
+        );
+        stopped
+    };
+    let ((stopped, stopped_at), ()) =
+        tokio::join!(freeze, load_while(&client, &loading, &running, &tally, 1_000));
+    all_answer(&client, &survivors, &tally).await;
+    let took_over = stopped.elapsed();
+    let coordinator = others.iter().enumerate().find_map(|(n, c)| {
+        let log = c.proc.log();
+        let line = log.iter().find(|l| l.contains("shard coordinator starting here"))?;
+        Some((n + 1, timestamp(line) - stopped_at))
+    });
+    let (n, after) = coordinator.expect("another process runs the coordinator");
+    eprintln!("the coordinator started again in process {n} {after:.1} s after SIGSTOP");
+    eprintln!(
+        "no success lost {:.1} s after SIGSTOP (removal margin {:.1} s)",
+        took_over.as_secs_f64(),
+        margin.as_secs_f64()
+    );
+    assert!(took_over > margin, "the others took over within the removal margin");
+
+    // SIGCONT it while increments flow through the new hosts. It must stop its counters before
+    // it acts on anything, and shut down: the others have downed and removed it.
+    running.store(true, Ordering::Relaxed);
+    let resume = async {
+        load_flowing(&tally, CONCURRENCY as u64 * 4).await;
+        let resumed_at = now_secs();
+        frozen.proc.signal("CONT");
+        let resumed = Instant::now();
+        let code = frozen.proc.exit_code(T).await;
+        let exited_at = now_secs();
+        running.store(false, Ordering::Relaxed);
+        eprintln!(
+            "frozen {:.1} s; after SIGCONT it exited {code:?} within {:.1} s",
+            resumed_at - stopped_at,
+            resumed.elapsed().as_secs_f64()
+        );
+        (resumed_at, exited_at, code)
+    };
+    let ((resumed_at, exited_at, code), ()) =
+        tokio::join!(resume, load_while(&client, &loading, &running, &tally, 2_000));
+    assert!(resumed_at - stopped_at > margin.as_secs_f64(), "frozen longer than the margin");
+    assert_eq!(code, Some(1), "the resumed host, downed by the others, must exit 1");
+    frozen.proc.wait_log(&["cluster node shutting down", "this node was downed"], T).await;
+    frozen.proc.wait_log(&["the node stopped"], T).await;
+    all_answer(&client, &survivors, &tally).await;
+    let t = tally.lock().await;
+    eprintln!("{} increments tried in all, {} failed", t.tried.values().sum::<u64>(), t.failed);
+    drop(t);
+
+    for c in &others {
+        c.proc.term();
+    }
+    let mut ran =
+        vec![Ran { proc: &frozen.proc, until: exited_at, frozen: vec![(stopped_at, resumed_at)] }];
+    for c in &mut others {
+        assert_eq!(c.proc.exit_code(T).await, Some(0), "a graceful leave exits 0");
+        let until = now_secs();
+        ran.push(Ran { proc: &c.proc, until, frozen: Vec::new() });
+    }
+    let files = files_wrong(&dir, &tally).await;
+    let (resumed, violations) = never_twice(&ran);
+    eprintln!(
+        "the others started the frozen host's counters after SIGSTOP: {}",
+        spread(&moves(&ran, &[0], &[1, 2, 3, 4], Some(stopped_at)))
+    );
+    eprintln!(
+        "the frozen host had started {hosted} counters; {} were running when it resumed and \
+         stopped within {:.3} s of it; {} of those had meanwhile been started elsewhere and \
+         handled nothing after the resume; {} messages handled after the resume",
+        resumed.entities, resumed.longest, resumed.overlapping, resumed.handled
+    );
+    assert_safe(&violations, &files);
 }
