@@ -233,7 +233,9 @@ fn a_chaos_run_can_form_its_cluster_by_bootstrap() {
 /// forms: the restarted others wait for slot 0, the lowest, to form, and slot 0's machine ended
 /// in `JoinOthers` while its core asks seed nodes that are not members for ever. Sweeps of
 /// `bootstrap --random-faults` hit it in about one seed in a thousand (seeds 662 at N=3 and 342
-/// at N=10 as of this writing).
+/// at N=10 as of this writing), `bootstrap --nodes 5 --restarts 2 --window 15s` in 13. A rule that
+/// leaves out Down members marked Terminated (an old incarnation replaced by a new one, not a
+/// decision about the cluster) makes this test and those seeds pass.
 #[test]
 #[ignore = "membership core: a restarted founder's joiners down themselves (see the comment)"]
 fn a_founder_restarted_before_its_joiners_are_up_is_admitted_by_them() {
