@@ -3,8 +3,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use convoke_membership::{CurrentClusterState, MemberStatus};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+
+use crate::decider::MAX_SEED_NODES;
 
 /// One seed node in a `seed-nodes` answer, in Akka Management's JSON shape (`nodeUid` is a JSON
 /// number).
@@ -29,6 +32,42 @@ pub struct SeedNodes {
     pub self_node: String,
     /// Up to 5 reachable Up, WeaklyUp or Joining members; empty when it is in no cluster.
     pub seed_nodes: Vec<SeedNode>,
+}
+
+impl SeedNodes {
+    /// What a node whose cluster state is `state` answers on `GET /bootstrap/seed-nodes`: its
+    /// reachable Up, WeaklyUp or Joining members, the first five in address order; none when
+    /// it is in no cluster. The management route serves it, and the simulator's probes get it.
+    pub fn advertised(state: &CurrentClusterState) -> Self {
+        let self_node = state.self_node.as_ref().map(|n| n.address.to_string()).unwrap_or_default();
+        let in_cluster = state.self_node.as_ref().is_some_and(|me| {
+            state.members.iter().any(|m| m.node() == me && m.status() != MemberStatus::Removed)
+        });
+        let mut seeds: Vec<SeedNode> = if in_cluster {
+            state
+                .members
+                .iter()
+                .filter(|m| {
+                    matches!(
+                        m.status(),
+                        MemberStatus::Up | MemberStatus::WeaklyUp | MemberStatus::Joining
+                    )
+                })
+                .filter(|m| !state.unreachable.iter().any(|(u, _)| u.node() == m.node()))
+                .map(|m| SeedNode {
+                    node: m.address().to_string(),
+                    node_uid: m.node().uid.signed(),
+                    status: m.status().name().to_owned(),
+                    roles: m.roles().iter().cloned().collect(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        seeds.sort_by(|a, b| a.node.cmp(&b.node));
+        seeds.truncate(MAX_SEED_NODES);
+        Self { self_node, seed_nodes: seeds }
+    }
 }
 
 /// Why a probe failed.

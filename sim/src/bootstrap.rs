@@ -46,10 +46,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use convoke_bootstrap::{
-    BootstrapMachine, BootstrapSettings, ContactPoint, LocalNode, SeedNode, SeedNodes,
-    SelfContactPoint,
+    BootstrapMachine, BootstrapSettings, ContactPoint, LocalNode, SeedNodes, SelfContactPoint,
 };
-use convoke_membership::member::MemberStatus;
 use convoke_membership::{Address, Cluster};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -63,8 +61,6 @@ use crate::trace::TraceHash;
 pub const MANAGEMENT_PORT: u16 = 8558;
 /// The service every bootstrapping process looks up.
 pub const SERVICE: &str = "convoke-sim";
-/// At most this many seed nodes are advertised (as the management route does).
-const MAX_SEED_NODES: usize = 5;
 /// How often a paused process is looked at for the inputs that wait for it.
 pub(crate) const PAUSED_POLL: Duration = Duration::from_millis(50);
 
@@ -97,39 +93,10 @@ pub fn local_node(slot: usize, address: &Address) -> LocalNode {
     )
 }
 
-/// What `core` answers on `GET /bootstrap/seed-nodes`: its reachable Up, WeaklyUp and Joining
-/// members, the first five by address, when it is a member of a cluster; none otherwise (the
-/// rule of `src/management/bootstrap.rs`).
+/// What `core` answers on `GET /bootstrap/seed-nodes`: the runtime's rule,
+/// [`SeedNodes::advertised`], on its state.
 pub fn seed_nodes(core: &Cluster) -> SeedNodes {
-    let state = core.state();
-    let self_node = core.self_node().address.to_string();
-    let me = core.self_node();
-    let in_cluster =
-        state.members.iter().any(|m| m.node() == me && m.status() != MemberStatus::Removed);
-    let mut seeds: Vec<SeedNode> = if in_cluster {
-        state
-            .members
-            .iter()
-            .filter(|m| {
-                matches!(
-                    m.status(),
-                    MemberStatus::Up | MemberStatus::WeaklyUp | MemberStatus::Joining
-                )
-            })
-            .filter(|m| !state.unreachable.iter().any(|(u, _)| u.node() == m.node()))
-            .map(|m| SeedNode {
-                node: m.address().to_string(),
-                node_uid: m.node().uid.signed(),
-                status: m.status().name().to_owned(),
-                roles: m.roles().iter().cloned().collect(),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    seeds.sort_by(|a, b| a.node.cmp(&b.node));
-    seeds.truncate(MAX_SEED_NODES);
-    SeedNodes { self_node, seed_nodes: seeds }
+    SeedNodes::advertised(&core.state())
 }
 
 /// The modelled discovery service.
