@@ -171,14 +171,7 @@ impl ProbeModel {
     }
 
     fn sample_one_way(&self, rng: &mut ChaCha8Rng) -> Duration {
-        let mean = self.latency_mean.as_secs_f64();
-        let extra = if mean > 0.0 {
-            let u: f64 = rng.random();
-            -mean * (1.0 - u).ln()
-        } else {
-            0.0
-        };
-        (self.latency_min + Duration::from_secs_f64(extra)).min(self.latency_max)
+        crate::net::latency(self.latency_min, self.latency_mean, self.latency_max, rng)
     }
 }
 

@@ -54,15 +54,7 @@ impl NetConfig {
 
     /// Samples one message's delay.
     pub fn sample_delay(&self, rng: &mut ChaCha8Rng) -> Duration {
-        let mean = self.latency_mean.as_secs_f64();
-        let extra = if mean > 0.0 {
-            // Inverse-transform sampling of an exponential; 1 - u is in (0, 1].
-            let u: f64 = rng.random();
-            -mean * (1.0 - u).ln()
-        } else {
-            0.0
-        };
-        let mut d = (self.latency_min + Duration::from_secs_f64(extra)).min(self.latency_max);
+        let mut d = latency(self.latency_min, self.latency_mean, self.latency_max, rng);
         if self.reorder > 0.0 && rng.random::<f64>() < self.reorder {
             let max = u64::try_from(self.reorder_delay.as_nanos()).unwrap_or(u64::MAX);
             d += Duration::from_nanos(rng.random_range(0..=max));
@@ -253,6 +245,20 @@ impl PartitionKind {
         }
         out
     }
+}
+
+/// A latency of at least `min`, `mean` longer on average (exponentially distributed), at most
+/// `max`: one draw from `rng`.
+pub fn latency(min: Duration, mean: Duration, max: Duration, rng: &mut ChaCha8Rng) -> Duration {
+    let mean = mean.as_secs_f64();
+    let extra = if mean > 0.0 {
+        // Inverse-transform sampling of an exponential; 1 - u is in (0, 1].
+        let u: f64 = rng.random();
+        -mean * (1.0 - u).ln()
+    } else {
+        0.0
+    };
+    (min + Duration::from_secs_f64(extra)).min(max)
 }
 
 #[cfg(test)]
