@@ -545,6 +545,16 @@ const CASES: &[Case] = &[
               took their Down in and forgotten (fixed as seed 1411: nodes 3 and 4, each alone \
               against two such members, down themselves)",
     },
+    Case {
+        seed: 2084,
+        nodes: 5,
+        downing: ChaosDowning::Resolver,
+        why: "L9, a healthy cluster downed whole: the earlier incarnations of the four restarted \
+              nodes, three of them of one address, were removed before they took their Down in \
+              and counted on the other side of the leader's next decision, six against five \
+              (fixed: a Down member whose address a live member holds under a new uid is not \
+              counted, and of one address's Down incarnations at most one is)",
+    },
 ];
 
 fn run(c: &Case) {

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::address::UniqueAddress;
+use crate::address::{Address, UniqueAddress};
 use crate::gossip::SeenSet;
 use crate::member::{Member, MemberStatus};
 use crate::reachability::{Reachability, ReachabilityStatus};
@@ -268,6 +268,18 @@ impl DowningModel {
     fn may_keep_itself(&self, node: &UniqueAddress) -> bool {
         !self.acknowledged.contains(node)
             && (self.removed_unacknowledged.contains(node) || !self.in_touch.contains(node))
+            && !self.superseded(node)
+    }
+
+    /// Whether a member that is not Down holds `node`'s address under another uid. Only one
+    /// process can hold an address at a time, so that incarnation joined after `node`'s process
+    /// had stopped: `node` is not running anywhere.
+    fn superseded(&self, node: &UniqueAddress) -> bool {
+        self.members.values().any(|m| {
+            m.node().address == node.address
+                && m.node().uid != node.uid
+                && m.status() != MemberStatus::Down
+        })
     }
 
     /// Whether an unreachable member calls for a decision: one that is neither Down nor removed,
@@ -439,12 +451,21 @@ impl DowningModel {
     /// The unreachable members with the strategy's role that are Down and [may keep
     /// themselves](Self::may_keep_itself): downed, but not removed yet, or removed before they
     /// were seen to take their Down in.
+    ///
+    /// At most one per address: of several Down incarnations of one address, only the last to
+    /// start can be running (members are ordered by address, so incarnations are neighbours).
     fn unreachable_down_with_role(&self) -> impl Iterator<Item = &Member> {
-        self.members.values().filter(|m| {
-            m.status() == MemberStatus::Down
+        let mut last: Option<&Address> = None;
+        self.members.values().filter(move |m| {
+            let counts = m.status() == MemberStatus::Down
                 && self.is_unreachable(m.node())
                 && self.has_strategy_role(m)
                 && self.may_keep_itself(m.node())
+                && last != Some(&m.node().address);
+            if counts {
+                last = Some(&m.node().address);
+            }
+            counts
         })
     }
 

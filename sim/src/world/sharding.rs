@@ -104,7 +104,11 @@ impl Sim {
             }
             HostOutput::Reply { to, result } => {
                 let incarnation = self.procs.slot(slot).incarnations;
-                s.answered(to, result.is_ok(), slot, incarnation, now);
+                let ok = result.is_ok();
+                s.answered(to, ok, slot, incarnation, now);
+                self.note(|| {
+                    format!("slot {slot} ask {to} answered: {}", if ok { "ok" } else { "failed" })
+                });
             }
             HostOutput::ShardStarted(shard) => {
                 s.stats.shard_starts += 1;
@@ -329,6 +333,7 @@ impl Sim {
         let shard = shard_for_entity(&entity, SHARDS);
         // The payload is the ask's number, which the entity sends back.
         let payload = id.to_le_bytes().to_vec();
+        self.note(|| format!("slot {slot} asks {entity} (shard {shard}), ask {id}"));
         self.sharding_input(slot, "ask", |h, now| h.ask(shard, entity, payload, Some(id), now));
     }
 

@@ -959,6 +959,50 @@ fn on_a_tie_the_downed_members_counted_on_the_other_side_count_for_the_lowest_ad
     assert_eq!(h.sbr.poll_decision().unwrap().decision, Decision::DownAll);
 }
 
+/// `m` restarted: the same address under uid `uid`, Up with a later up-number.
+fn restarted(m: &Member, uid: u64) -> Member {
+    let node = UniqueAddress::new(m.address().clone(), crate::address::Uid::new(uid).unwrap());
+    Member::from_parts(
+        node,
+        crate::member::UpNumber(m.up_number().0 + 10 * uid as u32),
+        MemberStatus::Up,
+        m.roles().clone(),
+        m.app_version().clone(),
+    )
+}
+
+#[test]
+fn downed_incarnations_of_an_address_held_by_a_live_member_are_not_counted() {
+    // Chaos seed 2084 at N = 5: removed before they took their Down in, earlier incarnations of
+    // the restarted nodes stayed in C's model as Down and unreachable, three of them of one
+    // address, and outnumbered the live cluster at the next decision: C downed all. A process
+    // that holds an address now joined after the one before it had stopped: of A's three
+    // incarnations only A3 runs, and only one of B's may. So C's side of two outweighs B alone.
+    let stable_after = secs(5);
+    let (a, b, c, ..) = abcde();
+    let mut h = Harness::keep_majority(stable_after, &c);
+    h.member_up(&[&a, &b, &c]);
+    h.leader(&c);
+    h.downed(&[&a, &b]);
+    h.records(&[(&c, &a), (&c, &b)]);
+    h.removed_while_down(&a);
+    h.removed_while_down(&b);
+    let a2 = restarted(&a, 2);
+    h.member_up(&[&a2]);
+    h.downed(&[&a2]);
+    h.records(&[(&c, &a2)]);
+    h.removed_while_down(&a2);
+    h.records(&[]);
+    let a3 = restarted(&a, 3);
+    h.member_up(&[&a3]);
+    assert_eq!(h.sbr.model().removed_unacknowledged(), &nodes(&[&a, &a2, &b]));
+    h.advance(stable_after);
+    h.tick();
+    // Only Down members were unreachable, and this side outweighs those that may run.
+    h.expect_no_decision();
+    assert!(h.sbr.model().removed_unacknowledged().is_empty());
+}
+
 #[test]
 fn a_member_this_node_downed_as_the_minority_is_forgotten_at_its_removal() {
     // The minority of a clean partition, or a crashed member, is outweighed on its own view too.
