@@ -12,6 +12,7 @@ use crate::config::TargetPreference;
 use crate::gossip::Gossip;
 use crate::member::{Member, MemberStatus};
 use crate::message::Message;
+use crate::reachability::ReachabilityStatus;
 use crate::state::MembershipState;
 use crate::vclock::{Ordering, VectorClock};
 
@@ -335,13 +336,27 @@ impl Cluster {
     /// resolver that downed all it knew of had not heard of this joiner yet. It was never part of
     /// a side that a decision kept, and left running it would grow a second cluster of its own
     /// (reliability S1), so it downs itself like the rest.
+    ///
+    /// A Down member replaced by a new incarnation of its address does not count: admitting the
+    /// new one marks the old one terminated and downs it (it stopped, as only one process holds
+    /// an address), which says nothing about the cluster. A founder restarted before it moved its
+    /// joiners Up, and asking to join again through them, would otherwise make every joiner down
+    /// itself.
     fn down_self_if_joined_cluster_is_downed(&mut self, now: Instant) {
         let joining = |m: &Member| m.status().is_joining();
         let me = &self.self_node;
         let Some(self_member) = self.latest.member(me) else { return };
         let others = || self.latest.members().filter(|m| m.node() != me);
+        let replaced = |m: &Member| {
+            self.latest.reachability().status(m.node()) == ReachabilityStatus::Terminated
+                || self.latest.members().any(|o| {
+                    o.address() == m.address()
+                        && o.node() != m.node()
+                        && o.status() != MemberStatus::Down
+                })
+        };
         let downed_around = joining(self_member)
-            && others().any(|m| m.status() == MemberStatus::Down)
+            && others().any(|m| m.status() == MemberStatus::Down && !replaced(m))
             && others().all(|m| m.status() == MemberStatus::Down || joining(m));
         if downed_around {
             let me = me.clone();

@@ -1571,6 +1571,38 @@ fn a_joiner_whose_cluster_was_downed_around_it_downs_itself() {
 }
 
 #[test]
+fn a_joiner_stays_when_the_only_down_member_was_replaced_by_a_new_incarnation() {
+    // The founder, node 1, crashed before it moved its joiners up, and its restart asked node 2
+    // to join: node 2 marked the old incarnation terminated and downed it, to admit the new one
+    // once it is removed (bootstrap seeds 662 and 342). That Down is no decision about the
+    // cluster.
+    let t = t0();
+    let g = gossip([up(1, 1), joining(2), joining(3)], &[1]);
+    let mut replaced = bumped(&g, 2, &[2]);
+    replaced.reachability_mut().terminated(&n(2), &n(1));
+    replaced.update([member(1, Down, 1)]);
+    let mut joiner = member_core(3, no_reaper(), t, 1, g.clone());
+    joiner.handle_message(t, n(2), gossip_msg(2, n(3), &replaced));
+    assert_eq!(status_of(&joiner, 3), Some(Joining));
+    assert_eq!(joiner.shutdown_reason(), None);
+
+    // So is a Down member whose address a new incarnation holds.
+    let restarted = Member::joining(node("h1:2552", 11), dc_roles(), AppVersion::default());
+    let mut admitted = bumped(&g, 2, &[2]);
+    admitted.update([member(1, Down, 1), restarted.clone()]);
+    let mut joiner = member_core(3, no_reaper(), t, 1, g.clone());
+    joiner.handle_message(t, n(2), gossip_msg(2, n(3), &admitted));
+    assert_eq!(status_of(&joiner, 3), Some(Joining));
+
+    // Downed itself as well, the new incarnation no longer stands for the cluster.
+    let mut both = bumped(&g, 2, &[2]);
+    both.update([member(1, Down, 1), restarted.with_status(Down).unwrap()]);
+    let mut joiner = member_core(3, no_reaper(), t, 1, g.clone());
+    joiner.handle_message(t, n(2), gossip_msg(2, n(3), &both));
+    assert_eq!(status_of(&joiner, 3), Some(Down));
+}
+
+#[test]
 fn the_leader_does_not_remove_a_down_member_that_is_still_reachable() {
     let t = t0();
     let g = gossip([up(1, 1), up(2, 2), member(3, Down, 3)], &[2]);

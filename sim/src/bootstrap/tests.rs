@@ -221,23 +221,15 @@ fn a_chaos_run_can_form_its_cluster_by_bootstrap() {
     assert_ne!(plain.trace_hash, r.trace_hash);
 }
 
-/// Known to fail, from a bug in the membership core (not the bootstrap machine): the founder
-/// (slot 0) crashes after the others joined it and before it moved them Up; its restart decides
-/// `JoinOthers` through them, and admitting a new incarnation downs the old one
-/// (`membership/src/cluster/join.rs`, "A new incarnation on the same host:port"). The joiners
-/// then hold a Down member and no other that is neither Down nor joining, which
-/// `down_self_if_joined_cluster_is_downed` (`membership/src/cluster/gossiping.rs`) reads as their
-/// cluster downed around them: every one of them downs itself and exits. The new incarnation is
-/// never admitted; it waits for the runtime's join deadline (60 s) and exits too, and the cluster
-/// forms on the third try, past B1's bound. With the core's default deadline (off) it never
-/// forms: the restarted others wait for slot 0, the lowest, to form, and slot 0's machine ended
-/// in `JoinOthers` while its core asks seed nodes that are not members for ever. Sweeps of
-/// `bootstrap --random-faults` hit it in about one seed in a thousand (seeds 662 at N=3 and 342
-/// at N=10 as of this writing), `bootstrap --nodes 5 --restarts 2 --window 15s` in 13. A rule that
-/// leaves out Down members marked Terminated (an old incarnation replaced by a new one, not a
-/// decision about the cluster) makes this test and those seeds pass.
+/// The founder (slot 0) crashes after the others joined it and before it moved them Up; its
+/// restart decides `JoinOthers` through them, and admitting a new incarnation downs the old one
+/// (`membership/src/cluster/join.rs`, "A new incarnation on the same host:port"). The joiners then
+/// hold a Down member and no other that is neither Down nor joining, which
+/// `down_self_if_joined_cluster_is_downed` (`membership/src/cluster/gossiping.rs`) read as their
+/// cluster downed around them: every one of them downed itself, and the cluster formed only on
+/// the third try, past B1's bound (seeds 662 at N=3 and 342 at N=10 of `bootstrap
+/// --random-faults`). A Down member replaced by a live incarnation of its address no longer counts.
 #[test]
-#[ignore = "membership core: a restarted founder's joiners down themselves (see the comment)"]
 fn a_founder_restarted_before_its_joiners_are_up_is_admitted_by_them() {
     let mut sim = bootstrapping(9, 3);
     let joined = sim.run_until_pred(Duration::from_secs(30), Duration::from_millis(1), |s| {
