@@ -8,13 +8,17 @@
 //! - `GET /counters/{id}` answers the same without adding.
 //!
 //! Any process answers for any counter: the request goes to the node hosting the counter's shard.
-//! With `--data-dir DIR` (one directory shared by all processes) a counter keeps its value in
-//! `DIR/<id>` and survives moves, crashes and restarts; the sharding guarantees that one process
-//! at a time writes it. Without it the value lives in memory and starts again from zero when its
-//! shard moves. Entities log `entity started` and `entity stopped`, and at debug level
-//! (`RUST_LOG=info,counter=debug`) `entity handled` for every message; an increment logs
-//! `entity storing` before it writes the file and `entity handled` once it is stored. SIGTERM or
-//! Ctrl-C hands the shards off and leaves the cluster.
+//! With `--data-dir DIR` (one directory shared by all processes, on one machine) a counter keeps
+//! its value in `DIR/<id>` and survives moves, crashes and restarts. The sharding runs a counter
+//! in one process at a time; each message also reads and writes the file under an exclusive lock
+//! on `DIR/<id>.lock`, so that a write a frozen process had begun cannot land over a newer one
+//! when it resumes (docs/sharding-design.md, "Frozen hosts"). Without `--data-dir` the value
+//! lives in memory and starts again from zero when its shard moves. Entities log `entity
+//! started` and `entity stopped`, and at debug level (`RUST_LOG=info,counter=debug`) `entity
+//! handled` for every message; with `--data-dir` a message logs `entity locked` once it holds the
+//! lock, an increment `entity storing` before it writes the file, and `entity handled` once it is
+//! stored, all three under the lock. SIGTERM or Ctrl-C hands the shards
+//! off and leaves the cluster.
 //!
 //! ```text
 //! cargo run --release --example counter -- --http-port 8080 --data-dir /tmp/counters \
@@ -73,46 +77,90 @@ type Answer = Result<(u64, String), String>;
 
 struct Counter {
     id: String,
-    /// `None` until read from its file (on the first message).
-    value: Option<u64>,
-    file: Option<PathBuf>,
+    /// The value, in memory only (no `--data-dir`).
+    value: u64,
+    /// `DIR/<id>` and its lock file `DIR/<id>.lock`.
+    files: Option<(PathBuf, PathBuf)>,
     node: String,
 }
+
+/// How often a message waiting for a counter's lock tries again, at first and at most.
+const LOCK_RETRY: (Duration, Duration) = (Duration::from_millis(2), Duration::from_millis(50));
 
 impl Counter {
     fn new(id: &str, dir: Option<&Path>, node: String) -> Self {
         // Ids become file names: the front lets only a safe alphabet through.
-        let file = dir.map(|d| d.join(id));
+        let files = dir.map(|d| (d.join(id), d.join(format!("{id}.lock"))));
         tracing::info!(entity = %id, "entity started");
-        Self { id: id.to_owned(), value: None, file, node }
+        Self { id: id.to_owned(), value: 0, files, node }
     }
 
-    /// The value: read from its file once; a missing file is 0, an unreadable one an error
-    /// (never silently 0, which the next increment would write over the real value).
-    async fn value(&mut self) -> Result<u64, String> {
-        if let Some(v) = self.value {
-            return Ok(v);
+    /// Takes the counter's file lock (`flock`, exclusive), waiting while another process holds
+    /// it. The sharding runs a counter in one process at a time, but a message that a process
+    /// was handling when it froze completes when it resumes, after another process may have
+    /// started the counter (docs/sharding-design.md, "Frozen hosts"): each message reads and
+    /// writes the file under the lock, so such a late write can never land over a newer one.
+    async fn lock(&self, path: &Path) -> Result<std::fs::File, String> {
+        let why = |e: std::io::Error| format!("cannot lock counter {}: {e}", self.id);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(why)?;
+        let mut wait = LOCK_RETRY.0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(LOCK_RETRY.1);
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(why(e)),
+            }
         }
-        let v = match &self.file {
-            None => 0,
-            Some(file) => match tokio::fs::read_to_string(file).await {
-                Ok(text) => text
-                    .trim()
-                    .parse()
-                    .map_err(|e| format!("counter {} has a bad file: {e}", self.id))?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-                Err(e) => return Err(format!("cannot read counter {}: {e}", self.id)),
-            },
-        };
-        self.value = Some(v);
-        Ok(v)
     }
 
-    async fn store(&self, value: u64) -> std::io::Result<()> {
-        let Some(file) = &self.file else { return Ok(()) };
+    /// The value in `file`: a missing file is 0, an unreadable one an error (never silently 0,
+    /// which the next increment would write over the real value).
+    async fn read(&self, file: &Path) -> Result<u64, String> {
+        match tokio::fs::read_to_string(file).await {
+            Ok(text) => {
+                text.trim().parse().map_err(|e| format!("counter {} has a bad file: {e}", self.id))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(format!("cannot read counter {}: {e}", self.id)),
+        }
+    }
+
+    async fn store(&self, file: &Path, value: u64) -> Result<(), String> {
         let tmp = file.with_extension("tmp");
-        tokio::fs::write(&tmp, value.to_string()).await?;
-        tokio::fs::rename(&tmp, file).await
+        let written = async {
+            tokio::fs::write(&tmp, value.to_string()).await?;
+            tokio::fs::rename(&tmp, file).await
+        };
+        written.await.map_err(|e| format!("cannot store counter {}: {e}", self.id))
+    }
+
+    /// Applies `op` to the value in `file` under the counter's lock.
+    async fn apply_stored(&self, op: &Op, file: &Path, lock: &Path) -> Result<u64, String> {
+        let _held = self.lock(lock).await?;
+        tracing::debug!(entity = %self.id, "entity locked");
+        let current = self.read(file).await?;
+        let value = match op {
+            Op::Add(n) => {
+                let value = current.saturating_add(*n);
+                tracing::debug!(entity = %self.id, value, "entity storing");
+                // Answered only once stored: a success reply is never lost with the process.
+                self.store(file, value).await?;
+                value
+            }
+            Op::Get => current,
+        };
+        // Logged while the lock is held: no other process can be handling this counter now.
+        let kind = if matches!(op, Op::Add(_)) { "add" } else { "get" };
+        tracing::debug!(entity = %self.id, op = kind, value, "entity handled");
+        Ok(value)
     }
 }
 
@@ -121,29 +169,24 @@ impl Entity for Counter {
     type Reply = Answer;
 
     async fn handle(&mut self, op: Op, _ctx: &mut EntityContext) -> Answer {
-        let current = self.value().await?;
-        match op {
-            Op::Add(n) => {
-                let value = current.saturating_add(n);
-                tracing::debug!(entity = %self.id, value, "entity storing");
-                // Answered only once stored: a success reply is never lost with the process.
-                let stored = self.store(value).await;
-                stored.map_err(|e| format!("cannot store counter {}: {e}", self.id))?;
-                self.value = Some(value);
-                tracing::debug!(entity = %self.id, op = "add", value, "entity handled");
-                Ok((value, self.node.clone()))
+        let value = match &self.files {
+            Some((file, lock)) => self.apply_stored(&op, file, lock).await?,
+            None => {
+                if let Op::Add(n) = op {
+                    self.value = self.value.saturating_add(n);
+                }
+                let kind = if matches!(op, Op::Add(_)) { "add" } else { "get" };
+                tracing::debug!(entity = %self.id, op = kind, value = self.value, "entity handled");
+                self.value
             }
-            Op::Get => {
-                tracing::debug!(entity = %self.id, op = "get", value = current, "entity handled");
-                Ok((current, self.node.clone()))
-            }
-        }
+        };
+        Ok((value, self.node.clone()))
     }
 }
 
 impl Drop for Counter {
     fn drop(&mut self) {
-        tracing::info!(entity = %self.id, value = ?self.value, "entity stopped");
+        tracing::info!(entity = %self.id, "entity stopped");
     }
 }
 
