@@ -349,11 +349,8 @@ impl Cluster {
         let others = || self.latest.members().filter(|m| m.node() != me);
         let replaced = |m: &Member| {
             self.latest.reachability().status(m.node()) == ReachabilityStatus::Terminated
-                || self.latest.members().any(|o| {
-                    o.address() == m.address()
-                        && o.node() != m.node()
-                        && o.status() != MemberStatus::Down
-                })
+                || (self.latest.other_incarnations(m.node()))
+                    .any(|o| o.status() != MemberStatus::Down)
         };
         let downed_around = joining(self_member)
             && others().any(|m| m.status() == MemberStatus::Down && !replaced(m))
