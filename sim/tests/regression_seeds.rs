@@ -546,6 +546,38 @@ const CASES: &[Case] = &[
               against two such members, down themselves)",
     },
     Case {
+        seed: 141579,
+        nodes: 5,
+        downing: ChaosDowning::Oracle,
+        why: "S1 then L1: a joiner whose welcomer had crashed downed the last Up member of its \
+              view itself, removed the Down ones and moved itself Up, a cluster of one that the \
+              others never heard of (fixed: the joiner rule is checked on the leader tick too)",
+    },
+    Case {
+        seed: 140195,
+        nodes: 6,
+        downing: ChaosDowning::Oracle,
+        why: "S1 then L1: a forgotten joiner was never readmitted, as its gossip named joiners \
+              downed beside it that the cluster never heard of (fixed: an unknown Down member \
+              does not make the gossip another cluster's)",
+    },
+    Case {
+        seed: 141429,
+        nodes: 6,
+        downing: ChaosDowning::Oracle,
+        why: "S1 then L2: a forgotten joiner's view had downed a member that is Up here, and \
+              nothing in it was Down or removed here, so it was never readmitted (fixed: a \
+              member Down there and a member here shows the fork too)",
+    },
+    Case {
+        seed: 140882,
+        nodes: 4,
+        downing: ChaosDowning::Oracle,
+        why: "S1 counted a forgotten joiner, cut off by a partition from the one member its view \
+              and the cluster's share Up, as a second cluster (fixed in the checker: two views \
+              that hold a common member Up are one cluster not yet merged)",
+    },
+    Case {
         seed: 2084,
         nodes: 5,
         downing: ChaosDowning::Resolver,

@@ -342,7 +342,7 @@ impl Cluster {
     /// an address), which says nothing about the cluster. A founder restarted before it moved its
     /// joiners Up, and asking to join again through them, would otherwise make every joiner down
     /// itself.
-    fn down_self_if_joined_cluster_is_downed(&mut self, now: Instant) {
+    pub(super) fn down_self_if_joined_cluster_is_downed(&mut self, now: Instant) {
         let joining = |m: &Member| m.status().is_joining();
         let me = &self.self_node;
         let Some(self_member) = self.latest.member(me) else { return };
@@ -403,6 +403,7 @@ impl Cluster {
         let known = |m: &Member| {
             m.node() == from
                 || m.status().is_joining()
+                || m.status() == MemberStatus::Down
                 || self.latest.has_member(m.node())
                 || self.latest.tombstones().contains_key(m.node())
         };
@@ -410,10 +411,12 @@ impl Cluster {
             self.latest.tombstones().contains_key(m.node())
                 || self.latest.member(m.node()).is_some_and(|l| l.status() == MemberStatus::Down)
         };
+        let gone_there =
+            |m: &Member| m.status() == MemberStatus::Down && self.latest.has_member(m.node());
         if !joining
             || !remote.has_member(&self.self_node)
             || !remote.members().all(known)
-            || !remote.members().any(gone_here)
+            || !remote.members().any(|m| gone_here(m) || gone_there(m))
             || remote.check_invariants().is_err()
         {
             return;

@@ -13,6 +13,11 @@ use crate::reachability::ReachabilityStatus;
 impl Cluster {
     /// The leader-actions tick. The leader part runs only on the leader.
     pub(super) fn leader_actions(&mut self, now: Instant) {
+        // A Down this node decided itself (the resolver, an operator's command) can leave a
+        // joiner alone with Down members, which the rule checks only after a gossip: checked
+        // here too, before a joiner that leads nothing but Down members removes them all and
+        // moves itself Up as a cluster of its own.
+        self.down_self_if_joined_cluster_is_downed(now);
         if self.membership().is_leader(&self.self_node) {
             if self.membership().convergence(&self.exiting_confirmed) {
                 self.leader_action_counter = 0;

@@ -1603,6 +1603,29 @@ fn a_joiner_stays_when_the_only_down_member_was_replaced_by_a_new_incarnation() 
 }
 
 #[test]
+fn a_joiner_that_downed_the_last_other_member_itself_downs_itself_at_its_next_tick() {
+    // Oracle seed 141579 (N=5): a joiner whose welcomer had crashed downed the last Up member
+    // of its view itself; with only Down members left it removed them all and moved itself Up,
+    // a cluster of one beside the one the others had formed.
+    let t = t0();
+    let g = gossip([up(1, 1), up(2, 2), joining(3)], &[1]);
+    let mut joiner = member_core(3, no_reaper(), t, 1, g);
+    joiner.down(t, &a(1));
+    joiner.down(t, &a(2));
+    run_until(&mut joiner, t + secs(5));
+    assert_eq!(status_of(&joiner, 3), Some(Down));
+    assert_eq!(joiner.shutdown_reason(), Some(&ShutdownReason::Downed));
+
+    // With a member still standing, it waits to be moved up.
+    let g = gossip([up(1, 1), up(2, 2), joining(3)], &[1]);
+    let mut joiner = member_core(3, no_reaper(), t, 1, g);
+    joiner.down(t, &a(1));
+    run_until(&mut joiner, t + secs(5));
+    assert_eq!(status_of(&joiner, 3), Some(Joining));
+    assert_eq!(joiner.shutdown_reason(), None);
+}
+
+#[test]
 fn the_leader_does_not_remove_a_down_member_that_is_still_reachable() {
     let t = t0();
     let g = gossip([up(1, 1), up(2, 2), member(3, Down, 3)], &[2]);
@@ -2275,6 +2298,35 @@ fn a_forgotten_joiner_that_was_asked_to_leave_is_readmitted() {
     let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), member(4, Leaving, 4)], &[4]);
     c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
     assert_eq!(status_of(&c, 4), None);
+}
+
+#[test]
+fn a_forgotten_joiner_whose_gossip_holds_a_downed_joiner_unknown_here_is_readmitted() {
+    // Oracle seed 140195 (N=6): joiners admitted beside the forgotten one, downed since, were
+    // never heard of here; that they are Down says nothing against the gossip being of this
+    // cluster.
+    let t = t0();
+    let mut c = core_that_removed_node_5(t);
+    let downed_joiner =
+        Member::from_parts(n(6), UpNumber::UNASSIGNED, Down, dc_roles(), Default::default());
+    let theirs = gossip([up(1, 1), up(3, 3), up(5, 5), joining(4), downed_joiner], &[4]);
+    c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
+    assert_eq!(status_of(&c, 4), Some(Joining));
+    assert_eq!(status_of(&c, 6), None, "the rest of that gossip is not taken in");
+}
+
+#[test]
+fn a_forgotten_joiner_whose_view_downed_a_member_that_is_up_here_is_readmitted() {
+    // Oracle seed 141429 (N=6): the two views forked; the joiner's holds node 3 Down, this one
+    // holds it Up, and nothing is Down or removed here. Left out, the joiner would wait for a
+    // convergence that never comes, as node 3 ignores it too.
+    let t = t0();
+    let g = gossip([up(1, 1), up(3, 3)], &[1, 3]);
+    let mut c = member_core(1, no_reaper(), t, 3, g);
+    let theirs = gossip([up(1, 1), member(3, Down, 3), joining(4)], &[4]);
+    c.handle_message(t, n(4), gossip_msg(4, n(1), &theirs));
+    assert_eq!(status_of(&c, 4), Some(Joining));
+    assert_eq!(status_of(&c, 3), Some(Up), "the rest of that gossip is not taken in");
 }
 
 #[test]

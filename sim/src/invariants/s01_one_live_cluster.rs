@@ -78,7 +78,27 @@ pub(super) fn gives_up(core: &Cluster, other: &UniqueAddress) -> bool {
     core.gossip().member(other).is_none_or(|m| m.status() == MemberStatus::Down)
 }
 
-/// The live pairs of `world` that hold each other Down or gone.
+/// Whether `a` and `b` both hold a third node, the same incarnation, as a member that is not
+/// Down: then they are two views of one cluster that have not merged yet, not two clusters. A
+/// joiner welcomed by a member that then crashed, while a partition cut it off from the rest,
+/// never heard of the members admitted after it, and they never heard of it; but it still holds
+/// as Up the member that both sides share, and the cluster has not given that member up on
+/// either side. Once the two can talk, that member readmits the forgotten joiner (README, "Split brain
+/// resolver", on forgotten joiners). A joiner's fragment cannot act as a cluster meanwhile: its
+/// view holds an unreachable Up member, so it never converges, and the oldest Up member, where
+/// the singleton and the shard coordinator run, is not the joiner. Two sides that each gave up
+/// the other do not share a live member: each holds the other side's members Down or removed.
+fn holds_a_common_live_member(a: &Cluster, b: &Cluster) -> bool {
+    let (ga, gb) = (a.gossip(), b.gossip());
+    ga.members().any(|m| {
+        m.node() != a.self_node()
+            && m.node() != b.self_node()
+            && m.status() != MemberStatus::Down
+            && gb.member(m.node()).is_some_and(|o| o.status() != MemberStatus::Down)
+    })
+}
+
+/// The live pairs of `world` that hold each other Down or gone, and no third member in common.
 pub(super) fn split_pairs(world: &dyn WorldView) -> Vec<(UniqueAddress, UniqueAddress)> {
     let live: Vec<&Cluster> = (0..world.slots())
         .filter(|&i| world.is_running(i))
@@ -88,13 +108,40 @@ pub(super) fn split_pairs(world: &dyn WorldView) -> Vec<(UniqueAddress, UniqueAd
     let mut pairs = Vec::new();
     for (k, a) in live.iter().enumerate() {
         for b in &live[k + 1..] {
-            if gives_up(a, b.self_node()) && gives_up(b, a.self_node()) {
+            if gives_up(a, b.self_node())
+                && gives_up(b, a.self_node())
+                && !holds_a_common_live_member(a, b)
+            {
                 let (x, y) = (a.self_node().clone(), b.self_node().clone());
                 pairs.push(if x < y { (x, y) } else { (y, x) });
             }
         }
     }
     pairs
+}
+
+/// `node`'s view of the membership, for a failure report: each member's address, uid, status and
+/// whether `node`'s gossip holds it unreachable (`!`) or terminated (`x`).
+fn describe_view(world: &dyn WorldView, node: &UniqueAddress) -> String {
+    use convoke_membership::reachability::ReachabilityStatus;
+    let core = (0..world.slots())
+        .filter(|&i| world.is_running(i))
+        .filter_map(|i| world.core(i))
+        .find(|c| c.self_node() == node);
+    let Some(core) = core else { return format!("{node}: not running") };
+    let g = core.gossip();
+    let members: Vec<String> = g
+        .members()
+        .map(|m| {
+            let mark = match g.reachability().status(m.node()) {
+                ReachabilityStatus::Reachable => "",
+                ReachabilityStatus::Unreachable => "!",
+                ReachabilityStatus::Terminated => "x",
+            };
+            format!("{}#{} {:?}{mark}", m.node().address.port(), m.node().uid, m.status())
+        })
+        .collect();
+    format!("{}#{} sees [{}]", node.address.port(), node.uid, members.join(", "))
 }
 
 impl OneLiveCluster {
@@ -138,11 +185,13 @@ impl Invariant for OneLiveCluster {
             if now.saturating_sub(since) > bound {
                 return Err(format!(
                     "{} and {} are both live and each holds the other Down or removed, for {:.1} s \
-                     (bound {:.1} s): two live clusters",
+                     (bound {:.1} s): two live clusters; views: {}; {}",
                     p.0,
                     p.1,
                     (now - since).as_secs_f64(),
-                    bound.as_secs_f64()
+                    bound.as_secs_f64(),
+                    describe_view(world, &p.0),
+                    describe_view(world, &p.1),
                 ));
             }
         }

@@ -48,6 +48,7 @@ impl Invariant for GossipAcceptance {
                     let of_this_cluster = gossip.members().all(|m| {
                         m.node() == from
                             || m.status().is_joining()
+                            || m.status() == MemberStatus::Down
                             || before.has_member(m.node())
                             || before.tombstones().contains_key(m.node())
                     });
