@@ -1,8 +1,10 @@
 //! S1: no two live sub-clusters once the split-brain resolver has had time to decide.
 //!
 //! Two running processes whose own status is a live one (WeaklyUp, Up, Leaving, preparing for
-//! shutdown) and that each hold the other as Down or not a member at all are in two different live
-//! clusters: each side kept itself and gave the other up. That may last while a decision is under
+//! shutdown) and that each hold the other as Down or not a member at all, and hold no third member
+//! as live in common, are in two different live clusters: each side kept itself and gave the other
+//! up. Two views that still share a live member are one cluster whose views have not merged yet
+//! (see [`holds_a_common_live_member`]). That may last while a decision is under
 //! way (the failure detector's verdict, `stable_after`, down-all-when-unstable, the losing side's
 //! Down spreading and its processes stopping), but not longer: the checker fails once one such pair
 //! has lasted longer than [`bound`]. A side that downed itself does not count: its members see
