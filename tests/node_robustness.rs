@@ -46,6 +46,10 @@ async fn closed_by_peer(mut s: TcpStream) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_keeps_its_membership_while_clients_send_garbage_and_hold_idle_connections() {
+    // Three nodes, 1000 client sockets and the connections accepted for them live in this
+    // process: more than the usual soft open-file limit of 1024 an ordinary user starts with.
+    let limit = rlimit::increase_nofile_limit(4096).expect("cannot read the open-file limit");
+    assert!(limit >= 2500, "open-file limit {limit} is too low for this test; raise `ulimit -n`");
     let _live = support::live().await;
     let mut settings = fast_settings();
     settings.cluster.transport.handshake_timeout = Duration::from_secs(3);
