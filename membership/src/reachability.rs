@@ -276,9 +276,34 @@ impl Reachability {
 
     /// Subjects somebody sees as unreachable, excluding those anybody sees as terminated.
     pub fn all_unreachable(&self) -> BTreeSet<UniqueAddress> {
-        self.all_unreachable_or_terminated()
-            .into_iter()
-            .filter(|n| self.status(n) == ReachabilityStatus::Unreachable)
+        // One pass, the worst verdict per subject (as `status` gives it), not a `status` scan of
+        // every row for each subject.
+        let mut worst: BTreeMap<&UniqueAddress, ReachabilityStatus> = BTreeMap::new();
+        for (subject, (status, _)) in self.rows.values().flat_map(|row| row.iter()) {
+            if *status != ReachabilityStatus::Reachable {
+                let w = worst.entry(subject).or_insert(*status);
+                *w = (*w).max(*status);
+            }
+        }
+        (worst.into_iter())
+            .filter(|(_, status)| *status == ReachabilityStatus::Unreachable)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// The subjects satisfying `subject` that some observer satisfying `observer` sees as
+    /// unreachable or terminated: the same as `filter_records` or `filter_observers` followed by
+    /// [`Self::all_unreachable_or_terminated`], without copying the table.
+    pub fn not_reachable_by(
+        &self,
+        observer: impl Fn(&UniqueAddress) -> bool,
+        subject: impl Fn(&UniqueAddress) -> bool,
+    ) -> BTreeSet<&UniqueAddress> {
+        (self.rows.iter())
+            .filter(|(o, _)| observer(o))
+            .flat_map(|(_, row)| row.iter())
+            .filter(|(s, (status, _))| *status != ReachabilityStatus::Reachable && subject(s))
+            .map(|(s, _)| s)
             .collect()
     }
 

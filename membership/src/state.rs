@@ -51,13 +51,13 @@ impl<'a> MembershipState<'a> {
 
     /// The reachability the leader is chosen by: rows of observers that are Down or in another
     /// data center are ignored.
-    fn leader_reachability(&self) -> Reachability {
+    fn leader_reachability(&self) -> BTreeSet<&'a UniqueAddress> {
         let down_or_outside = |n: &UniqueAddress| {
             self.gossip
                 .member(n)
                 .is_none_or(|m| m.status() == MemberStatus::Down || m.data_center() != self.self_dc)
         };
-        self.gossip.reachability().filter_observers(|o| !down_or_outside(o))
+        self.gossip.reachability().not_reachable_by(|o| !down_or_outside(o), |_| true)
     }
 
     /// The reachability that matters for convergence: rows of Down observers and every record that
@@ -72,6 +72,18 @@ impl<'a> MembershipState<'a> {
             .reachability()
             .filter_observers(|o| !down_or_outside(o))
             .filter_records(|n| self.in_dc(n))
+    }
+
+    /// The members that [`Self::convergence_reachability`] holds unreachable or terminated,
+    /// computed without copying the table.
+    pub fn convergence_unreachable(&self) -> BTreeSet<&'a UniqueAddress> {
+        let down_or_outside = |n: &UniqueAddress| {
+            self.gossip
+                .member(n)
+                .is_none_or(|m| m.status() == MemberStatus::Down || m.data_center() != self.self_dc)
+        };
+        (self.gossip.reachability())
+            .not_reachable_by(|o| !down_or_outside(o) && self.in_dc(o), |n| self.in_dc(n))
     }
 
     /// Whether every relevant member has seen this gossip and every unreachable member is Down or
@@ -91,9 +103,8 @@ impl<'a> MembershipState<'a> {
         if hindering {
             return false;
         }
-        self.convergence_reachability()
-            .all_unreachable_or_terminated()
-            .iter()
+        self.convergence_unreachable()
+            .into_iter()
             .filter(|n| *n != self.self_node && !exiting_confirmed.contains(*n))
             .filter_map(|n| self.gossip.member(n))
             .all(|m| m.status().is_down_or_exiting())
@@ -110,10 +121,10 @@ impl<'a> MembershipState<'a> {
         &self,
         candidates: impl Iterator<Item = &'m Member>,
     ) -> Option<&'m Member> {
-        let r = self.leader_reachability();
+        let unreachable = self.leader_reachability();
         let pool = candidates
             .filter(|m| m.data_center() == self.self_dc && m.status() != MemberStatus::Down)
-            .filter(|m| r.is_empty() || r.is_reachable(m.node()) || m.node() == self.self_node);
+            .filter(|m| !unreachable.contains(m.node()) || m.node() == self.self_node);
         // The first eligible member, else the first of the lowest leader-status ordering.
         let mut fallback: Option<&Member> = None;
         for m in pool {
@@ -184,12 +195,10 @@ impl<'a> MembershipState<'a> {
     /// Members that other members of this data center see as unreachable (Down observers count),
     /// excluding this node: what [`crate::event::ClusterEvent::UnreachableMember`] reports.
     pub fn unreachable_members(&self) -> BTreeSet<UniqueAddress> {
-        self.gossip
-            .reachability()
-            .filter_records(|n| self.in_dc(n))
-            .all_unreachable_or_terminated()
+        (self.gossip.reachability().not_reachable_by(|n| self.in_dc(n), |n| self.in_dc(n)))
             .into_iter()
-            .filter(|n| n != self.self_node)
+            .filter(|n| *n != self.self_node)
+            .cloned()
             .collect()
     }
 }

@@ -89,7 +89,7 @@ impl Cluster {
     /// a view in which it keeps itself (see `DowningModel::note_removed`).
     fn unreachable_down_or_exiting(&self) -> BTreeSet<UniqueAddress> {
         let state = self.membership();
-        let unreachable = state.convergence_reachability().all_unreachable_or_terminated();
+        let unreachable = state.convergence_unreachable();
         state
             .dc_members()
             .filter(|m| m.status().is_down_or_exiting() && unreachable.contains(m.node()))
