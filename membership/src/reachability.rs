@@ -291,6 +291,28 @@ impl Reachability {
             .collect()
     }
 
+    /// A table of the records that are not Reachable and whose observer and subject satisfy
+    /// `keep`, each with its version, and `observer_version` for every observer that keeps one:
+    /// what `from_parts` builds from those records, without making a record of every row.
+    pub fn unreachable_records_where(
+        &self,
+        keep: impl Fn(&UniqueAddress, &UniqueAddress) -> bool,
+        observer_version: u64,
+    ) -> Reachability {
+        let mut out = Reachability::new();
+        for (o, row) in &self.rows {
+            let kept: BTreeMap<UniqueAddress, (ReachabilityStatus, u64)> = (row.iter())
+                .filter(|(s, (status, _))| *status != ReachabilityStatus::Reachable && keep(o, s))
+                .map(|(s, v)| (s.clone(), *v))
+                .collect();
+            if !kept.is_empty() {
+                out.versions.insert(o.clone(), observer_version);
+                out.rows.insert(o.clone(), kept);
+            }
+        }
+        out
+    }
+
     /// The subjects satisfying `subject` that some observer satisfying `observer` sees as
     /// unreachable or terminated: the same as `filter_records` or `filter_observers` followed by
     /// [`Self::all_unreachable_or_terminated`], without copying the table.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::address::{Address, UniqueAddress};
 use crate::gossip::SeenSet;
 use crate::member::{Member, MemberStatus};
-use crate::reachability::{Reachability, ReachabilityStatus};
+use crate::reachability::Reachability;
 
 use super::strategy::Strategy;
 
@@ -336,17 +336,10 @@ impl DowningModel {
                 .filter(|o| side.iter().all(|m| *m == o || !r.is_reachable_by(m, o)))
                 .collect()
         });
-        let records: Vec<_> = r
-            .records()
-            .filter(|rec| {
-                rec.status != ReachabilityStatus::Reachable
-                    && self.is_active(&rec.observer)
-                    && self.is_active(&rec.subject)
-                    && !cut_off.contains(&rec.observer)
-            })
-            .collect();
-        let versions: Vec<_> = records.iter().map(|rec| (rec.observer.clone(), 1)).collect();
-        self.reachability = Reachability::from_parts(records, versions);
+        self.reachability = r.unreachable_records_where(
+            |o, s| self.is_active(o) && self.is_active(s) && !cut_off.contains(o),
+            1,
+        );
         self.in_touch = self_node.map_or_else(BTreeSet::new, |me| {
             let observed = r.all_unreachable_from(me);
             (self.members.values())

@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use convoke_membership::gossip::Gossip;
-use convoke_membership::reachability::ReachabilityStatus;
 use convoke_membership::{Member, UniqueAddress};
 use convoke_sharding::sharding::wire::{self, Decoded, Frame};
 use convoke_sharding::sharding::{EntityId, Host, HostOutput, RegionMsg, answer, shard_for_entity};
@@ -397,10 +396,5 @@ impl Sim {
 
 /// The nodes some member observes as unreachable in `gossip`.
 pub(super) fn unreachable_in(gossip: &Gossip) -> BTreeSet<UniqueAddress> {
-    gossip
-        .reachability()
-        .records()
-        .filter(|r| r.status != ReachabilityStatus::Reachable)
-        .map(|r| r.subject.clone())
-        .collect()
+    gossip.reachability().all_unreachable_or_terminated()
 }
