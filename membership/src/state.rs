@@ -28,6 +28,14 @@ impl<'a> MembershipState<'a> {
         self.gossip.member(node).is_some_and(|m| m.data_center() == self.self_dc)
     }
 
+    /// Whether `node` is no member, a Down one, or one of another data center: an observer whose
+    /// reachability rows the leader and convergence ignore.
+    fn down_or_outside(&self, node: &UniqueAddress) -> bool {
+        self.gossip
+            .member(node)
+            .is_none_or(|m| m.status() == MemberStatus::Down || m.data_center() != self.self_dc)
+    }
+
     /// The member record of this node, if it is a member.
     pub fn self_member(&self) -> Option<&'a Member> {
         self.gossip.member(self.self_node)
@@ -52,38 +60,23 @@ impl<'a> MembershipState<'a> {
     /// The reachability the leader is chosen by: rows of observers that are Down or in another
     /// data center are ignored.
     fn leader_reachability(&self) -> BTreeSet<&'a UniqueAddress> {
-        let down_or_outside = |n: &UniqueAddress| {
-            self.gossip
-                .member(n)
-                .is_none_or(|m| m.status() == MemberStatus::Down || m.data_center() != self.self_dc)
-        };
-        self.gossip.reachability().not_reachable_by(|o| !down_or_outside(o), |_| true)
+        self.gossip.reachability().not_reachable_by(|o| !self.down_or_outside(o), |_| true)
     }
 
     /// The reachability that matters for convergence: rows of Down observers and every record that
     /// touches another data center are ignored.
     pub fn convergence_reachability(&self) -> Reachability {
-        let down_or_outside = |n: &UniqueAddress| {
-            self.gossip
-                .member(n)
-                .is_none_or(|m| m.status() == MemberStatus::Down || m.data_center() != self.self_dc)
-        };
         self.gossip
             .reachability()
-            .filter_observers(|o| !down_or_outside(o))
+            .filter_observers(|o| !self.down_or_outside(o))
             .filter_records(|n| self.in_dc(n))
     }
 
     /// The members that [`Self::convergence_reachability`] holds unreachable or terminated,
     /// computed without copying the table.
     pub fn convergence_unreachable(&self) -> BTreeSet<&'a UniqueAddress> {
-        let down_or_outside = |n: &UniqueAddress| {
-            self.gossip
-                .member(n)
-                .is_none_or(|m| m.status() == MemberStatus::Down || m.data_center() != self.self_dc)
-        };
         (self.gossip.reachability())
-            .not_reachable_by(|o| !down_or_outside(o) && self.in_dc(o), |n| self.in_dc(n))
+            .not_reachable_by(|o| !self.down_or_outside(o) && self.in_dc(o), |n| self.in_dc(n))
     }
 
     /// Whether every relevant member has seen this gossip and every unreachable member is Down or
