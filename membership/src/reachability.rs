@@ -527,5 +527,30 @@ mod tests {
             prop_assert_eq!(&m1, &m2);
             prop_assert_eq!(m1.merge(&allowed, &m1), m1.clone());
         }
+
+        /// The in-place reads give what copying the table and asking the copy gives.
+        #[test]
+        fn in_place_reads_match_the_copies_they_replace(ops in arb_ops()) {
+            let mut r = Reachability::new();
+            apply(&mut r, &ops);
+            let status_scan: BTreeSet<_> = (r.all_unreachable_or_terminated().into_iter())
+                .filter(|s| r.status(s) == Unreachable)
+                .collect();
+            prop_assert_eq!(r.all_unreachable(), status_scan);
+            let odd = |x: &UniqueAddress| x.uid.get() % 2 == 1;
+            let below_4 = |x: &UniqueAddress| x.uid.get() < 4;
+            let copied = r.filter_observers(odd).filter_records(below_4);
+            let in_place: BTreeSet<UniqueAddress> =
+                r.not_reachable_by(|o| odd(o) && below_4(o), below_4).into_iter().cloned().collect();
+            prop_assert_eq!(in_place, copied.all_unreachable_or_terminated());
+            let records: Vec<_> = (r.records())
+                .filter(|x| x.status != Reachable && odd(&x.observer) && below_4(&x.subject))
+                .collect();
+            let versions: Vec<_> = records.iter().map(|x| (x.observer.clone(), 1)).collect();
+            prop_assert_eq!(
+                r.unreachable_records_where(|o, s| odd(o) && below_4(s), 1),
+                Reachability::from_parts(records, versions)
+            );
+        }
     }
 }
