@@ -546,6 +546,16 @@ const CASES: &[Case] = &[
               against two such members, down themselves)",
     },
     Case {
+        seed: 116015,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S18: the new coordinator read its own stale table and the empty answer of a \
+              restarted node's replica, a majority, while the node with the newest table was cut \
+              off, and started shard 3 where that node still ran it (fixed: a table read with \
+              fewer replicas holding one than a majority is acted on only once every region has \
+              listed its shards or had the removal margin)",
+    },
+    Case {
         seed: 141579,
         nodes: 5,
         downing: ChaosDowning::Oracle,

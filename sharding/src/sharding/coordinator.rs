@@ -157,6 +157,13 @@ pub struct Coordinator {
     shutting_down: BTreeSet<UniqueAddress>,
     /// Regions of the table whose node has left the membership, and when that was seen.
     removed: BTreeMap<UniqueAddress, Instant>,
+    /// The table was read from a majority in which replicas without a table (new incarnations,
+    /// whose predecessors may have acknowledged later writes) outnumbered those with one: its
+    /// homes may be stale. Until every region has listed what it hosts, or had the removal
+    /// margin to stop (`may_allocate_unknown`), no shard is hosted or given out by it, and a
+    /// region that lists a shard becomes its home. See docs/sharding-design.md, "Recovery
+    /// beside an empty successor".
+    unconfirmed: bool,
     /// Every member's status.
     members: BTreeMap<UniqueAddress, MemberStatus>,
     /// Members that hold a replica.
@@ -231,6 +238,7 @@ impl Coordinator {
             proxies: BTreeSet::new(),
             shutting_down: BTreeSet::new(),
             removed: BTreeMap::new(),
+            unconfirmed: false,
             members: BTreeMap::new(),
             replicas: BTreeSet::new(),
             calm: false,
@@ -528,6 +536,9 @@ impl Coordinator {
             return;
         }
         let newest = replies.values().flatten().max_by(|a, b| a.0.cmp(&b.0)).cloned();
+        let holding =
+            (replies.iter()).filter(|(r, a)| a.is_some() && self.replicas.contains(*r)).count();
+        self.unconfirmed = holding > 0 && holding < self.majority();
         self.phase = Phase::Active;
         // The newest table a majority returns may have reached only a minority: written again
         // under this ballot, it is on a majority before anything is done with it.
@@ -587,6 +598,17 @@ impl Coordinator {
     /// Starts the next write when none is in flight, and keeps the retry timer armed while
     /// anything waits for an answer.
     fn after_input(&mut self, now: Instant) {
+        if self.unconfirmed && matches!(self.phase, Phase::Active) && self.may_allocate_unknown() {
+            // Every region has listed its shards (they are in the table now) or had the margin
+            // to stop: the table's homes hold, and what waited for them goes ahead.
+            self.unconfirmed = false;
+            self.queued.push(Effect::HostAll);
+            let waiting: Vec<ShardId> = self.waiting.keys().cloned().collect();
+            for shard in waiting {
+                self.queued.push(Effect::Settle { shard, eager: false });
+            }
+            self.dirty = true;
+        }
         if matches!(self.phase, Phase::Active) && self.write.is_none() && self.dirty {
             self.seq += 1;
             let version = StateVersion { ballot: self.ballot.clone(), seq: self.seq };
@@ -627,6 +649,7 @@ impl Coordinator {
             }
             Effect::Welcome(r) => self.welcome(&r),
             Effect::Settle { shard, eager } => self.settle(shard, eager),
+            Effect::HostAll if self.unconfirmed => {}
             Effect::HostAll => {
                 let all: Vec<(ShardId, UniqueAddress)> =
                     self.committed.allocations().map(|(s, r)| (s.clone(), r.clone())).collect();
@@ -699,6 +722,9 @@ impl Coordinator {
 
     /// The home to give out for `shard` now: written to a majority, not about to change.
     fn settled_home(&self, shard: &ShardId) -> Option<&UniqueAddress> {
+        if self.unconfirmed {
+            return None;
+        }
         let home = self.committed.home(shard)?;
         let stable = self.proposed.home(shard) == Some(home)
             && !self.handoffs.contains_key(shard)
@@ -800,6 +826,12 @@ impl Coordinator {
                     self.proposed.allocate(shard.clone(), region.clone());
                     self.freed.remove(shard);
                     self.queued.push(Effect::Settle { shard: shard.clone(), eager: false });
+                    self.dirty = true;
+                }
+                Some(home) if home != region && self.unconfirmed => {
+                    // The table may be stale; the region that runs the shard is its home.
+                    self.proposed.deallocate(shard);
+                    self.proposed.allocate(shard.clone(), region.clone());
                     self.dirty = true;
                 }
                 Some(home) if home != region => {

@@ -1268,3 +1268,79 @@ fn shards_handed_off_as_the_coordinator_is_asked_to_stop_get_a_home_in_the_table
     assert!(home.as_ref().is_some_and(|h| *h != node(2)), "{shard:?} has no home: {home:?}");
     assert!(!c.state().has_region(&node(2)));
 }
+
+/// The Region messages `c` sends until quiet, its writes acknowledged by the replicas on
+/// `ackers`.
+fn pump(c: &mut Coordinator, ackers: &[usize], now: Instant) -> Vec<(UniqueAddress, RegionMsg)> {
+    let mut sent = Vec::new();
+    while let Some(out) = c.poll_output() {
+        match out {
+            CoordinatorOutput::ToReplica { to, msg: ReplicaMsg::Write { version, .. } }
+                if ackers.contains(&Net::index(&to)) =>
+            {
+                c.handle_replica_msg(to, ReplicaMsg::WriteAck { version }, now);
+            }
+            CoordinatorOutput::ToRegion { to, msg } => sent.push((to, msg)),
+            _ => {}
+        }
+    }
+    sent
+}
+
+#[test]
+fn a_table_read_beside_an_empty_successor_is_not_acted_on_until_the_regions_list_their_shards() {
+    // Chaos seed 116015 (N=3): the previous coordinator's last writes moved shard 3 to node 1 and
+    // reached node 1 and node 0, which then crashed; its new incarnation has no table. The next
+    // coordinator, on node 2, read its own stale table (shard 3 on node 2) and node 0's empty
+    // answer, a majority, while node 1 was cut off: it started shard 3 on node 2 while node 1
+    // still ran it.
+    let t = base();
+    let shard = ShardId::new("3");
+    let mut stale = CoordinatorState::default();
+    stale.register(node(1));
+    stale.register(node(2));
+    stale.allocate(shard.clone(), node(2));
+    let old = Ballot { round: 1, node: node(0), instance: 1 };
+    let members: Vec<Member> = (0..3).map(|i| member(i, MemberStatus::Up)).collect();
+    let unreachable = BTreeSet::from([node(1)]);
+    let mut c = Coordinator::new(config(), node(2), 1, &members, &unreachable, t);
+    let mut ballot = None;
+    while let Some(out) = c.poll_output() {
+        if let CoordinatorOutput::ToReplica { msg: ReplicaMsg::Read { ballot: b }, .. } = out {
+            ballot = Some(b);
+        }
+    }
+    let ballot = ballot.expect("the coordinator reads the replicas");
+    let version = StateVersion { ballot: old, seq: 30 };
+    let replies = [(2, Some((version, Arc::new(stale)))), (0, None)];
+    for (i, accepted) in replies {
+        let reply = ReplicaMsg::ReadReply { ballot: ballot.clone(), accepted };
+        c.handle_replica_msg(node(i), reply, t);
+    }
+    assert_eq!(c.status().phase, "active");
+    let sent = pump(&mut c, &[0, 2], t);
+    c.handle_region_msg(node(0), CoordinatorMsg::Register { hosted: Vec::new() }, t);
+    c.handle_region_msg(node(2), CoordinatorMsg::Register { hosted: Vec::new() }, t);
+    c.handle_region_msg(node(2), CoordinatorMsg::GetShardHome(shard.clone()), t);
+    let mut sent_later = pump(&mut c, &[0, 2], t);
+    sent_later.extend(sent);
+    let hosted_or_given = |sent: &[(UniqueAddress, RegionMsg)]| {
+        sent.iter().any(|(_, m)| match m {
+            RegionMsg::HostShard(s) => *s == shard,
+            RegionMsg::ShardHome { shard: s, .. } => *s == shard,
+            _ => false,
+        })
+    };
+    assert!(!hosted_or_given(&sent_later), "acted on a stale home: {sent_later:?}");
+
+    // Node 1 lists the shard when it registers: it is the shard's home.
+    let hosted = vec![shard.clone()];
+    c.handle_region_msg(node(1), CoordinatorMsg::Register { hosted }, t);
+    let sent = pump(&mut c, &[0, 2], t);
+    assert_eq!(c.state().home(&shard), Some(&node(1)));
+    assert!(
+        sent.iter()
+            .all(|(to, m)| !matches!(m, RegionMsg::HostShard(s) if *s == shard) || *to == node(1)),
+        "{sent:?}"
+    );
+}
