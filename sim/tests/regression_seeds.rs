@@ -556,6 +556,15 @@ const CASES: &[Case] = &[
               listed its shards or had the removal margin)",
     },
     Case {
+        seed: 116643,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S18 with the fix for 116015 alone: the hosting held back for an unconfirmed table \
+              went out after a rebalance had begun and started a shard again at the home it was \
+              leaving (fixed: that HostAll skips shards being handed off, and no rebalance runs \
+              while the table is unconfirmed)",
+    },
+    Case {
         seed: 141579,
         nodes: 5,
         downing: ChaosDowning::Oracle,

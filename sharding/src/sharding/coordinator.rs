@@ -651,8 +651,12 @@ impl Coordinator {
             Effect::Settle { shard, eager } => self.settle(shard, eager),
             Effect::HostAll if self.unconfirmed => {}
             Effect::HostAll => {
-                let all: Vec<(ShardId, UniqueAddress)> =
-                    self.committed.allocations().map(|(s, r)| (s.clone(), r.clone())).collect();
+                // A shard being handed off is hosted at its new home when the move ends (a
+                // confirmed table's HostAll may come after a rebalance began).
+                let all: Vec<(ShardId, UniqueAddress)> = (self.committed.allocations())
+                    .filter(|(s, _)| !self.handoffs.contains_key(*s))
+                    .map(|(s, r)| (s.clone(), r.clone()))
+                    .collect();
                 for (s, r) in all {
                     self.host(s, r);
                 }
@@ -982,6 +986,7 @@ impl Coordinator {
             && self.handoffs.is_empty()
             && self.removed.is_empty()
             && self.calm
+            && !self.unconfirmed
             && self.may_allocate_unknown();
         if !quiet {
             return;
