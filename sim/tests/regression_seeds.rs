@@ -565,6 +565,16 @@ const CASES: &[Case] = &[
               while the table is unconfirmed)",
     },
     Case {
+        seed: 126723,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S18: a joiner never welcomed acknowledged the writes of the cluster that counted it \
+              Up; that cluster was downed, the node joined the one slot 0 formed alone, and its \
+              stale table outranked slot 0's newer one, so shard 13 went to it while slot 0 ran \
+              it (fixed: a replica answers only while its node is in its own membership view, \
+              with the coordinator's node)",
+    },
+    Case {
         seed: 141579,
         nodes: 5,
         downing: ChaosDowning::Oracle,

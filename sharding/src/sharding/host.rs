@@ -452,6 +452,12 @@ impl<R> Host<R> {
             }
             Protocol::ToRegion(m) => self.region.handle_message(from, m, now),
             Protocol::Replica(m @ (ReplicaMsg::Read { .. } | ReplicaMsg::Write { .. })) => {
+                // A table accepted from outside this node's own cluster would outrank the
+                // tables of the cluster it joins later (docs/sharding-design.md, "A replica
+                // belongs to one cluster"): a node not yet welcomed answers no coordinator.
+                if !self.in_cluster_with(&from) {
+                    return;
+                }
                 if let Some(answer) = self.replica.handle(m) {
                     self.send(from, Protocol::Replica(answer));
                 }
@@ -462,6 +468,13 @@ impl<R> Host<R> {
                 }
             }
         }
+    }
+
+    /// Whether this node is in its own membership view (it was welcomed into a cluster) and
+    /// `node` is a member of that view too.
+    fn in_cluster_with(&self, node: &UniqueAddress) -> bool {
+        let known = |n: &UniqueAddress| self.members.iter().any(|m| m.node() == n);
+        known(&self.self_node) && known(node)
     }
 
     /// Sends a protocol message to the same entity type on `to`: this node's is handled in
