@@ -473,8 +473,7 @@ impl<R> Host<R> {
     /// Whether this node is in its own membership view (it was welcomed into a cluster) and
     /// `node` is a member of that view too.
     fn in_cluster_with(&self, node: &UniqueAddress) -> bool {
-        let known = |n: &UniqueAddress| self.members.iter().any(|m| m.node() == n);
-        known(&self.self_node) && known(node)
+        self.region.is_member(&self.self_node) && self.region.is_member(node)
     }
 
     /// Sends a protocol message to the same entity type on `to`: this node's is handled in

@@ -257,6 +257,11 @@ impl<M> Region<M> {
         self.watch(now);
     }
 
+    /// Whether `node` is in the latest membership this region saw.
+    pub fn is_member(&self, node: &UniqueAddress) -> bool {
+        self.members.contains(node)
+    }
+
     fn members_changed(&mut self, members: &[Member], now: Instant) {
         let dc = members
             .iter()
