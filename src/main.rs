@@ -20,7 +20,11 @@ const EXIT_FAILURE: u8 = 1;
 #[command(
     name = "convoke",
     version,
-    about = "Cluster membership, management and bootstrap for Rust services"
+    about = "Cluster membership, management and bootstrap for Rust services",
+    after_help = "Admin commands exit with 0 on success, 1 when the node cannot be reached or \
+                  fails on its side (worth a retry), 2 on a usage error, 3 when what was asked \
+                  about does not exist, 4 when the node refuses the request (credentials, \
+                  read-only, bad input)."
 )]
 struct Cli {
     /// Log format on stderr; the level comes from RUST_LOG (default info).
@@ -83,6 +87,20 @@ enum Command {
     },
     /// Prepare the whole cluster for a full shutdown (admin).
     PrepareShutdown,
+    /// List the entity types sharded on the node; with NAME, each member's shards and entities
+    /// of that type (admin).
+    Shards {
+        /// An entity type.
+        name: Option<String>,
+        /// With NAME: only the node's own region, shard by shard.
+        #[arg(long, requires = "name")]
+        local: bool,
+    },
+    /// List the cluster singletons: where each runs, its state and since when (admin).
+    Singletons,
+    /// Show how cluster bootstrap sees the formation: lookup, contact points and their probes,
+    /// the verdict and its reason (admin).
+    BootstrapStatus,
     /// Start a cluster of N nodes on 127.0.0.1 in this process and show it forming.
     Demo {
         /// How many nodes.
@@ -141,6 +159,20 @@ fn main() -> ExitCode {
         }
         Command::PrepareShutdown => {
             admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::PrepareShutdown)
+        }
+        Command::Shards { name, local } => {
+            let request = match name {
+                None => Request::Shards,
+                Some(name) if local => Request::ShardRegion(name),
+                Some(name) => Request::ShardStats(name),
+            };
+            admin_call(&cli.url, cli.token.as_deref(), cli.output, request)
+        }
+        Command::Singletons => {
+            admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::Singletons)
+        }
+        Command::BootstrapStatus => {
+            admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::BootstrapStatus)
         }
         Command::Demo { nodes } => {
             // The demo prints the membership itself; logs only report errors unless RUST_LOG says.

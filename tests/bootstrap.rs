@@ -183,6 +183,23 @@ async fn a_node_started_later_joins_the_existing_cluster_without_self_joining() 
     wait_one_cluster(&all, 5, T, &procs.iter().chain([&newcomer]).collect::<Vec<_>>()).await;
     newcomer.wait_log(&["bootstrap: joining an existing cluster"], T).await;
     assert_eq!(newcomer.count(&["bootstrap: forming a new cluster"]), 0, "{:#?}", newcomer.log());
+
+    // `convoke bootstrap-status` shows the newcomer's phase, verdict and contact points.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_convoke"))
+        .args(["bootstrap-status", "--url", &format!("http://{late}:{MANAGEMENT_PORT}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("PHASE          joining-existing\n"), "{text}");
+    assert!(text.contains("\nVERDICT        JoinOthers ("), "{text}");
+    let points: BTreeSet<IpAddr> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("CONTACT POINT"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next()?.split(':').next()?.parse().ok())
+        .collect();
+    assert_eq!(points, all.iter().copied().collect(), "{text}");
 }
 
 /// What one node's `GET /bootstrap/status` reports: its phase and the IPs of its contact points.

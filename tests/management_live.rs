@@ -155,10 +155,28 @@ async fn the_admin_cli_prints_tables_and_json_and_explains_errors() {
     assert_eq!(code, Some(0));
     assert!(out.contains("Up"), "{out}");
     let (code, _, err) = run(&["member", "convoke@nowhere:1", "--url", &u]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(3), "a missing member exits 3");
     assert!(err.contains("not found"), "{err}");
+    // Without sharding or singletons the lists are empty and a named type is missing.
+    let (code, out, _) = run(&["shards", "--url", &u]);
+    assert_eq!((code, out.as_str()), (Some(0), "ENTITY TYPE\n"));
+    let (code, _, err) = run(&["shards", "counter", "--url", &u]);
+    assert_eq!(code, Some(3));
+    assert!(err.contains("Shard Region counter is not started"), "{err}");
+    let (code, out, _) = run(&["singletons", "--url", &u, "-o", "json"]);
+    assert_eq!(code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["singletons"].as_array().map(Vec::len), Some(0), "{out}");
+    let (code, out, _) = run(&["bootstrap-status", "--url", &u, "-o", "json"]);
+    assert_eq!(code, Some(0));
+    let phase = serde_json::from_str::<serde_json::Value>(&out).unwrap()["phase"].clone();
+    let (code, out, _) = run(&["bootstrap-status", "--url", &u]);
+    assert_eq!(code, Some(0));
+    let phase = phase.as_str().expect("a phase");
+    assert!(out.starts_with(&format!("PHASE          {phase}\n")), "{out}");
+    assert!(out.contains("CONTACT POINT"), "{out}");
     let (code, _, err) = run(&["members", "--url", "http://127.0.0.1:1"]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(1), "no answer exits 1");
     assert!(err.contains("cannot reach the management API"), "{err}");
     let (code, out, _) = run(&["down", &second, "--url", &u]);
     assert_eq!(code, Some(0));
@@ -170,7 +188,7 @@ async fn the_admin_cli_prints_tables_and_json_and_explains_errors() {
     s.management.read_only = true;
     let ro = Node::start(&s).await.unwrap();
     let (code, _, err) = run(&["down", "convoke@x:1", "--url", &url(&ro)]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(4), "a refused request exits 4");
     assert!(err.contains("read_only"), "{err}");
     let mut s = settings();
     s.management.auth = Some(convoke::settings::AuthSettings {
@@ -179,7 +197,7 @@ async fn the_admin_cli_prints_tables_and_json_and_explains_errors() {
     });
     let authed = Node::start(&s).await.unwrap();
     let (code, _, err) = run(&["members", "--url", &url(&authed)]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(4));
     assert!(err.contains("--token"), "{err}");
     let (code, _, _) = run(&["members", "--url", &url(&authed), "--token", "tok"]);
     assert_eq!(code, Some(0));

@@ -288,6 +288,43 @@ async fn the_management_api_lists_types_shards_and_every_members_shards() {
     assert_eq!(stats.regions.len(), 2);
     let entities: u64 = stats.regions.iter().flat_map(|r| &r.shards).map(|d| d.num_entities).sum();
     assert_eq!(entities, 20, "every entity counted once, on one member");
+
+    // The admin CLI shows the same: the types, each member's figures with their total, and
+    // this node's region shard by shard.
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_convoke"))
+            .args(args)
+            .args(["--url", &base])
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let rows = |text: &str| -> Vec<Vec<String>> {
+        text.lines().map(|l| l.split_whitespace().map(str::to_owned).collect()).collect()
+    };
+    assert_eq!(run(&["shards"]), (Some(0), "ENTITY TYPE\ncounter\n".to_owned()));
+    let (code, out) = run(&["shards", "counter"]);
+    assert_eq!(code, Some(0), "{out}");
+    let table = rows(&out);
+    assert_eq!(table[0], ["MEMBER", "SHARDS", "ENTITIES"]);
+    let mut members: Vec<String> = stats.regions.iter().map(|m| m.address.clone()).collect();
+    members.sort();
+    let listed: Vec<String> = table[1..3].iter().map(|r| r[0].clone()).collect();
+    assert_eq!(listed, members, "{out}");
+    let column =
+        |c: usize| -> u64 { table[1..3].iter().map(|r| r[c].parse::<u64>().unwrap()).sum() };
+    assert_eq!(table[3], ["TOTAL".to_owned(), column(1).to_string(), "20".to_owned()], "{out}");
+    assert_eq!(column(2), 20, "{out}");
+    let (code, out) = run(&["shards", "counter", "--local"]);
+    assert_eq!(code, Some(0), "{out}");
+    let listed: Vec<(String, u64)> =
+        rows(&out)[1..].iter().map(|r| (r[0].clone(), r[1].parse().unwrap())).collect();
+    let mut sorted = expected.clone();
+    sorted.sort_by(|a, b| (a.0.len(), &a.0).cmp(&(b.0.len(), &b.0)));
+    assert_eq!(listed, sorted);
+    let (code, out) = run(&["shards", "counter", "-o", "json"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(serde_json::from_str::<ClusterShardingStats>(&out).unwrap().regions.len(), 2);
     for n in &nodes {
         n.stop().await;
     }

@@ -236,6 +236,18 @@ async fn the_management_api_shows_where_each_singleton_runs() {
         assert_eq!(s.running_here, i == 0);
         assert!(s.since > 0);
     }
+    // The admin CLI's table says the same.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_convoke"))
+        .args(["singletons", "--url", &format!("http://{}", nodes[0].management_addr().unwrap())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[0], ["NAME", "ROLE", "STATE", "HOST", "HERE", "SINCE"], "{text}");
+    let host = nodes[0].self_address().to_string();
+    assert_eq!(rows[1][..5], ["ticker", "-", "running", host.as_str(), "yes"], "{text}");
+    assert!(rows[1][5..].ends_with(&["ago"]), "{text}");
     for n in &nodes {
         n.stop().await;
     }

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::contact_point::ContactPoint;
 use crate::decider::{Decision, Verdict};
 
 /// The phase of bootstrap.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
     /// Bootstrap is not used (static seed nodes, disabled, or no management server).
@@ -51,7 +51,7 @@ pub struct ProbeState {
 }
 
 /// A target discovery returned that bootstrap does not probe, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dropped {
     /// The target (`host:port`, or a pod name when discovery left it out).
     pub target: String,
@@ -165,7 +165,7 @@ impl BootstrapStatus {
             dropped_targets: self.dropped.clone(),
             verdict: self.verdict.as_ref().map(|(at, v)| VerdictView {
                 age_ms: age(*at),
-                decision: v.decision.name(),
+                decision: v.decision.name().to_owned(),
                 seed_nodes: match &v.decision {
                     Decision::JoinOthers(seeds) => Some(seeds.clone()),
                     _ => None,
@@ -178,7 +178,7 @@ impl BootstrapStatus {
 }
 
 /// `GET /bootstrap/status`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusView {
     /// `not-used`, `probing`, `joining-existing`, `forming-new` or `stopped`.
@@ -205,7 +205,7 @@ pub struct StatusView {
 }
 
 /// The last lookup.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LookupView {
     /// Its age.
@@ -219,7 +219,7 @@ pub struct LookupView {
 }
 
 /// One contact point.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContactPointView {
     /// Its host.
@@ -238,7 +238,7 @@ pub struct ContactPointView {
 }
 
 /// One probe result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProbeView {
     /// Its age.
@@ -255,13 +255,13 @@ pub struct ProbeView {
 }
 
 /// The decider's verdict.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VerdictView {
     /// Its age.
     pub age_ms: u64,
     /// `KeepProbing`, `JoinOthers` or `JoinSelf`.
-    pub decision: &'static str,
+    pub decision: String,
     /// The seed nodes joined, for `JoinOthers`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed_nodes: Option<Vec<String>>,
