@@ -1,6 +1,7 @@
 //! Chaos seeds that once failed, or that cover schedules worth keeping, run with small clusters.
 //! Each entry says why it is here. A seed that fails prints the command that reproduces it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use convoke_sim::commands::chaos::{ChaosDowning, ChaosOptions, run_seed};
@@ -618,22 +619,47 @@ const CASES: &[Case] = &[
     },
 ];
 
-fn run(c: &Case) {
+/// Runs the case; why it failed, with the command that reproduces it.
+fn run(c: &Case) -> Result<(), String> {
     let mut o = ChaosOptions::new(c.seed, c.nodes, Duration::from_secs(600));
     o.downing = c.downing;
     let r = run_seed(&o);
-    assert!(
-        r.pass,
+    if r.pass {
+        return Ok(());
+    }
+    Err(format!(
         "seed {} ({}) failed: {:?}\n  reproduce: {}",
         c.seed, c.why, r.violation, r.reproduce
-    );
+    ))
 }
 
+/// Every case, on as many threads as there are cores (each seed is a world of its own), so the
+/// table costs the test run its length divided by the cores. Reports every failing case.
 #[test]
 fn every_regression_seed_passes() {
-    for c in CASES {
-        run(c);
-    }
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut failed = Vec::new();
+                    while let Some(c) = CASES.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        failed.extend(run(c).err());
+                    }
+                    failed
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a worker panicked")).collect()
+    });
+    assert!(
+        failures.is_empty(),
+        "{} of {} seeds failed:\n{}",
+        failures.len(),
+        CASES.len(),
+        failures.join("\n")
+    );
 }
 
 /// The margin the singleton uses matters: with the resolver's `stable_after` alone, seed 105 runs
