@@ -15,17 +15,16 @@
 //!   lease's operations for it; [`transport`] carries its messages.
 //! - [`control`] (commands in, snapshots out), [`health`], [`metrics`], [`settings`].
 //!
-//! The `convoke` binary (`src/main.rs`) runs one node (`convoke run`), a demo cluster in one
-//! process ([`demo`]) or the admin client ([`admin`]).
+//! The `convoke` binary (`src/bin/convoke/`) runs one node (`convoke run`), a demo cluster in one
+//! process (`convoke demo`) or the admin client (`convoke members`, `shards`, ...), all through
+//! this library's public API.
 
 #![warn(missing_docs)]
 
 pub use convoke_membership as membership;
 
-pub mod admin;
 pub mod bootstrap;
 pub mod control;
-pub mod demo;
 mod driver;
 pub mod health;
 mod lease;

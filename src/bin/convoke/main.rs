@@ -1,15 +1,19 @@
 //! The `convoke` binary: `convoke run` runs one node, `convoke demo` a small cluster in one process.
 
+mod admin;
+mod demo;
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use convoke::admin::{Output, Request};
 use convoke::node::{Node, ShutdownOutcome};
 use convoke::settings::{Settings, Sources};
-use convoke::{Termination, admin, demo, membership::ShutdownReason};
+use convoke::{Termination, membership::ShutdownReason};
 use tracing_subscriber::EnvFilter;
+
+use admin::{Output, Request};
 
 /// Exit code for bad configuration or usage.
 const EXIT_CONFIG: u8 = 2;

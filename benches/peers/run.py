@@ -18,11 +18,11 @@ writes:
 
 Usage (from anywhere; default paths are relative to the repository root):
 
-    python3 bench/peers/run.py                       # build, run N = 25,100,250 for all four
-    python3 bench/peers/run.py --runs 3              # median of three runs per cell
-    python3 bench/peers/run.py --nodes 25 --libraries convoke,foca --steady-secs 5
-    python3 bench/peers/run.py --no-build --target-dir /some/cargo/target
-    python3 bench/peers/run.py --from-raw docs/benchmarks/peers-raw.jsonl   # redo docs only
+    python3 benches/peers/run.py                       # build, run N = 25,100,250 for all four
+    python3 benches/peers/run.py --runs 3              # median of three runs per cell
+    python3 benches/peers/run.py --nodes 25 --libraries convoke,foca --steady-secs 5
+    python3 benches/peers/run.py --no-build --target-dir /some/cargo/target
+    python3 benches/peers/run.py --from-raw docs/benchmarks/peers-raw.jsonl   # redo docs only
 
 Options:
     --nodes LIST         comma-separated node counts (default 25,100,250; each at least 2)
@@ -34,7 +34,7 @@ Options:
                          after T*4+60 s is killed and recorded as an error
     --no-build           do not run cargo build first
     --target-dir DIR     cargo target directory (default: $CARGO_TARGET_DIR if set, else
-                         bench/peers/target); the binaries are DIR/release/<library>-harness
+                         benches/peers/target); the binaries are DIR/release/<library>-harness
     --from-raw FILE      build and run nothing: regenerate the table and charts from a raw JSONL
                          file written by an earlier run
     --doc PATH           the Markdown file holding the markers (default docs/benchmarks.md)
@@ -100,9 +100,9 @@ def usage_error(parser: argparse.ArgumentParser, message: str):
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="bench/peers/run.py",
+        prog="benches/peers/run.py",
         description="Run the peer comparison suite; write its table and charts into the docs.",
-        epilog="See the docstring at the top of bench/peers/run.py for details.",
+        epilog="See the docstring at the top of benches/peers/run.py for details.",
     )
     parser.add_argument("--nodes", default="25,100,250", help="comma-separated node counts")
     parser.add_argument("--libraries", default=",".join(LIBRARIES), help="comma-separated")
@@ -149,7 +149,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def command_line(argv: list[str]) -> str:
     """The command as one would type it at the repository root."""
-    return shlex.join(["python3", "bench/peers/run.py", *argv])
+    return shlex.join(["python3", "benches/peers/run.py", *argv])
 
 
 # --- the doc -----------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def replace_between_markers(text: str, block: str) -> str:
 
 
 def build(libraries: list[str], target_dir: Path) -> None:
-    command = ["cargo", "build", "--release", "--manifest-path", "bench/peers/Cargo.toml"]
+    command = ["cargo", "build", "--release", "--manifest-path", "benches/peers/Cargo.toml"]
     for lib in libraries:
         command += ["-p", f"{lib}-harness"]
     log(f"building: {shlex.join(command)} (CARGO_TARGET_DIR={target_dir})")

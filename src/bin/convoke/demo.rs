@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use convoke_membership::{ClusterEvent, CurrentClusterState, MemberStatus};
 
-use crate::node::Node;
-use crate::settings::{ConfigService, Endpoint, Settings};
+use convoke::node::Node;
+use convoke::settings::{ConfigService, Endpoint, Settings};
 
 /// How long the demo waits for the cluster to form before giving up.
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs the demo until Ctrl-C.
-pub async fn run(n: usize) -> ExitCode {
+pub(crate) async fn run(n: usize) -> ExitCode {
     // Bootstrap with config discovery: every node's management server is a contact point.
     let ports = match free_ports(n) {
         Ok(p) => p,
@@ -85,8 +85,9 @@ pub async fn run(n: usize) -> ExitCode {
         loop {
             match events.recv().await {
                 Ok(e) => println!("{}", event_line(&e)),
-                Err(crate::control::RecvError::Lagged(k)) => println!("({k} events skipped)"),
-                Err(crate::control::RecvError::Closed) => break,
+                Err(convoke::control::RecvError::Lagged(k)) => println!("({k} events skipped)"),
+                // The node stopped (`Closed`), or a kind of end this loop does not know.
+                Err(_) => break,
             }
         }
     });
@@ -113,7 +114,7 @@ fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
 
 /// A human table of the members: status, roles, up-number, leader and oldest marks, and
 /// unreachable members with their observers.
-pub fn members_table(state: &CurrentClusterState) -> String {
+pub(crate) fn members_table(state: &CurrentClusterState) -> String {
     use std::fmt::Write;
     let width =
         state.members.iter().map(|m| m.address().to_string().len()).max().unwrap_or(7).max(7);
@@ -143,7 +144,7 @@ pub fn members_table(state: &CurrentClusterState) -> String {
 }
 
 /// One line per cluster event.
-pub fn event_line(e: &ClusterEvent) -> String {
+pub(crate) fn event_line(e: &ClusterEvent) -> String {
     match (e, e.member()) {
         (ClusterEvent::MemberRemoved { member, previous_status }, _) => {
             format!("{:<28} {} (was {previous_status})", e.type_name(), member.address())

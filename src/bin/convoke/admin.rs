@@ -9,14 +9,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use convoke_bootstrap::StatusView;
 use reqwest::{Method, StatusCode};
 
-use crate::management::{
+use convoke::management::{
     ClusterMember, ClusterMembers, ClusterShardingStats, ClusterSingletons, Message,
     ShardEntityTypeKeys, ShardRegionStats,
 };
 
 /// How to print answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     /// A human table.
     Table,
     /// The API's JSON.
@@ -25,7 +25,7 @@ pub enum Output {
 
 /// One admin command.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     /// List the members.
     Members,
     /// Show one member.
@@ -54,7 +54,7 @@ pub enum Request {
 /// Why an admin command failed; its exit status is the discriminant. Status 2 is left to usage
 /// errors, which the argument parser reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// No answer from the node, or a failure on its side (a 5xx status, an answer that is not
     /// the API's): trying again later may succeed.
     Unavailable = 1,
@@ -67,18 +67,18 @@ pub enum Failure {
 
 impl Failure {
     /// The exit status.
-    pub fn exit_code(self) -> ExitCode {
+    pub(crate) fn exit_code(self) -> ExitCode {
         ExitCode::from(self as u8)
     }
 }
 
 /// A failed admin command: its kind and a message for the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error {
+pub(crate) struct Error {
     /// The kind, which sets the exit status.
-    pub failure: Failure,
+    pub(crate) failure: Failure,
     /// What went wrong and, where it helps, what to do.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl std::fmt::Display for Error {
@@ -94,7 +94,12 @@ impl Error {
 }
 
 /// Runs `request` against the management API at `url`; prints the answer; returns the exit code.
-pub async fn run(url: &str, token: Option<&str>, output: Output, request: Request) -> ExitCode {
+pub(crate) async fn run(
+    url: &str,
+    token: Option<&str>,
+    output: Output,
+    request: Request,
+) -> ExitCode {
     match call(url, token, output, &request).await {
         Ok(text) => {
             print!("{text}");
@@ -132,7 +137,7 @@ fn member_path(address: &str) -> String {
 ///
 /// # Errors
 /// The node could not be reached, or answered with an error; [`Error::failure`] says which kind.
-pub async fn call(
+pub(crate) async fn call(
     url: &str,
     token: Option<&str>,
     output: Output,
@@ -256,7 +261,7 @@ async fn send(
 
 /// The members as a table: status, roles, leader and oldest marks, then unreachable members with
 /// their observers.
-pub fn members_table(m: &ClusterMembers) -> String {
+pub(crate) fn members_table(m: &ClusterMembers) -> String {
     let width = m.members.iter().map(|x| x.node.len()).max().unwrap_or(7).max(7);
     let mut out = format!(
         "{:<width$}  {:<20}  {:<6}  {:<6}  ROLES\n",
@@ -281,7 +286,7 @@ pub fn members_table(m: &ClusterMembers) -> String {
 }
 
 /// The entity types, one per line.
-pub fn entity_types_table(keys: &ShardEntityTypeKeys) -> String {
+pub(crate) fn entity_types_table(keys: &ShardEntityTypeKeys) -> String {
     let mut out = String::from("ENTITY TYPE\n");
     for name in &keys.entity_type_keys {
         let _ = writeln!(out, "{name}");
@@ -291,7 +296,7 @@ pub fn entity_types_table(keys: &ShardEntityTypeKeys) -> String {
 
 /// One entity type over the cluster: shards and entities per member, their total, then the
 /// members that did not answer.
-pub fn shard_stats_table(stats: &ClusterShardingStats) -> String {
+pub(crate) fn shard_stats_table(stats: &ClusterShardingStats) -> String {
     let width = stats.regions.iter().map(|r| r.address.len()).max().unwrap_or(6).max(6);
     let mut out = format!("{:<width$}  {:>6}  {:>8}\n", "MEMBER", "SHARDS", "ENTITIES");
     let mut regions: Vec<_> = stats.regions.iter().collect();
@@ -311,7 +316,7 @@ pub fn shard_stats_table(stats: &ClusterShardingStats) -> String {
 }
 
 /// One region's shards in shard order (numeric ids by value), with their entities.
-pub fn shard_region_table(stats: &ShardRegionStats) -> String {
+pub(crate) fn shard_region_table(stats: &ShardRegionStats) -> String {
     let mut shards: Vec<_> = stats.regions.iter().collect();
     shards.sort_by(|a, b| (a.shard_id.len(), &a.shard_id).cmp(&(b.shard_id.len(), &b.shard_id)));
     let width = shards.iter().map(|s| s.shard_id.len()).max().unwrap_or(5).max(5);
@@ -324,7 +329,7 @@ pub fn shard_region_table(stats: &ShardRegionStats) -> String {
 
 /// The singletons: where each runs, its state and since when (`now` is the time since the Unix
 /// epoch, for the age).
-pub fn singletons_table(list: &ClusterSingletons, now: Duration) -> String {
+pub(crate) fn singletons_table(list: &ClusterSingletons, now: Duration) -> String {
     let name_w = list.singletons.iter().map(|s| s.name.len()).max().unwrap_or(4).max(4);
     let role_w =
         list.singletons.iter().filter_map(|s| s.role.as_ref()).map(String::len).max().unwrap_or(4);
@@ -373,7 +378,7 @@ fn ago_ms(ms: u64) -> String {
 
 /// Bootstrap's view: phase, lookup, stability and verdict, then each contact point with its
 /// last probe, then the targets not probed.
-pub fn bootstrap_table(s: &StatusView) -> String {
+pub(crate) fn bootstrap_table(s: &StatusView) -> String {
     let phase = serde_json::to_value(s.phase)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -452,7 +457,7 @@ pub fn bootstrap_table(s: &StatusView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::management::{ClusterSingleton, FailedMember, MemberShards, ShardDetails};
+    use convoke::management::{ClusterSingleton, FailedMember, MemberShards, ShardDetails};
 
     fn shard(id: &str, n: u64) -> ShardDetails {
         ShardDetails { shard_id: id.into(), num_entities: n }
