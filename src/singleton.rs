@@ -2,7 +2,7 @@
 //! over when that member leaves and restarted elsewhere when it is removed. Design:
 //! `docs/singleton.md`.
 //!
-//! The decisions are made by [`convoke_sharding::singleton::SingletonManager`], a sans-IO state
+//! The decisions are made by [`convoke_singleton::SingletonManager`], a sans-IO state
 //! machine that the simulator also runs. Here, one task per singleton feeds it the node's
 //! membership snapshots, the hand-over messages of the other nodes' managers (tells on the
 //! messaging endpoint `convoke.singleton/<name>`), its timers, the instance's end and the
@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use convoke_membership::sbr::{Lease, LeaseOp, perform};
 use convoke_membership::{Member, UniqueAddress};
-use convoke_sharding::singleton::{
+use convoke_singleton::{
     HandOver, Output, SingletonConfig, SingletonManager, SingletonStatus, oldest_candidate,
 };
 use serde::Serialize;

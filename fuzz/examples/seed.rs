@@ -32,10 +32,10 @@ use convoke_membership::wire::{self, DecodeLimits};
 use convoke_membership::{
     Address, CurrentClusterState, Member, MemberStatus, Message, Uid, UniqueAddress,
 };
-use convoke_sharding::sharding::{
+use convoke_sharding::{
     Ballot, CoordinatorMsg, CoordinatorState, RegionMsg, ReplicaMsg, ShardId, StateVersion,
 };
-use convoke_sharding::singleton::HandOver;
+use convoke_singleton::HandOver;
 use tokio_util::codec::Encoder;
 
 fn main() {

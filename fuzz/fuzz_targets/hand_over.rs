@@ -1,4 +1,4 @@
-//! A singleton hand-over message (`convoke_sharding::singleton::HandOver`), postcard-decoded as
+//! A singleton hand-over message (`convoke_singleton::HandOver`), postcard-decoded as
 //! the messaging endpoint of every singleton manager decodes what a peer sends it.
 //!
 //! Properties: decoding never panics; a decoded message encodes to one byte, its variant index,
@@ -6,7 +6,7 @@
 
 #![no_main]
 
-use convoke_sharding::singleton::HandOver;
+use convoke_singleton::HandOver;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use convoke_membership::message::Message;
 use convoke_membership::{Address, Cluster, Uid, UniqueAddress};
-use convoke_sharding::singleton::HandOver;
+use convoke_singleton::HandOver;
 use rand_chacha::ChaCha8Rng;
 
 use crate::counters::{NodeCounters, SizeMode, Sizer, kind_index};

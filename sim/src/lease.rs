@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use convoke_membership::Address;
-use convoke_sharding::singleton::SingletonConfig;
+use convoke_singleton::SingletonConfig;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;

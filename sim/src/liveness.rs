@@ -33,8 +33,8 @@ use convoke_membership::config::{Config, RETRY_UNSUCCESSFUL_JOIN_AFTER_ON};
 use convoke_membership::member::MemberStatus;
 
 use convoke_membership::sbr::TICK_INTERVAL;
-use convoke_sharding::sharding::ShardingConfig;
-use convoke_sharding::singleton::{LEASE_RETRY_INTERVAL, SingletonConfig};
+use convoke_sharding::ShardingConfig;
+use convoke_singleton::{LEASE_RETRY_INTERVAL, SingletonConfig};
 
 use crate::lease::LeaseConfig;
 use crate::net::NetConfig;

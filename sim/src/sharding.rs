@@ -30,8 +30,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
-use convoke_sharding::sharding::{EntityId, Host, ShardId, ShardingConfig};
-use convoke_sharding::singleton::SingletonConfig;
+use convoke_sharding::{EntityId, Host, ShardId, ShardingConfig};
+use convoke_singleton::SingletonConfig;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;

@@ -35,7 +35,7 @@
 use std::time::Duration;
 
 use convoke_membership::{Config, UniqueAddress};
-use convoke_sharding::singleton::{SingletonConfig, SingletonManager};
+use convoke_singleton::{SingletonConfig, SingletonManager};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;

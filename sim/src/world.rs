@@ -38,8 +38,8 @@ use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
 use convoke_membership::config::Config;
-use convoke_sharding::sharding::ShardingConfig;
-use convoke_sharding::singleton::SingletonConfig;
+use convoke_sharding::ShardingConfig;
+use convoke_singleton::SingletonConfig;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 

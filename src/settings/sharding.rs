@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use convoke_membership::config::text;
-use convoke_sharding::sharding::ShardingConfig;
+use convoke_sharding::ShardingConfig;
 use serde::{Deserialize, Serialize};
 
 use super::SettingsError;

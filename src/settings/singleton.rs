@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use convoke_membership::config::text;
-use convoke_sharding::singleton::SingletonConfig;
+use convoke_singleton::SingletonConfig;
 use serde::{Deserialize, Serialize};
 
 use super::SettingsError;

@@ -1,8 +1,8 @@
 //! Cluster sharding: stateful entities addressed by id, spread over the members, each running
 //! on at most one node, moved when nodes join, leave or crash. Design: `docs/sharding-design.md`.
 //!
-//! Every decision is made by the sans-IO [`Host`](convoke_sharding::sharding::Host) of
-//! [`convoke_sharding::sharding`] (region, shards, coordinator, replica and the correlation of
+//! Every decision is made by the sans-IO [`Host`](convoke_sharding::Host) of
+//! [`convoke_sharding`] (region, shards, coordinator, replica and the correlation of
 //! forwarded asks), which the simulator runs too. Here, one task per entity type per node
 //! (`region.rs`) feeds it the membership snapshots, the frames of the other nodes (tells on the
 //! messaging endpoint `convoke.sharding/<type>`), the local asks and tells, the entities' ends
@@ -15,7 +15,7 @@
 
 mod region;
 #[doc(hidden)]
-pub use convoke_sharding::sharding::wire;
+pub use convoke_sharding::wire;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -24,7 +24,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use convoke_sharding::sharding::{ShardId, shard_for_entity};
+use convoke_sharding::{ShardId, shard_for_entity};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use convoke_sharding::sharding::wire::{Frame, WireFailure};
-use convoke_sharding::sharding::{
+use convoke_sharding::wire::{Frame, WireFailure};
+use convoke_sharding::{
     CoordinatorStatus, EntityId, Host, HostOutput, RegionStatus, ReplyTo, ShardId, ShardingConfig,
     answer,
 };
@@ -45,7 +45,7 @@ pub(super) enum CoordinatorCmd {
     Down { done: oneshot::Sender<()>, budget: Duration },
 }
 
-type Reply = convoke_sharding::sharding::Reply;
+type Reply = convoke_sharding::Reply;
 /// The handle of a local ask: where its answer goes.
 type Asker = oneshot::Sender<Reply>;
 

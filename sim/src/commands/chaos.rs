@@ -531,7 +531,7 @@ fn settle_sharding(
     sim: &mut Sim,
     late: &BTreeSet<usize>,
     [settled_at, singleton_at]: [Duration; 2],
-    config: &convoke_sharding::sharding::ShardingConfig,
+    config: &convoke_sharding::ShardingConfig,
     bounds: &Bounds,
 ) -> (Option<f64>, usize) {
     let mut phases = Vec::new();

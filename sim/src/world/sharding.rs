@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use convoke_membership::gossip::Gossip;
 use convoke_membership::{Member, UniqueAddress};
-use convoke_sharding::sharding::wire::{self, Decoded, Frame};
-use convoke_sharding::sharding::{EntityId, Host, HostOutput, RegionMsg, answer, shard_for_entity};
+use convoke_sharding::wire::{self, Decoded, Frame};
+use convoke_sharding::{EntityId, Host, HostOutput, RegionMsg, answer, shard_for_entity};
 
 use super::{Event, Sim, into_queue};
 use crate::delivery::ShardingInFlight;

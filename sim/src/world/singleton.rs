@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use convoke_membership::{Member, ShutdownReason, UniqueAddress};
-use convoke_sharding::singleton::{HandOver, Output, SingletonManager};
+use convoke_singleton::{HandOver, Output, SingletonManager};
 
 use super::{Event, Sim, into_queue};
 use crate::delivery::HandOverInFlight;

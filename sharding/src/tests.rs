@@ -11,7 +11,7 @@ use convoke_membership::version::AppVersion;
 use convoke_membership::{Address, Member, MemberStatus, Uid, UniqueAddress};
 
 use super::*;
-use crate::singleton::oldest_candidate;
+use convoke_singleton::oldest_candidate;
 
 const SHARDS: u32 = 12;
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use convoke_membership::{Member, UniqueAddress};
 
 use super::{CoordinatorMsg, Departures, RegionMsg, ShardId, ShardingConfig};
-use crate::singleton::oldest_candidate;
 use convoke_membership::timers::Timers;
+use convoke_singleton::oldest_candidate;
 
 /// Why a region gave a message back instead of routing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,5 +1,15 @@
-//! The cluster singleton manager, [`SingletonManager`]: one per (node, singleton name), deciding
-//! whether the singleton's instance runs on this node.
+//! convoke-singleton: the sans-IO decision logic of the cluster singleton.
+//!
+//! A cluster singleton is one instance of a service that runs on exactly one member of the
+//! cluster, the oldest one (by up-number) among the members that may host it, and moves to the
+//! next oldest when that member leaves or is removed. The crate decides *where and when* the
+//! instance runs; starting and stopping it, sending the hand-over messages and reading the
+//! membership are the driver's job (the node runtime, or the simulator). No tokio, no sockets, no
+//! clock reads: time comes in as `Instant`s, outputs go out as data, and the same inputs give the
+//! same outputs. `clippy.toml` bans clocks, sleeps, threads and hash maps.
+//!
+//! The manager, [`SingletonManager`], is one per (node, singleton name) and decides whether the
+//! singleton's instance runs on this node.
 //!
 //! The instance runs on the oldest member that may host it. When that member leaves gracefully it
 //! hands the instance over: the new oldest asks with [`HandOver::HandOverToMe`], the old host
@@ -13,6 +23,8 @@
 //! outputs, phases, status); `manager.rs` the state machine; `view.rs` reads a membership list
 //! (candidates, the oldest, departing older members). [`oldest_candidate`] is the rule that picks
 //! the host, for the managers and for drivers that must find it.
+
+#![warn(missing_docs)]
 
 mod manager;
 mod view;
@@ -237,12 +249,12 @@ impl Phase {
     /// The phases in which this node considers itself the oldest and runs, or is about to run, the
     /// instance: a HandOverToMe from anyone else contradicts its view and waits until the view
     /// changes.
-    pub(super) fn claims_oldest(self) -> bool {
+    pub(crate) fn claims_oldest(self) -> bool {
         self.is_waiting_to_start() || self == Self::Running
     }
 
     /// The phases in which this node is the oldest and waits to start.
-    pub(super) fn is_waiting_to_start(self) -> bool {
+    pub(crate) fn is_waiting_to_start(self) -> bool {
         matches!(self, Self::BecomingOldest | Self::WaitingForRemoval | Self::AcquiringLease)
     }
 }
