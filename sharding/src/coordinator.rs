@@ -549,7 +549,13 @@ impl Coordinator {
             }
         }
         self.dirty = true;
-        self.queued.push(Effect::HostAll);
+        // An unconfirmed table is hosted only once it is confirmed, by the HostAll that goes
+        // with the first write after that (`after_input`), whose table holds what the regions
+        // listed meanwhile. Queued here, it would ride the rewrite of the table just read and
+        // host that table's stale homes when the rewrite commits.
+        if !self.unconfirmed {
+            self.queued.push(Effect::HostAll);
+        }
         self.timers.set(Timer::Rebalance, now + self.config.rebalance_interval);
         // Registrations heard before a read that a newer coordinator forced stay valid (regions
         // do not register again when a read is forced), and what they listed is taken back into

@@ -1288,6 +1288,67 @@ fn pump(c: &mut Coordinator, ackers: &[usize], now: Instant) -> Vec<(UniqueAddre
 }
 
 #[test]
+fn a_stale_table_rewritten_after_recovery_is_not_hosted_once_the_regions_have_listed_their_shards()
+{
+    // Chaos seed 2013787 (N=3): as above, the next coordinator read its own stale table (shard 3
+    // on its node) and an empty successor's answer, so the table was unconfirmed, and it wrote
+    // that table again under its ballot. Before that write was acknowledged every region
+    // registered, the one running shard 3 listing it: shard 3's home became that region and the
+    // table confirmed. The write then committed, and the HostAll queued with it at recovery
+    // hosted the stale table it carried: shard 3 started on the coordinator's node too.
+    let t = base();
+    let shard = ShardId::new("3");
+    let mut stale = CoordinatorState::default();
+    stale.register(node(1));
+    stale.register(node(2));
+    stale.allocate(shard.clone(), node(2));
+    let old = Ballot { round: 1, node: node(0), instance: 1 };
+    let members: Vec<Member> = (0..3).map(|i| member(i, MemberStatus::Up)).collect();
+    let mut c = Coordinator::new(config(), node(2), 1, &members, &BTreeSet::new(), t);
+    let mut ballot = None;
+    while let Some(out) = c.poll_output() {
+        if let CoordinatorOutput::ToReplica { msg: ReplicaMsg::Read { ballot: b }, .. } = out {
+            ballot = Some(b);
+        }
+    }
+    let ballot = ballot.expect("the coordinator reads the replicas");
+    let version = StateVersion { ballot: old, seq: 30 };
+    let replies = [(2, Some((version, Arc::new(stale)))), (0, None)];
+    for (i, accepted) in replies {
+        let reply = ReplicaMsg::ReadReply { ballot: ballot.clone(), accepted };
+        c.handle_replica_msg(node(i), reply, t);
+    }
+    assert_eq!(c.status().phase, "active");
+    // The stale table goes out again; its acknowledgements are held back.
+    let mut rewrite = None;
+    let mut sent = Vec::new();
+    while let Some(out) = c.poll_output() {
+        match out {
+            CoordinatorOutput::ToReplica { msg: ReplicaMsg::Write { version, .. }, .. } => {
+                rewrite = Some(version);
+            }
+            CoordinatorOutput::ToRegion { to, msg } => sent.push((to, msg)),
+            _ => {}
+        }
+    }
+    let rewrite = rewrite.expect("the table read is written again");
+    c.handle_region_msg(node(1), CoordinatorMsg::Register { hosted: vec![shard.clone()] }, t);
+    c.handle_region_msg(node(0), CoordinatorMsg::Register { hosted: Vec::new() }, t);
+    c.handle_region_msg(node(2), CoordinatorMsg::Register { hosted: Vec::new() }, t);
+    sent.extend(pump(&mut c, &[], t));
+    for i in [0, 2] {
+        c.handle_replica_msg(node(i), ReplicaMsg::WriteAck { version: rewrite.clone() }, t);
+    }
+    sent.extend(pump(&mut c, &[0, 2], t));
+    assert_eq!(c.state().home(&shard), Some(&node(1)));
+    let elsewhere: Vec<_> = sent
+        .iter()
+        .filter(|(to, m)| matches!(m, RegionMsg::HostShard(s) if *s == shard) && *to != node(1))
+        .collect();
+    assert!(elsewhere.is_empty(), "hosted the stale home: {elsewhere:?}");
+}
+
+#[test]
 fn a_table_read_beside_an_empty_successor_is_not_acted_on_until_the_regions_list_their_shards() {
     // Chaos seed 116015 (N=3): the previous coordinator's last writes moved shard 3 to node 1 and
     // reached node 1 and node 0, which then crashed; its new incarnation has no table. The next

@@ -557,6 +557,16 @@ const CASES: &[Case] = &[
               listed its shards or had the removal margin)",
     },
     Case {
+        seed: 2013787,
+        nodes: 3,
+        downing: ChaosDowning::Resolver,
+        why: "S18: as 116015, but every region registered before the rewrite of the stale table \
+              was acknowledged; the table was confirmed with shard 16 where it ran, and the \
+              rewrite's commit still hosted the stale home beside it (fixed: a recovery that \
+              reads an unconfirmed table queues no HostAll; the one its confirmation queues goes \
+              with the next write)",
+    },
+    Case {
         seed: 116643,
         nodes: 3,
         downing: ChaosDowning::Resolver,
