@@ -1287,15 +1287,13 @@ fn pump(c: &mut Coordinator, ackers: &[usize], now: Instant) -> Vec<(UniqueAddre
     sent
 }
 
-#[test]
-fn a_stale_table_rewritten_after_recovery_is_not_hosted_once_the_regions_have_listed_their_shards()
-{
-    // Chaos seed 2013787 (N=3): as above, the next coordinator read its own stale table (shard 3
-    // on its node) and an empty successor's answer, so the table was unconfirmed, and it wrote
-    // that table again under its ballot. Before that write was acknowledged every region
-    // registered, the one running shard 3 listing it: shard 3's home became that region and the
-    // table confirmed. The write then committed, and the HostAll queued with it at recovery
-    // hosted the stale table it carried: shard 3 started on the coordinator's node too.
+/// The coordinator on node 2 of three, active after reading its own stale table (shard 3 on
+/// node 2, written at seq 30 by an older coordinator) and the empty answer of node 0's new
+/// incarnation: a majority in which fewer than a majority hold a table. Returns it, shard 3 and
+/// the time.
+fn recovered_beside_an_empty_successor(
+    unreachable: &BTreeSet<UniqueAddress>,
+) -> (Coordinator, ShardId, Instant) {
     let t = base();
     let shard = ShardId::new("3");
     let mut stale = CoordinatorState::default();
@@ -1304,7 +1302,7 @@ fn a_stale_table_rewritten_after_recovery_is_not_hosted_once_the_regions_have_li
     stale.allocate(shard.clone(), node(2));
     let old = Ballot { round: 1, node: node(0), instance: 1 };
     let members: Vec<Member> = (0..3).map(|i| member(i, MemberStatus::Up)).collect();
-    let mut c = Coordinator::new(config(), node(2), 1, &members, &BTreeSet::new(), t);
+    let mut c = Coordinator::new(config(), node(2), 1, &members, unreachable, t);
     let mut ballot = None;
     while let Some(out) = c.poll_output() {
         if let CoordinatorOutput::ToReplica { msg: ReplicaMsg::Read { ballot: b }, .. } = out {
@@ -1319,6 +1317,19 @@ fn a_stale_table_rewritten_after_recovery_is_not_hosted_once_the_regions_have_li
         c.handle_replica_msg(node(i), reply, t);
     }
     assert_eq!(c.status().phase, "active");
+    (c, shard, t)
+}
+
+#[test]
+fn a_stale_table_rewritten_after_recovery_is_not_hosted_once_the_regions_have_listed_their_shards()
+{
+    // Chaos seed 2013787 (N=3): as above, the next coordinator read its own stale table (shard 3
+    // on its node) and an empty successor's answer, so the table was unconfirmed, and it wrote
+    // that table again under its ballot. Before that write was acknowledged every region
+    // registered, the one running shard 3 listing it: shard 3's home became that region and the
+    // table confirmed. The write then committed, and the HostAll queued with it at recovery
+    // hosted the stale table it carried: shard 3 started on the coordinator's node too.
+    let (mut c, shard, t) = recovered_beside_an_empty_successor(&BTreeSet::new());
     // The stale table goes out again; its acknowledgements are held back.
     let mut rewrite = None;
     let mut sent = Vec::new();
@@ -1355,30 +1366,7 @@ fn a_table_read_beside_an_empty_successor_is_not_acted_on_until_the_regions_list
     // coordinator, on node 2, read its own stale table (shard 3 on node 2) and node 0's empty
     // answer, a majority, while node 1 was cut off: it started shard 3 on node 2 while node 1
     // still ran it.
-    let t = base();
-    let shard = ShardId::new("3");
-    let mut stale = CoordinatorState::default();
-    stale.register(node(1));
-    stale.register(node(2));
-    stale.allocate(shard.clone(), node(2));
-    let old = Ballot { round: 1, node: node(0), instance: 1 };
-    let members: Vec<Member> = (0..3).map(|i| member(i, MemberStatus::Up)).collect();
-    let unreachable = BTreeSet::from([node(1)]);
-    let mut c = Coordinator::new(config(), node(2), 1, &members, &unreachable, t);
-    let mut ballot = None;
-    while let Some(out) = c.poll_output() {
-        if let CoordinatorOutput::ToReplica { msg: ReplicaMsg::Read { ballot: b }, .. } = out {
-            ballot = Some(b);
-        }
-    }
-    let ballot = ballot.expect("the coordinator reads the replicas");
-    let version = StateVersion { ballot: old, seq: 30 };
-    let replies = [(2, Some((version, Arc::new(stale)))), (0, None)];
-    for (i, accepted) in replies {
-        let reply = ReplicaMsg::ReadReply { ballot: ballot.clone(), accepted };
-        c.handle_replica_msg(node(i), reply, t);
-    }
-    assert_eq!(c.status().phase, "active");
+    let (mut c, shard, t) = recovered_beside_an_empty_successor(&BTreeSet::from([node(1)]));
     let sent = pump(&mut c, &[0, 2], t);
     c.handle_region_msg(node(0), CoordinatorMsg::Register { hosted: Vec::new() }, t);
     c.handle_region_msg(node(2), CoordinatorMsg::Register { hosted: Vec::new() }, t);
