@@ -259,10 +259,15 @@ async fn send(
     }
 }
 
+/// The width of a column: its widest cell, or its header when that is wider.
+fn column_width<'a>(header: &str, cells: impl Iterator<Item = &'a str>) -> usize {
+    cells.map(str::len).max().unwrap_or(0).max(header.len())
+}
+
 /// The members as a table: status, roles, leader and oldest marks, then unreachable members with
 /// their observers.
 pub(crate) fn members_table(m: &ClusterMembers) -> String {
-    let width = m.members.iter().map(|x| x.node.len()).max().unwrap_or(7).max(7);
+    let width = column_width("ADDRESS", m.members.iter().map(|x| x.node.as_str()));
     let mut out = format!(
         "{:<width$}  {:<20}  {:<6}  {:<6}  ROLES\n",
         "ADDRESS", "STATUS", "LEADER", "OLDEST"
@@ -297,7 +302,7 @@ pub(crate) fn entity_types_table(keys: &ShardEntityTypeKeys) -> String {
 /// One entity type over the cluster: shards and entities per member, their total, then the
 /// members that did not answer.
 pub(crate) fn shard_stats_table(stats: &ClusterShardingStats) -> String {
-    let width = stats.regions.iter().map(|r| r.address.len()).max().unwrap_or(6).max(6);
+    let width = column_width("MEMBER", stats.regions.iter().map(|r| r.address.as_str()));
     let mut out = format!("{:<width$}  {:>6}  {:>8}\n", "MEMBER", "SHARDS", "ENTITIES");
     let mut regions: Vec<_> = stats.regions.iter().collect();
     regions.sort_by(|a, b| a.address.cmp(&b.address));
@@ -319,7 +324,7 @@ pub(crate) fn shard_stats_table(stats: &ClusterShardingStats) -> String {
 pub(crate) fn shard_region_table(stats: &ShardRegionStats) -> String {
     let mut shards: Vec<_> = stats.regions.iter().collect();
     shards.sort_by(|a, b| (a.shard_id.len(), &a.shard_id).cmp(&(b.shard_id.len(), &b.shard_id)));
-    let width = shards.iter().map(|s| s.shard_id.len()).max().unwrap_or(5).max(5);
+    let width = column_width("SHARD", shards.iter().map(|s| s.shard_id.as_str()));
     let mut out = format!("{:<width$}  {:>8}\n", "SHARD", "ENTITIES");
     for s in shards {
         let _ = writeln!(out, "{:<width$}  {:>8}", s.shard_id, s.num_entities);
@@ -330,14 +335,11 @@ pub(crate) fn shard_region_table(stats: &ShardRegionStats) -> String {
 /// The singletons: where each runs, its state and since when (`now` is the time since the Unix
 /// epoch, for the age).
 pub(crate) fn singletons_table(list: &ClusterSingletons, now: Duration) -> String {
-    let name_w = list.singletons.iter().map(|s| s.name.len()).max().unwrap_or(4).max(4);
-    let role_w =
-        list.singletons.iter().filter_map(|s| s.role.as_ref()).map(String::len).max().unwrap_or(4);
-    let role_w = role_w.max(4);
-    let state_w = list.singletons.iter().map(|s| s.state.len()).max().unwrap_or(5).max(5);
-    let host_w =
-        list.singletons.iter().filter_map(|s| s.host.as_ref()).map(String::len).max().unwrap_or(4);
-    let host_w = host_w.max(4);
+    let all = &list.singletons;
+    let name_w = column_width("NAME", all.iter().map(|s| s.name.as_str()));
+    let role_w = column_width("ROLE", all.iter().filter_map(|s| s.role.as_deref()));
+    let state_w = column_width("STATE", all.iter().map(|s| s.state.as_str()));
+    let host_w = column_width("HOST", all.iter().filter_map(|s| s.host.as_deref()));
     let mut out = format!(
         "{:<name_w$}  {:<role_w$}  {:<state_w$}  {:<host_w$}  HERE  SINCE\n",
         "NAME", "ROLE", "STATE", "HOST"
@@ -429,7 +431,7 @@ pub(crate) fn bootstrap_table(s: &StatusView) -> String {
             None => c.host.clone(),
         })
         .collect();
-    let width = points.iter().map(String::len).max().unwrap_or(13).max(13);
+    let width = column_width("CONTACT POINT", points.iter().map(String::as_str));
     let _ = writeln!(out, "\n{:<width$}  {:>8}  LAST PROBE", "CONTACT POINT", "FAILURES");
     for (c, point) in s.contact_points.iter().zip(&points) {
         let probe = match &c.last_probe {
