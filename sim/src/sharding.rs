@@ -18,7 +18,8 @@
 //!   of slots, dropped by partitions, held by clogs. A paused process queues them until it
 //!   resumes; they are decoded when they are taken in.
 //! - A process that shuts down (downed, removed, left) or crashes takes its region, replica,
-//!   coordinator, shards and entities with it at once.
+//!   coordinator, shards and entities with it at once, and the asks it was still waiting for
+//!   end with it, as failures (a region that stops answers them so at run time).
 //! - The load: every [`ASK_INTERVAL`] a running process, drawn from the layer's random stream,
 //!   asks one of [`ENTITIES`] entities. The entity answers over the network; a message the
 //!   region or shard drops is answered with a failure by the node that dropped it.
@@ -149,6 +150,8 @@ pub struct ShardingStats {
     pub answered_ok: u64,
     /// Asks answered with a failure (dropped by a region or shard).
     pub answered_failed: u64,
+    /// Asks whose asking process ended before an answer came (see [`Shardings::asker_ended`]).
+    pub ended_with_asker: u64,
     /// Coordinators started.
     pub coordinators: u64,
     /// Shards started.
@@ -265,6 +268,17 @@ impl Shardings {
             self.stats.answered_ok += 1;
         } else {
             self.stats.answered_failed += 1;
+        }
+    }
+
+    /// The process in `slot` ended at `now` (crashed, shut down): the asks it was still waiting
+    /// for end with it. At run time a region that stops answers them with
+    /// `ShardingError::RegionStopped`; after a crash no one is left to wait. Either way they
+    /// count as answered with a failure, and in [`ShardingStats::ended_with_asker`].
+    pub(crate) fn asker_ended(&mut self, slot: usize, now: Duration) {
+        for a in self.asks.values_mut().filter(|a| a.from_slot == slot && a.answered.is_none()) {
+            a.answered = Some((now, false));
+            self.stats.ended_with_asker += 1;
         }
     }
 

@@ -407,6 +407,45 @@ fn shards_balance_asks_are_answered_and_a_crashed_regions_shards_come_back_elsew
 }
 
 #[test]
+fn the_asks_a_downed_process_waited_for_end_with_it_as_failures() {
+    // Seed 2401992 (N = 3, oracle): a process downed right after the heal shut down with an ask
+    // still waiting for the coordinator; at run time its stopping region answers it with
+    // `RegionStopped`, so the ask is answered, with a failure, when the process ends.
+    let mut sim = formed_with_layers(3, true);
+    let config = sim.shardings().map(|s| s.config().clone()).expect("on");
+    let bound = liveness::sharding_bound(&config, sim.net(), 0);
+    let balanced = sim.run_until_pred(bound, Duration::from_millis(250), |s| {
+        liveness::check_sharding_balance(s).is_ok()
+    });
+    assert!(balanced, "{:?}", liveness::check_sharding_balance(&sim));
+    // Cut slot 2 off: its asks for shards hosted elsewhere wait for an answer.
+    sim.apply(Action::Block { id: 1, links: vec![(2, 0), (0, 2), (2, 1), (1, 2)] });
+    sim.run_for(Duration::from_secs(2));
+    let waiting = |s: &Sim| {
+        s.shardings().map_or(0, |x| {
+            x.asks().values().filter(|a| a.from_slot == 2 && a.answered.is_none()).count()
+        })
+    };
+    let before = waiting(&sim);
+    assert!(before > 0, "slot 2 waits for some of its asks");
+    sim.apply(Action::Down { from: 2, target: 2 });
+    let stopped = sim
+        .run_until_pred(Duration::from_secs(10), Duration::from_millis(50), |s| !s.is_running(2));
+    assert!(stopped, "a node that downs itself shuts down");
+    let stopped_at = sim.now();
+    assert_eq!(waiting(&sim), 0, "every ask of the ended process has an answer");
+    let stats = sim.shardings().map(|s| s.stats).expect("on");
+    assert!(stats.ended_with_asker >= before as u64, "{stats:?}");
+    let ended = sim.shardings().map_or(0, |x| {
+        let ended_at_exit = |a: &&crate::sharding::AskRecord| {
+            a.from_slot == 2 && a.answered.is_some_and(|(at, ok)| !ok && at <= stopped_at)
+        };
+        x.asks().values().filter(ended_at_exit).count()
+    });
+    assert!(ended >= before, "answered with a failure by the exit: {ended} of {before}");
+}
+
+#[test]
 fn a_process_that_starts_after_the_balance_is_given_shards_by_rebalancing() {
     // Three of four slots form a cluster and balance their shards; then the fourth starts, as a
     // crashed process whose restart was drawn before the heal does in a chaos run.

@@ -245,10 +245,12 @@ impl Sim {
         ss.host = Some(host);
     }
 
-    /// The process in `slot` is gone: its sharding with it.
+    /// The process in `slot` is gone: its sharding with it, and the asks it waited for.
     pub(super) fn sharding_exit(&mut self, slot: usize) {
         self.judge_pause(slot);
+        let now = self.now;
         if let Some(s) = self.shardings.as_mut() {
+            s.asker_ended(slot, now);
             s.on_exit(slot);
         }
     }
