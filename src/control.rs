@@ -1,4 +1,4 @@
-//! The driver's interface to the rest of the runtime: [`Command`]s in, [`Snapshot`]s and a
+//! The driver's interface to the rest of the runtime: `Command`s in, [`Snapshot`]s and a
 //! [`Termination`] out. [`Control`] bundles the three channel ends; the user's [`Node`], the
 //! management routes and bootstrap each hold one and know nothing else of the driver.
 //!

@@ -28,6 +28,22 @@
 //! # let _ = decision; Ok(()) }
 //! ```
 //!
+//! Settings are checked before anything starts, and a bad value is refused with its key, the value
+//! and what was expected:
+//!
+//! ```
+//! use convoke_bootstrap::BootstrapSettings;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let settings: BootstrapSettings = toml::from_str("required_contact_point_nr = 3")?;
+//! settings.validate()?;
+//! let bad: BootstrapSettings = toml::from_str("required_contact_point_nr = 0")?;
+//! let error = bad.validate().expect_err("no contact point is too few").to_string();
+//! assert!(error.contains("bootstrap.required_contact_point_nr"), "{error}");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Layout:
 //! - [`settings`]: the `[bootstrap]` table ([`BootstrapSettings`], [`ContactPointSettings`]),
 //!   its defaults and checks.

@@ -14,6 +14,38 @@
 //! - `testkit` (feature `testkit`): a DNS server and a stand-in Kubernetes API server for tests.
 //!
 //! The features keep hickory and kube out of builds that do not need them.
+//!
+//! # Example
+//!
+//! Every method answers the same [`Lookup`]; here the static one, with an aggregate that falls
+//! back to it when the first method finds nothing:
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use convoke_discovery::{AggregateDiscovery, ConfigDiscovery, Lookup, ResolvedTarget, ServiceDiscovery};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), convoke_discovery::DiscoveryError> {
+//! let target = |host: &str| ResolvedTarget::new(host, Some(8558), None);
+//! let services = BTreeMap::from([("orders".to_owned(), vec![target("10.0.0.1"), target("10.0.0.2")])]);
+//! let static_list: Arc<dyn ServiceDiscovery> = Arc::new(ConfigDiscovery::new(services));
+//! let resolved = static_list.lookup(&Lookup::new("orders"), Duration::from_secs(1)).await?;
+//! assert_eq!(resolved.targets.len(), 2);
+//! assert_eq!(resolved.targets[0].host, "10.0.0.1");
+//!
+//! // A method that knows no such service fails; the aggregate tries the next one.
+//! let knows_nothing: Arc<dyn ServiceDiscovery> = Arc::new(ConfigDiscovery::new(BTreeMap::new()));
+//! let methods = vec![("first".to_owned(), knows_nothing), ("config".to_owned(), static_list)];
+//! let both = AggregateDiscovery::new(methods);
+//! assert_eq!(both.lookup(&Lookup::new("orders"), Duration::from_secs(1)).await?.targets.len(), 2);
+//! let missing = both.lookup(&Lookup::new("billing"), Duration::from_secs(1)).await;
+//! assert!(missing.is_err(), "every method failed");
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
 
 pub mod aggregate;

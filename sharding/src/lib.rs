@@ -27,6 +27,37 @@
 //! `hash.rs` the default shard-id extractor; `allocation.rs` the least-shard allocation and
 //! rebalance rule; `state.rs` the coordinator's table and its replication messages; one file per
 //! machine; `host.rs` the host; `wire.rs` the frames between nodes.
+//!
+//! # Example
+//!
+//! Every node must put an entity in the same shard without asking anyone: the default rule is
+//! Java's `String.hashCode` of the id modulo the number of shards, as in Akka, and the least-shard
+//! rule decides where a new shard goes.
+//!
+//! ```
+//! use convoke_membership::{Address, Uid, UniqueAddress};
+//! use convoke_sharding::{LeastShardAllocation, RegionLoad, ShardId, java_string_hash, shard_for_entity};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! assert_eq!(java_string_hash("hello"), 99_162_322); // "hello".hashCode() on the JVM
+//! assert_eq!(shard_for_entity("hello", 1000), ShardId::new("322"));
+//!
+//! let node = |port: u16| -> Result<UniqueAddress, Box<dyn std::error::Error>> {
+//!     let uid = Uid::new(u64::from(port)).ok_or("a uid is not zero")?;
+//!     Ok(UniqueAddress::new(Address::new("convoke", "127.0.0.1", port)?, uid))
+//! };
+//! let (a, b) = (node(25520)?, node(25521)?);
+//! let on_a = [ShardId::new("1"), ShardId::new("2")];
+//! let regions = [
+//!     RegionLoad { region: &a, shards: &on_a, leaving: false },
+//!     RegionLoad { region: &b, shards: &[], leaving: false },
+//! ];
+//! // A new shard goes to the region with the fewest.
+//! let rule = LeastShardAllocation::new(3, 0.1);
+//! assert_eq!(rule.allocate(&regions), Some(&b));
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

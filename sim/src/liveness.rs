@@ -14,7 +14,7 @@
 //!   exactly one cluster singleton instance exists, it is not stopping, and it runs on the oldest
 //!   Up member (when the run has the singleton layer);
 //! - **L9** every ask answered: with the membership settled, every ask the load sends is answered
-//!   within [`ASK_BOUND`](crate::sharding::ASK_BOUND), by its entity once rebalancing has
+//!   within [`ASK_BOUND`], by its entity once rebalancing has
 //!   settled (when the run has the sharding layer);
 //! - **L10** balanced shards: within [`sharding_bound`] of L8 holding, the coordinator's table
 //!   places every shard on a running process, and the shard counts of any two running regions

@@ -150,7 +150,7 @@ pub struct ShardingStats {
     pub answered_ok: u64,
     /// Asks answered with a failure (dropped by a region or shard).
     pub answered_failed: u64,
-    /// Asks whose asking process ended before an answer came (see [`Shardings::asker_ended`]).
+    /// Asks whose asking process ended before an answer came (see `Shardings::asker_ended`).
     pub ended_with_asker: u64,
     /// Coordinators started.
     pub coordinators: u64,

@@ -23,6 +23,47 @@
 //! outputs, phases, status); `manager.rs` the state machine; `view.rs` reads a membership list
 //! (candidates, the oldest, departing older members). [`oldest_candidate`] is the rule that picks
 //! the host, for the managers and for drivers that must find it.
+//!
+//! # Example
+//!
+//! Two Up members, each with its manager: the oldest (up-number 1) starts the instance, the
+//! other stands by. A driver feeds every manager the membership whenever it changes and carries
+//! out its outputs.
+//!
+//! ```
+//! use std::collections::BTreeSet;
+//! use std::time::Instant;
+//!
+//! use convoke_membership::member::UpNumber;
+//! use convoke_membership::version::AppVersion;
+//! use convoke_membership::{Address, Member, MemberStatus, Uid, UniqueAddress};
+//! use convoke_singleton::{Output, Phase, SingletonConfig, SingletonManager};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let node = |port: u16| -> Result<UniqueAddress, Box<dyn std::error::Error>> {
+//!     let uid = Uid::new(u64::from(port)).ok_or("a uid is not zero")?;
+//!     Ok(UniqueAddress::new(Address::new("convoke", "127.0.0.1", port)?, uid))
+//! };
+//! let (a, b) = (node(25520)?, node(25521)?);
+//! let dc: BTreeSet<String> = ["dc-default".to_owned()].into();
+//! let up = |n: &UniqueAddress, number| {
+//!     Member::from_parts(n.clone(), UpNumber(number), MemberStatus::Up, dc.clone(), AppVersion::default())
+//! };
+//! let members = [up(&a, 1), up(&b, 2)];
+//!
+//! let now = Instant::now();
+//! let mut on_a = SingletonManager::new(SingletonConfig::new("ticker"), a, now);
+//! let mut on_b = SingletonManager::new(SingletonConfig::new("ticker"), b, now);
+//! on_a.handle_members(now, &members);
+//! on_b.handle_members(now, &members);
+//!
+//! let outputs: Vec<Output> = std::iter::from_fn(|| on_a.poll_output()).collect();
+//! assert!(outputs.iter().any(|o| matches!(o, Output::StartInstance)));
+//! assert_eq!(on_a.phase(), Phase::Running);
+//! assert_eq!(on_b.phase(), Phase::Younger);
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

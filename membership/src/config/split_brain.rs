@@ -161,7 +161,7 @@ impl Default for KeepOldestConfig {
 }
 
 /// Settings of the lease-majority strategy (`cluster.split_brain_resolver.lease_majority`): how it
-/// decides, and the timing of its lease ([`lease_settings`](LeaseMajorityConfig::lease_settings)).
+/// decides, and the timing of its lease ([`LeaseSettings::for_node`](crate::sbr::LeaseSettings::for_node)).
 ///
 /// With the `serde` feature, unknown keys of the table are *not* rejected here: the runtime keeps
 /// where its lease store is (the `kubernetes_*` keys) in the same table, reads it into this type

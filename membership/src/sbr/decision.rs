@@ -283,7 +283,7 @@ impl DowningModel {
     }
 
     /// Whether an unreachable member calls for a decision: one that is neither Down nor removed,
-    /// or a Down one that [may keep itself](Self::may_keep_itself). A Down member that took its
+    /// or a Down one that may keep itself. A Down member that took its
     /// Down in, or that this node still reaches, is on its way out.
     pub fn has_unreachable_to_decide(&self) -> bool {
         self.unreachable.iter().any(|n| {

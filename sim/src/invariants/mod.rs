@@ -21,7 +21,7 @@
 //! time; S17 on the cluster singleton, after every step of the singleton layer (the only steps
 //! that start an instance), through [`Invariant::check_singletons`]. S18 (an entity runs in at
 //! most one process of a cluster) is not a registered checker: the sharding layer checks it at
-//! every entity start, with [`Shardings::other_host`](crate::sharding::Shardings::other_host)
+//! every entity start, with `Shardings::other_host` (`crate::sharding`)
 //! and S17's test for two live clusters, whenever the checkers are on. Nor is B1 (processes that
 //! bootstrap with the same discovery form one cluster, within a bound): the bootstrap layer
 //! checks it while a formation is watched ([`OneClusterFormed`]).
