@@ -363,15 +363,22 @@ fn a_host_that_leaves_hands_the_instance_over_before_its_process_exits() {
     assert!(sim.now() < Duration::from_secs(60) + margin, "{:?}", sim.now());
 }
 
-#[test]
-fn shards_balance_asks_are_answered_and_a_crashed_regions_shards_come_back_elsewhere() {
-    let mut sim = formed_with_layers(3, true);
+/// `nodes` slots formed with the singleton and sharding layers, run until their shards balance
+/// (L10); the sharding settings and L10's bound with them.
+fn balanced_with_layers(nodes: usize) -> (Sim, convoke_sharding::ShardingConfig, Duration) {
+    let mut sim = formed_with_layers(nodes, true);
     let config = sim.shardings().map(|s| s.config().clone()).expect("on");
     let bound = liveness::sharding_bound(&config, sim.net(), 0);
     let balanced = sim.run_until_pred(bound, Duration::from_millis(250), |s| {
         liveness::check_sharding_balance(s).is_ok()
     });
     assert!(balanced, "{:?}", liveness::check_sharding_balance(&sim));
+    (sim, config, bound)
+}
+
+#[test]
+fn shards_balance_asks_are_answered_and_a_crashed_regions_shards_come_back_elsewhere() {
+    let (mut sim, config, bound) = balanced_with_layers(3);
     let since = sim.now();
     sim.run_for(Duration::from_secs(20));
     let until = sim.now() - crate::sharding::ASK_BOUND;
@@ -411,13 +418,7 @@ fn the_asks_a_downed_process_waited_for_end_with_it_as_failures() {
     // Seed 2401992 (N = 3, oracle): a process downed right after the heal shut down with an ask
     // still waiting for the coordinator; at run time its stopping region answers it with
     // `RegionStopped`, so the ask is answered, with a failure, when the process ends.
-    let mut sim = formed_with_layers(3, true);
-    let config = sim.shardings().map(|s| s.config().clone()).expect("on");
-    let bound = liveness::sharding_bound(&config, sim.net(), 0);
-    let balanced = sim.run_until_pred(bound, Duration::from_millis(250), |s| {
-        liveness::check_sharding_balance(s).is_ok()
-    });
-    assert!(balanced, "{:?}", liveness::check_sharding_balance(&sim));
+    let (mut sim, _, _) = balanced_with_layers(3);
     // Cut slot 2 off: its asks for shards hosted elsewhere wait for an answer.
     sim.apply(Action::Block { id: 1, links: vec![(2, 0), (0, 2), (2, 1), (1, 2)] });
     sim.run_for(Duration::from_secs(2));
