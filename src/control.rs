@@ -24,6 +24,7 @@ pub(crate) enum Command {
     PrepareForFullShutdown,
     Subscribe(oneshot::Sender<(Vec<ClusterEvent>, broadcast::Receiver<ClusterEvent>)>),
     Ping(oneshot::Sender<()>),
+    Phi(oneshot::Sender<Vec<(Address, f64)>>),
     Stop,
 }
 
@@ -153,6 +154,16 @@ impl Control {
         let (tx, rx) = oneshot::channel();
         let Ok(()) = self.send(Command::Ping(tx)).await else { return false };
         matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(())))
+    }
+
+    /// The failure detector's φ of every member this node monitors, now, in address order.
+    ///
+    /// # Errors
+    /// When the node has stopped.
+    pub async fn phi(&self) -> Result<Vec<(Address, f64)>, NodeStopped> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Command::Phi(tx)).await?;
+        rx.await.map_err(|_| NodeStopped)
     }
 
     /// Stops the driver at once, without leaving. Returns when it has stopped.

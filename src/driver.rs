@@ -194,6 +194,9 @@ impl Driver {
             Command::Ping(reply) => {
                 let _ = reply.send(());
             }
+            Command::Phi(reply) => {
+                let _ = reply.send(self.core.monitored_phi(now));
+            }
             Command::Stop => {}
         }
     }
@@ -216,6 +219,7 @@ impl Driver {
             }
         }
         while let Some(decision) = self.core.poll_downing_decision() {
+            self.metrics.record_decision(&decision);
             if decision.nodes.is_empty() {
                 tracing::debug!(%decision, "split-brain resolver decision (nothing to down)");
             } else {

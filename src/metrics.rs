@@ -1,10 +1,14 @@
 //! Metrics: what the runtime records as it happens ([`RuntimeMetrics`]), and the Prometheus text
-//! rendering of those plus what is read at scrape time from the membership view and the
-//! transport's counters ([`Metrics::render`]). The management server serves it at `/metrics`.
+//! rendering of those plus what is read at scrape time ([`Scrape`]: the membership view, the
+//! failure detector's φ, the shard regions and singletons) and the transport's counters
+//! ([`Metrics::render`]). The management server serves it at `/metrics`; the README's "Monitoring"
+//! section lists every metric, and `monitoring/` holds the dashboard and alert rules on them.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
-use convoke_membership::{CurrentClusterState, MemberStatus};
+use convoke_membership::sbr::{Decision, DowningDecision};
+use convoke_membership::{Address, CurrentClusterState, MemberStatus};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -20,13 +24,63 @@ use crate::transport::{Transport, TransportStats};
 pub struct RuntimeMetrics {
     /// Heartbeat round trips, in seconds.
     pub heartbeat_rtt: Histogram,
+    /// The split-brain resolver's decisions that downed members, by decision and by whether
+    /// this node was among the downed.
+    pub sbr_decisions: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for RuntimeMetrics {
     fn default() -> Self {
         let buckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
-        Self { heartbeat_rtt: Histogram::new(buckets) }
+        Self { heartbeat_rtt: Histogram::new(buckets), sbr_decisions: Family::default() }
     }
+}
+
+/// What a scrape reads from the rest of the node when `/metrics` is asked for.
+#[derive(Clone, Debug, Default)]
+pub struct Scrape {
+    /// The node's view of the cluster.
+    pub state: CurrentClusterState,
+    /// Whether this node leads.
+    pub is_leader: bool,
+    /// This node's own status in its view (`None`: not a member, as before joining).
+    pub self_status: Option<MemberStatus>,
+    /// The failure detector's φ of every member this node monitors.
+    pub phi: Vec<(Address, f64)>,
+    /// This node's shard regions (proxies included, with no shards).
+    pub regions: Vec<RegionFigures>,
+    /// The singletons started on this node.
+    pub singletons: Vec<SingletonFigures>,
+}
+
+impl Scrape {
+    /// A scrape of the membership view only.
+    pub fn of(state: CurrentClusterState, is_leader: bool) -> Self {
+        let self_status = state.self_member().map(|m| m.status());
+        Self { state, is_leader, self_status, ..Self::default() }
+    }
+}
+
+/// One shard region's figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegionFigures {
+    /// The entity type.
+    pub entity_type: String,
+    /// The shards it hosts.
+    pub shards: usize,
+    /// The entities running (or stopping) in them.
+    pub entities: u64,
+    /// Whether the entity type's coordinator runs on this node.
+    pub coordinator_here: bool,
+}
+
+/// One singleton's figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SingletonFigures {
+    /// Its name.
+    pub name: String,
+    /// Whether its instance runs on this node.
+    pub running_here: bool,
 }
 
 /// Everything `/metrics` reports, apart from the membership view: the recorded metrics and the
@@ -54,9 +108,25 @@ impl Metrics {
         &self.recorded
     }
 
-    /// Renders every metric in the Prometheus text format; `state` is the node's view and
-    /// `is_leader` whether it leads.
-    pub fn render(&self, state: &CurrentClusterState, is_leader: bool) -> String {
+    /// Counts a split-brain resolver decision; one that downs nobody is not counted.
+    pub(crate) fn record_decision(&self, decision: &DowningDecision) {
+        if !decision.nodes.is_empty() {
+            self.count_decision(&decision.decision, decision.downs_self);
+        }
+    }
+
+    fn count_decision(&self, decision: &Decision, downs_self: bool) {
+        // The decision's name without its parameters (`AcquireLeaseAndDownUnreachable(2s)`).
+        let name = decision.to_string();
+        let name = name.split('(').next().unwrap_or_default();
+        let downs_self = if downs_self { "true" } else { "false" };
+        let l = labels(&[("decision", name), ("downs_self", downs_self)]);
+        self.recorded.sbr_decisions.get_or_create(&l).inc();
+    }
+
+    /// Renders every metric in the Prometheus text format, with what `scrape` read.
+    pub fn render(&self, scrape: &Scrape) -> String {
+        let Scrape { state, is_leader, .. } = scrape;
         let mut registry = Registry::with_prefix("convoke");
         let members =
             gauge_family(&mut registry, "members", "Members by status, as this node sees them");
@@ -78,7 +148,39 @@ impl Metrics {
         g.set(i64::from(state.convergence));
         let g = Gauge::<i64>::default();
         registry.register("is_leader", "1 when this node is the leader, else 0", g.clone());
-        g.set(i64::from(is_leader));
+        g.set(i64::from(*is_leader));
+        let own = gauge_family(
+            &mut registry,
+            "self_status",
+            "1 for this node's own status in its view, 0 for every other status",
+        );
+        for status in MemberStatus::ALL {
+            let v = i64::from(scrape.self_status == Some(status));
+            own.get_or_create(&labels(&[("status", status.name())])).set(v);
+        }
+        let phi = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "member_phi",
+            "The failure detector's suspicion level of each monitored member (unreachable above the threshold)",
+            phi.clone(),
+        );
+        for (address, value) in &scrape.phi {
+            phi.get_or_create(&labels(&[("address", &address.to_string())])).set(*value);
+        }
+        registry.register(
+            "sbr_decisions",
+            "Split-brain resolver decisions that downed members, by decision",
+            self.recorded.sbr_decisions.clone(),
+        );
+        register_sharding(&mut registry, &scrape.regions);
+        let running = gauge_family(
+            &mut registry,
+            "singleton_running",
+            "1 when the singleton's instance runs on this node, else 0",
+        );
+        for s in &scrape.singletons {
+            running.get_or_create(&labels(&[("name", &s.name)])).set(i64::from(s.running_here));
+        }
 
         let stats = self.transport.as_ref().map(Transport::stats).unwrap_or_default();
         register_transport(&mut registry, &stats);
@@ -146,6 +248,26 @@ fn register_transport(registry: &mut Registry, stats: &TransportStats) {
     restarts.get_or_create(&Labels::new()).inc_by(stats.peer_restarts);
 }
 
+fn register_sharding(registry: &mut Registry, regions: &[RegionFigures]) {
+    let shards = gauge_family(registry, "sharding_shards", "Shards hosted by this node's region");
+    let entities = gauge_family(
+        registry,
+        "sharding_entities",
+        "Entities running in the shards this node's region hosts",
+    );
+    let coordinator = gauge_family(
+        registry,
+        "sharding_coordinator",
+        "1 when the entity type's shard coordinator runs on this node, else 0",
+    );
+    for r in regions {
+        let l = labels(&[("entity_type", &r.entity_type)]);
+        shards.get_or_create(&l).set(i64::try_from(r.shards).unwrap_or(i64::MAX));
+        entities.get_or_create(&l).set(i64::try_from(r.entities).unwrap_or(i64::MAX));
+        coordinator.get_or_create(&l).set(i64::from(r.coordinator_here));
+    }
+}
+
 fn register_messaging(registry: &mut Registry, stats: &MessagingStats) {
     let dropped = counter_family(
         registry,
@@ -179,4 +301,60 @@ fn counter_family(registry: &mut Registry, name: &str, help: &str) -> Family<Lab
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_are_counted_by_name_and_whether_they_downed_this_node() {
+        let metrics = Metrics::default();
+        let lease = Decision::AcquireLeaseAndDownUnreachable {
+            acquire_delay: std::time::Duration::from_secs(2),
+        };
+        metrics.count_decision(&Decision::DownUnreachable, false);
+        metrics.count_decision(&Decision::DownUnreachable, false);
+        metrics.count_decision(&Decision::DownReachable, true);
+        metrics.count_decision(&lease, false);
+        let text = metrics.render(&Scrape::default());
+        for line in [
+            "convoke_sbr_decisions_total{decision=\"DownUnreachable\",downs_self=\"false\"} 2",
+            "convoke_sbr_decisions_total{decision=\"DownReachable\",downs_self=\"true\"} 1",
+            "convoke_sbr_decisions_total{decision=\"AcquireLeaseAndDownUnreachable\",downs_self=\"false\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        assert!(!text.contains("DownAll"), "{text}");
+        assert!(!text.contains("downs_self=\"true\"} 2"), "{text}");
+    }
+
+    #[test]
+    fn phi_regions_and_singletons_are_rendered_with_their_labels() {
+        let address: Address = "convoke://c@10.0.0.9:25520".parse().unwrap();
+        let scrape = Scrape {
+            self_status: Some(MemberStatus::Leaving),
+            phi: vec![(address, 1.5)],
+            regions: vec![RegionFigures {
+                entity_type: "counter".into(),
+                shards: 7,
+                entities: 40,
+                coordinator_here: true,
+            }],
+            singletons: vec![SingletonFigures { name: "ticker".into(), running_here: false }],
+            ..Scrape::default()
+        };
+        let text = Metrics::default().render(&scrape);
+        for line in [
+            "convoke_self_status{status=\"Leaving\"} 1",
+            "convoke_self_status{status=\"Up\"} 0",
+            "convoke_member_phi{address=\"convoke://c@10.0.0.9:25520\"} 1.5",
+            "convoke_sharding_shards{entity_type=\"counter\"} 7",
+            "convoke_sharding_entities{entity_type=\"counter\"} 40",
+            "convoke_sharding_coordinator{entity_type=\"counter\"} 1",
+            "convoke_singleton_running{name=\"ticker\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
 }

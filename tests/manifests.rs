@@ -4,12 +4,17 @@
 //! Deployment's environment), the contact point count matches the replicas, and the RBAC verbs
 //! are exactly the ones the code uses.
 //!
-//! `k8s/tls/` (mutual TLS on the cluster transport, certificates from cert-manager) against the
-//! code and against `k8s/`: its Deployment is the base one plus the TLS additions only, every
-//! variable it adds is a `[cluster.tls]` key the binary reads, the paths it configures are the
-//! files cert-manager writes into the mounted Secret of the Certificate, the Certificate is for
-//! the Service the pods are in and for both ends of a connection, issued by the CA of
-//! `k8s/tls/issuer.yaml`, and the apply command in the headers names every other file of `k8s/`.
+//! `k8s/` is a kustomize base (`k8s/base/`) with overlays (`k8s/overlays/`): every file is listed
+//! in its directory's `kustomization.yaml`, and the tests apply an overlay's Deployment patch the
+//! way kustomize does (`overlay_deployment`); `.ci/operator-kit` builds the overlays with the real
+//! `kubectl kustomize` and runs the ignored test that compares the two.
+//!
+//! The tls overlay (mutual TLS on the cluster transport, certificates from cert-manager) against
+//! the code and against the base: its Deployment is the base one plus the TLS additions only,
+//! every variable it adds is a `[cluster.tls]` key the binary reads, the paths it configures are
+//! the files cert-manager writes into the mounted Secret of the Certificate, the Certificate is
+//! for the Service the pods are in and for both ends of a connection, issued by the CA of the
+//! overlay's `issuer.yaml`. The lease-majority overlay selects that strategy and grants the lease.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,7 +32,7 @@ fn manifest(name: &str) -> Value {
 }
 
 fn deployment() -> Value {
-    manifest("deployment.yaml")
+    manifest("base/deployment.yaml")
 }
 
 fn container(deployment: &Value) -> &Value {
@@ -211,7 +216,7 @@ fn discovery_selects_the_pods_of_this_deployment_on_a_named_port() {
     assert!(ports(container(&d)).contains_key(port_name), "no container port {port_name:?}");
     assert_eq!(
         d["spec"]["template"]["spec"]["serviceAccountName"],
-        manifest("serviceaccount.yaml")["metadata"]["name"]
+        manifest("base/serviceaccount.yaml")["metadata"]["name"]
     );
 }
 
@@ -229,7 +234,7 @@ fn the_service_and_the_disruption_budget_select_the_pods() {
     let labels = pod_labels(&d);
     assert!(selects(&strings(&d["spec"]["selector"]["matchLabels"]), &labels));
 
-    let service = manifest("service.yaml");
+    let service = manifest("base/service.yaml");
     assert_eq!(service["spec"]["clusterIP"], "None", "headless");
     assert_eq!(service["spec"]["publishNotReadyAddresses"], true);
     assert!(selects(&strings(&service["spec"]["selector"]), &labels));
@@ -239,7 +244,7 @@ fn the_service_and_the_disruption_budget_select_the_pods() {
         assert!(ports.contains_key(target), "service port {target}");
     }
 
-    let pdb = manifest("poddisruptionbudget.yaml");
+    let pdb = manifest("base/poddisruptionbudget.yaml");
     assert!(selects(&strings(&pdb["spec"]["selector"]["matchLabels"]), &labels));
     assert_eq!(pdb["spec"]["maxUnavailable"], 1);
 }
@@ -279,11 +284,11 @@ fn sorted(verbs: &[&str]) -> Vec<String> {
 #[test]
 fn the_rbac_verbs_are_exactly_the_ones_the_code_uses() {
     assert_eq!(
-        granted("role.yaml", "rolebinding.yaml"),
+        granted("base/role.yaml", "base/rolebinding.yaml"),
         [(String::new(), "pods".to_owned(), sorted(&POD_VERBS))]
     );
     assert_eq!(
-        granted("lease-majority/role.yaml", "lease-majority/rolebinding.yaml"),
+        granted("overlays/lease-majority/role.yaml", "overlays/lease-majority/rolebinding.yaml",),
         [("coordination.k8s.io".to_owned(), "leases".to_owned(), sorted(&LEASE_VERBS))]
     );
 }
@@ -301,34 +306,21 @@ const TLS_FILES: [(&str, &str); 3] = [
 ];
 
 fn tls_deployment() -> Value {
-    manifest("tls/deployment.yaml")
+    overlay_deployment("tls")
 }
 
-/// Every object of the YAML files in `k8s/tls/` (several documents to a file).
+/// Every object of the resources `k8s/overlays/tls/` adds to the base.
 fn tls_objects() -> Vec<Value> {
-    use serde::Deserialize;
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("k8s/tls");
-    let mut objects = Vec::new();
-    for file in yaml_files(&dir) {
-        let path = dir.join(&file);
-        let text = std::fs::read_to_string(&path).unwrap();
-        for doc in serde_norway::Deserializer::from_str(&text) {
-            let v = Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            if !v.is_null() {
-                objects.push(v);
-            }
-        }
-    }
-    objects
+    overlay_objects("tls")
 }
 
-/// The object of `kind` named `name` in `k8s/tls/`.
+/// The object of `kind` named `name` in `k8s/overlays/tls/`.
 fn tls_object(kind: &str, name: &str) -> Value {
     let mut found: Vec<Value> = tls_objects()
         .into_iter()
         .filter(|o| o["kind"] == kind && o["metadata"]["name"] == name)
         .collect();
-    assert_eq!(found.len(), 1, "one {kind} {name} in k8s/tls/");
+    assert_eq!(found.len(), 1, "one {kind} {name} in k8s/overlays/tls/");
     found.remove(0)
 }
 
@@ -340,7 +332,7 @@ fn node_certificate() -> Value {
         .into_iter()
         .filter(|o| o["kind"] == "Certificate" && o["spec"]["secretName"] == secret.as_str())
         .collect();
-    assert_eq!(found.len(), 1, "one Certificate in k8s/tls/ writes the Secret {secret}");
+    assert_eq!(found.len(), 1, "one Certificate in k8s/overlays/tls/ writes the Secret {secret}");
     found.remove(0)
 }
 
@@ -505,7 +497,7 @@ fn the_certificate_is_for_the_service_the_pods_are_in_and_for_both_ends_of_a_con
     let peer_name = var(&env, "CONVOKE_CLUSTER__TLS__PEER_NAME");
     // The name every member's certificate carries is the headless Service's, in the
     // namespace-agnostic form (no ".<namespace>.svc"): the same manifests in any namespace.
-    let service = manifest("service.yaml");
+    let service = manifest("base/service.yaml");
     assert_eq!(peer_name, service["metadata"]["name"].as_str().unwrap());
     assert_eq!(service["spec"]["clusterIP"], "None", "headless");
     assert!(selects(&strings(&service["spec"]["selector"]), &pod_labels(&d)), "the pods' Service");
@@ -532,7 +524,7 @@ fn the_certificate_is_for_the_service_the_pods_are_in_and_for_both_ends_of_a_con
 #[test]
 fn the_certificate_is_issued_by_the_ca_of_k8s_tls() {
     // Node Certificate -> CA Issuer -> its CA Certificate (the Secret the Issuer signs with) ->
-    // the self-signed Issuer: cert-manager's CA pattern, entirely in k8s/tls/.
+    // the self-signed Issuer: cert-manager's CA pattern, entirely in k8s/overlays/tls/.
     let issuer_of = |certificate: &Value| -> Value {
         let r = &certificate["spec"]["issuerRef"];
         assert_eq!(r["kind"], "Issuer", "a namespaced Issuer, so the CA is this namespace's");
@@ -582,7 +574,7 @@ fn the_tls_deployment_is_the_base_deployment_plus_the_tls_additions() {
     }
     // Everything else is the base's, so a change there that is not made here fails (and the
     // other checks of the base hold for the TLS Deployment too).
-    assert_eq!(tls, base, "k8s/tls/deployment.yaml differs from k8s/deployment.yaml");
+    assert_eq!(tls, base, "the tls overlay changes the base Deployment beyond TLS");
 }
 
 /// Removes the entry named `name` from the list `key` of `object`, and the list once empty.
@@ -596,43 +588,221 @@ fn remove_named(object: &mut Value, key: &str, name: &Value) {
     }
 }
 
-#[test]
-fn the_tls_apply_command_names_every_file_of_k8s_but_the_base_deployment() {
-    // `kubectl apply -f k8s/ -f k8s/tls/` would apply the plain Deployment first; the headers give
-    // the files one by one instead, and this keeps that list complete as k8s/ grows.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut want: Vec<String> = yaml_files(&root.join("k8s"))
-        .into_iter()
-        .filter(|f| f != "deployment.yaml")
-        .map(|f| format!("k8s/{f}"))
-        .chain(["k8s/tls/".to_owned()])
+// --- kustomize: the base and its overlays ------------------------------------------------------
+
+/// The root of the manifests.
+fn k8s() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("k8s")
+}
+
+/// The overlays of `k8s/overlays/`, by directory name.
+fn overlays() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(k8s().join("overlays"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().into_string().unwrap())
         .collect();
-    want.sort();
-    let mut commands = 0;
-    for file in yaml_files(&root.join("k8s/tls")) {
-        let text = std::fs::read_to_string(root.join("k8s/tls").join(&file)).unwrap();
-        let header: Vec<&str> = text
-            .lines()
-            .take_while(|l| l.starts_with('#'))
-            .map(|l| l.trim_start_matches('#').trim())
-            .collect();
-        let start = header.iter().position(|l| l.starts_with("kubectl apply"));
-        let start =
-            start.unwrap_or_else(|| panic!("k8s/tls/{file}: no kubectl apply in the header"));
-        let mut words = Vec::new();
-        for line in &header[start..] {
-            words.extend(line.trim_end_matches('\\').split_whitespace());
-            if !line.ends_with('\\') {
-                break;
+    names.sort();
+    names
+}
+
+/// The `kustomization.yaml` of `dir` (relative to `k8s/`).
+fn kustomization(dir: &str) -> Value {
+    manifest(&format!("{dir}/kustomization.yaml"))
+}
+
+/// The patch files a kustomization applies (`patches: - path: FILE`).
+fn patch_files(kustomization: &Value) -> Vec<String> {
+    let patches = kustomization["patches"].as_array().cloned().unwrap_or_default();
+    patches.iter().map(|p| p["path"].as_str().expect("a patch by path").to_owned()).collect()
+}
+
+/// Every object of the YAML file at `path` (several documents to a file).
+fn objects_of(path: &Path) -> Vec<Value> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut objects = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let v = Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if !v.is_null() {
+            objects.push(v);
+        }
+    }
+    objects
+}
+
+/// The objects of the resource files `overlay` adds to the base (the base itself not included).
+fn overlay_objects(overlay: &str) -> Vec<Value> {
+    let dir = format!("overlays/{overlay}");
+    list(&kustomization(&dir)["resources"])
+        .iter()
+        .filter(|r| r.as_str() != "../../base")
+        .flat_map(|r| objects_of(&k8s().join(&dir).join(r)))
+        .collect()
+}
+
+/// The base Deployment with `overlay`'s patches applied as kustomize applies a strategic-merge
+/// patch to these fields: maps merge key by key, the lists of named things (containers, env,
+/// volumes, ports; volume mounts by mount path) merge entry by entry, anything else is replaced.
+fn overlay_deployment(overlay: &str) -> Value {
+    let dir = format!("overlays/{overlay}");
+    let mut d = deployment();
+    for file in patch_files(&kustomization(&dir)) {
+        let patch = manifest(&format!("{dir}/{file}"));
+        assert_eq!(patch["kind"], "Deployment", "{dir}/{file}: patches the Deployment");
+        assert_eq!(patch["metadata"]["name"], d["metadata"]["name"], "{dir}/{file}");
+        merge(&mut d, &patch, None);
+    }
+    d
+}
+
+fn merge(target: &mut Value, patch: &Value, field: Option<&str>) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                match t.get_mut(k) {
+                    Some(existing) => merge(existing, v, Some(k)),
+                    None => {
+                        t.insert(k.clone(), v.clone());
+                    }
+                }
             }
         }
-        let mut applied: Vec<String> =
-            words.windows(2).filter(|w| w[0] == "-f").map(|w| w[1].to_owned()).collect();
-        applied.sort();
-        assert_eq!(applied, want, "k8s/tls/{file}: the apply command");
-        commands += 1;
+        (Value::Array(t), Value::Array(p)) if p.iter().all(Value::is_object) => {
+            let key = if field == Some("volumeMounts") { "mountPath" } else { "name" };
+            for item in p {
+                match t.iter_mut().find(|e| e[key] == item[key] && !item[key].is_null()) {
+                    Some(existing) => merge(existing, item, None),
+                    None => t.push(item.clone()),
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
     }
-    assert!(commands >= 3, "issuer, certificate and deployment each say how they are applied");
+}
+
+#[test]
+fn every_manifest_is_in_a_kustomization_and_every_overlay_builds_on_the_base() {
+    // A file nobody lists would be missed by `kubectl apply -k`; a listed file that is gone fails
+    // the build. The base lists its files; an overlay lists the base, its own resources and the
+    // patches, which together are every file in its directory.
+    let base: Vec<String> = list(&kustomization("base")["resources"]);
+    let mut files = yaml_files(&k8s().join("base"));
+    files.retain(|f| f != "kustomization.yaml");
+    let mut listed = base.clone();
+    listed.sort();
+    assert_eq!(listed, files, "k8s/base/kustomization.yaml lists every file of k8s/base/");
+    let names = overlays();
+    for want in ["plain", "tls", "lease-majority"] {
+        assert!(names.iter().any(|n| n == want), "no overlay {want}: {names:?}");
+    }
+    for overlay in names {
+        let dir = format!("overlays/{overlay}");
+        let k = kustomization(&dir);
+        let resources = list(&k["resources"]);
+        assert_eq!(resources.first().map(String::as_str), Some("../../base"), "{dir}: the base");
+        let mut listed: Vec<String> = resources[1..].to_vec();
+        listed.extend(patch_files(&k));
+        listed.sort();
+        let mut files = yaml_files(&k8s().join(&dir));
+        files.retain(|f| f != "kustomization.yaml");
+        assert_eq!(listed, files, "k8s/{dir}/kustomization.yaml lists every file of k8s/{dir}/");
+        // Nothing renames or relabels what the other checks rely on.
+        for field in ["namePrefix", "nameSuffix", "namespace", "commonLabels", "labels", "images"] {
+            assert!(k.get(field).is_none(), "{dir}: {field} would change the base");
+        }
+        // The patched Deployment is still one the binary accepts.
+        let env = environment(container(&overlay_deployment(&overlay)));
+        if overlay != "tls" {
+            // (the tls overlay's files are checked with cert-manager's files in place above)
+            let settings = print_config(&env).unwrap_or_else(|e| panic!("{dir}: refused: {e}"));
+            each_variable_sets_its_key(&env, &settings);
+        }
+    }
+}
+
+#[test]
+fn the_lease_majority_overlay_selects_the_strategy_and_grants_the_lease() {
+    let d = overlay_deployment("lease-majority");
+    let settings = print_config(&environment(container(&d))).unwrap();
+    assert_eq!(text(&settings, "cluster.split_brain_resolver.active_strategy"), "lease-majority");
+    // The base keeps keep-majority, and the overlay adds the lease's Role and binding only.
+    let base = print_config(&environment(container(&deployment()))).unwrap();
+    assert_eq!(text(&base, "cluster.split_brain_resolver.active_strategy"), "keep-majority");
+    let mut kinds: Vec<String> = overlay_objects("lease-majority")
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap().to_owned())
+        .collect();
+    kinds.sort();
+    assert_eq!(kinds, ["Role", "RoleBinding"]);
+}
+
+/// `(kind, name)` of every object, sorted.
+fn kinds_and_names(objects: &[Value]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = objects
+        .iter()
+        .map(|o| {
+            (o["kind"].as_str().unwrap().to_owned(), o["metadata"]["name"].as_str().unwrap().into())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `v` with every list of named entries sorted by name (kustomize may order merged entries
+/// differently from [`merge`]; the order of variables and volumes means nothing).
+fn normalised(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), normalised(v))).collect())
+        }
+        Value::Array(a) => {
+            let mut items: Vec<Value> = a.iter().map(normalised).collect();
+            if items.iter().all(|i| i["name"].is_string()) {
+                items.sort_by(|x, y| x["name"].as_str().cmp(&y["name"].as_str()));
+            }
+            Value::Array(items)
+        }
+        other => other.clone(),
+    }
+}
+
+#[test]
+#[ignore = "needs the overlays built by kubectl kustomize: .ci/operator-kit runs it"]
+fn the_overlays_kubectl_builds_are_the_ones_these_tests_check() {
+    // `.ci/operator-kit` builds each overlay with `kubectl kustomize` into
+    // $CONVOKE_KUSTOMIZE_BUILD/<overlay>.yaml; here they are compared with what the tests above
+    // check: the base's objects and the overlay's, and the Deployment as `overlay_deployment`
+    // makes it. So the checks above hold for what `kubectl apply -k` applies.
+    let built = std::env::var("CONVOKE_KUSTOMIZE_BUILD").expect("CONVOKE_KUSTOMIZE_BUILD");
+    let base: Vec<Value> = list(&kustomization("base")["resources"])
+        .iter()
+        .flat_map(|f| objects_of(&k8s().join("base").join(f)))
+        .collect();
+    for overlay in overlays() {
+        let objects = objects_of(&Path::new(&built).join(format!("{overlay}.yaml")));
+        let mut want = base.clone();
+        want.extend(overlay_objects(&overlay));
+        assert_eq!(kinds_and_names(&objects), kinds_and_names(&want), "{overlay}: the objects");
+        let deployments: Vec<&Value> =
+            objects.iter().filter(|o| o["kind"] == "Deployment").collect();
+        assert_eq!(deployments.len(), 1, "{overlay}: one Deployment");
+        assert_eq!(
+            normalised(deployments[0]),
+            normalised(&overlay_deployment(&overlay)),
+            "{overlay}: kubectl kustomize built another Deployment than the tests check"
+        );
+        for o in &objects {
+            if o["kind"] != "Deployment" {
+                let same = |w: &&Value| w["kind"] == o["kind"] && w["metadata"] == o["metadata"];
+                let source = want.iter().find(same).unwrap_or_else(|| {
+                    panic!("{overlay}: {} {} differs in its metadata", o["kind"], o["metadata"])
+                });
+                assert_eq!(normalised(o), normalised(source), "{overlay}: {}", o["kind"]);
+            }
+        }
+    }
 }
 
 /// A Go duration as cert-manager takes it (`2160h`, `1h30m`, `30s`).

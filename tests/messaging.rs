@@ -185,7 +185,7 @@ async fn a_frame_from_a_non_member_is_dropped_and_counted() {
     raw.write_all(&encode_frame(&tell_frame(target.uid.get(), "note", &[7]))).await.unwrap();
     raw.flush().await.unwrap();
     wait_until(|| nodes[0].messaging().stats().from_non_members == 1).await;
-    let metrics = nodes[0].metrics().render(&nodes[0].state(), false);
+    let metrics = nodes[0].metrics().render(&convoke::metrics::Scrape::of(nodes[0].state(), false));
     assert!(
         metrics.contains("convoke_messaging_dropped_total{reason=\"from_non_member\"} 1"),
         "{metrics}"

@@ -25,7 +25,7 @@ pub use crate::settings::KubernetesSettings;
 use crate::{DiscoveryError, Lookup, Resolved, ServiceDiscovery, with_timeout};
 
 /// The RBAC verbs pod discovery needs on `pods` (core API group): it lists the pods matching its
-/// label selector. `k8s/role.yaml` grants exactly these.
+/// label selector. `k8s/base/role.yaml` grants exactly these.
 pub const POD_VERBS: [&str; 1] = ["list"];
 
 /// Discovery of the pods labelled with the service name, through the Kubernetes API.

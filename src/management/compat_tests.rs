@@ -98,6 +98,9 @@ impl StandIn {
                     Command::Ping(reply) => {
                         let _ = reply.send(());
                     }
+                    Command::Phi(reply) => {
+                        let _ = reply.send(Vec::new());
+                    }
                     Command::JoinSeedNodes(..) | Command::Stop => {}
                 }
             }

@@ -26,7 +26,7 @@ use crate::DiscoveryError;
 
 /// The RBAC verbs the lease needs on `leases` (`coordination.k8s.io`): it reads the Lease,
 /// creates it when absent and replaces it to take, renew or release it.
-/// `k8s/lease-majority/role.yaml` grants exactly these.
+/// `k8s/overlays/lease-majority/role.yaml` grants exactly these.
 pub const LEASE_VERBS: [&str; 3] = ["get", "create", "update"];
 
 /// How many read-decide-write rounds an operation makes before giving up on conflicts.

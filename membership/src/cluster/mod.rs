@@ -492,6 +492,12 @@ impl Cluster {
         self.heartbeat.phi(address, now)
     }
 
+    /// The failure detector's φ of every monitored node at `now`, in address order, for metrics.
+    pub fn monitored_phi(&self, now: Instant) -> Vec<(Address, f64)> {
+        let registry = self.heartbeat.registry();
+        registry.addresses().filter_map(|a| Some((a.clone(), registry.phi(a, now)?))).collect()
+    }
+
     /// The cluster events that replay the current state from scratch (for new subscribers).
     pub fn initial_events(&self) -> Vec<ClusterEvent> {
         let empty = Gossip::empty();
