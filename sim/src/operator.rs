@@ -12,7 +12,12 @@
 //! for downing ([`Operator::down_isolated`]). For such an isolated node it also downs the node from
 //! itself, as a resolver's minority side would, so that it stops rather than lingering as a
 //! zombie. Running both at once would let the oracle pre-empt most of the resolver's decisions, so
-//! a run picks one.
+//! a run picks one. The oracle downs by address, as an operator does (`convoke down ADDRESS`), and
+//! only when the leader's core resolves that address to the incarnation it means
+//! (`Cluster::down_target`): a view can hold a restarted node's new incarnation beside its
+//! earlier one, Down and waiting for removal, and asked by its first member at the address the
+//! oracle once never downed the new one when it crashed too (seed 4220224 at N = 5: the unreachable
+//! incarnation held convergence back, so the Down one was never removed either, L2).
 //!
 //! Two more duties stand in for the runtime and its environment:
 //! - **Quarantine.** A transport refuses a removed incarnation (Akka quarantines it), and such a
@@ -268,12 +273,11 @@ impl Operator {
             p.since = None;
             let Some(target_slot) = w.slot_of(&target.address) else { continue };
             self.downs.push((target.clone(), leader, now));
-            // `down` takes an address: make sure it still names this incarnation in the leader's
-            // view.
-            let names_target = w.core(leader).is_some_and(|c| {
-                c.gossip().members().find(|m| m.address() == &target.address).map(|m| m.node())
-                    == Some(&target)
-            });
+            // `down` takes an address: make sure it names this incarnation in the leader's view,
+            // as the core resolves it (the first member at the address would be an earlier,
+            // already Down incarnation of a restarted node, and the target never downed).
+            let names_target =
+                w.core(leader).is_some_and(|c| c.down_target(&target.address) == Some(&target));
             if names_target {
                 w.apply(Action::Down { from: leader, target: target_slot });
             }

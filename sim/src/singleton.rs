@@ -111,6 +111,8 @@ pub struct Instance {
     pub long_pause_from: Option<Duration>,
     /// When the first such pause ended.
     pub long_pause_until: Option<Duration>,
+    /// When its process last resumed from a pause since the instance started.
+    pub resumed_at: Option<Duration>,
     /// With the lease: whether its host held it, by the store, when it started.
     pub leased_at_start: Option<bool>,
 }

@@ -68,6 +68,8 @@ impl WorldView for Seen<'_> {
             stopping: false,
             long_pause_from: None,
             stale_until: None,
+            paused: false,
+            resume_grace_until: None,
             leased: None,
         })
     }

@@ -627,6 +627,16 @@ const CASES: &[Case] = &[
               that hold a common member Up are one cluster not yet merged)",
     },
     Case {
+        seed: 4220224,
+        nodes: 5,
+        downing: ChaosDowning::Oracle,
+        why: "L2: a view held a restarted node's crashed WeaklyUp incarnation beside its earlier, \
+              Down one; the oracle took the first member at the address for the one `down` \
+              would mark, found the Down one, and never downed the crashed one, which held \
+              convergence back for good (fixed in the model: the oracle asks the core's \
+              down_target)",
+    },
+    Case {
         seed: 2084,
         nodes: 5,
         downing: ChaosDowning::Resolver,
@@ -731,4 +741,20 @@ fn seed_316_at_n5_with_the_lease_starts_no_instance_on_a_stale_grant() {
     o.singleton_lease = true;
     let r = run_seed(&o);
     assert!(r.violation.as_ref().is_none_or(|v| v.invariant != "S17"), "{:?}", r.violation);
+}
+
+/// S17 once fired at seed 4047723 (N = 7, bootstrap): the host, cut off at 107.0 s and removed by
+/// the majority at 121.5 s, froze at 123.6 s, 0.4 s before its own resolver would have downed it,
+/// and stayed frozen for 24.2 s, less than the 25.5 s removal margin; the new oldest started at
+/// 147.0 s, when the margin ended, and the host stopped 13 ms after it resumed at 147.8 s. The
+/// host could not act while frozen, and a freeze that begins after the removal can outlast what
+/// is left of the margin: S17 now excuses an instance whose process is paused when the other
+/// starts, for as long as the pause lasts plus its manager's check after the resume.
+#[test]
+fn seed_4047723_at_n7_with_bootstrap_excuses_a_host_frozen_when_the_margin_ended() {
+    let o =
+        ChaosOptions { bootstrap: true, ..ChaosOptions::new(4047723, 7, Duration::from_secs(600)) };
+    let r = run_seed(&o);
+    assert!(r.pass, "{:?}\n  reproduce: {}", r.violation, r.reproduce);
+    assert!(r.reproduce.contains("--bootstrap"), "{}", r.reproduce);
 }

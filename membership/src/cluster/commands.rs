@@ -40,14 +40,18 @@ impl Cluster {
     /// that sees itself Down shuts down. Ignored for an unknown address or a member already Down.
     /// When two incarnations share the address, the one not yet Down is downed.
     pub fn down(&mut self, now: Instant, address: &Address) {
-        let at = |m: &&Member| m.address() == address;
-        let Some(m) = (self.latest.members().filter(at))
-            .min_by_key(|m| m.status() == MemberStatus::Down)
-            .map(|m| m.node().clone())
-        else {
-            return;
-        };
+        let Some(m) = self.down_target(address).cloned() else { return };
         self.down_node(now, &m);
+    }
+
+    /// The incarnation [`down`](Self::down) marks Down for `address`: of the members at that
+    /// address (a restarted node's new incarnation may be one while its earlier one, already
+    /// Down, waits for removal), one that is not Down yet, else the Down one.
+    pub fn down_target(&self, address: &Address) -> Option<&UniqueAddress> {
+        let at = |m: &&Member| m.address() == address;
+        (self.latest.members().filter(at))
+            .min_by_key(|m| m.status() == MemberStatus::Down)
+            .map(Member::node)
     }
 
     /// Marks the member `node` (this incarnation only) Down.

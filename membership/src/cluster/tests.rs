@@ -2123,8 +2123,13 @@ fn down_by_address_picks_the_incarnation_not_yet_down() {
         &[1, 3],
     );
     let mut c = member_core(1, no_reaper(), t, 3, g);
+    // What the simulator's oracle asks before it downs a crashed incarnation by address: the
+    // first member at the address is the earlier, Down incarnation, not the one `down` marks.
+    assert_eq!(c.gossip().members().find(|m| m.address() == &a(2)).map(Member::node), Some(&n(2)));
+    assert_eq!(c.down_target(&a(2)), Some(&restarted));
     c.down(t, &a(2));
     assert_eq!(c.gossip().member(&restarted).map(Member::status), Some(Down));
+    assert_eq!(c.down_target(&a(2)), Some(&n(2)), "both Down: the first");
 }
 
 // ---- a long pause (the split-brain resolver's view may be out of date) ------------------------

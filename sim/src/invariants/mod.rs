@@ -222,6 +222,11 @@ pub struct InstanceView {
     /// beside another instance: the resume, plus one retry interval for its manager to notice
     /// the freeze, plus the longest an instance takes to stop.
     pub stale_until: Option<Duration>,
+    /// Whether its process is paused now.
+    pub paused: bool,
+    /// When its process last resumed from a pause since the instance started: that moment, plus
+    /// one retry interval for its manager to notice the freeze, plus the longest stop.
+    pub resume_grace_until: Option<Duration>,
     /// When the singleton runs with a lease: whether its host held the lease (by the lease
     /// store) when the instance started.
     pub leased: Option<bool>,

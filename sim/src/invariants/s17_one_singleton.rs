@@ -15,6 +15,17 @@
 //! freeze within one retry interval and stops it, so it may exist beside a counted instance for
 //! at most that interval plus the longest stop after the resume (`InstanceView::stale_until`).
 //!
+//! The same holds for an instance whose process is paused, however briefly, at the moment the
+//! other instance starts. The other started after the removal margin it gave this host to stop;
+//! the host did not stop in it because it was frozen when the margin ended, and a freeze delays
+//! the host's own decision by as long as it lasts — it may begin after the far side removed the
+//! host and before the host's resolver would have downed it, so a pause shorter than the margin
+//! can outlast what is left of it (docs/singleton.md, "Frozen nodes"). Such an overlap is excused
+//! while the pause lasts and, after the resume, for one retry interval plus the longest stop
+//! (`InstanceView::resume_grace_until`); an instance still there beside the other past that
+//! breaks S17. An instance that was running when the other started is never excused by a pause
+//! that begins later.
+//!
 //! "One cluster": the singleton promises one instance per cluster, and relies on the split-brain
 //! resolver to leave one cluster. When the resolver fails and two live clusters coexist — S1's
 //! definition: two processes whose own status is live, each holding the other Down or not a
@@ -48,7 +59,7 @@ pub struct OneSingleton {
     overlaps: BTreeMap<(UniqueAddress, UniqueAddress), Overlap>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Overlap {
     /// When both were first seen running.
     since: Duration,
@@ -56,6 +67,45 @@ struct Overlap {
     slots: (usize, usize),
     /// Whether the two hosts were ever seen in two live clusters meanwhile.
     split: bool,
+    /// The instance whose process was paused when the overlap began, if one was.
+    frozen: Option<Frozen>,
+}
+
+/// An instance whose process was paused when the other instance of an overlap started: the far
+/// side's removal margin ended while it could not act, which no margin covers. It is excused
+/// while its process stays paused and, after the resume, until its manager must have noticed the
+/// freeze and the instance stopped.
+#[derive(Clone, Debug)]
+struct Frozen {
+    slot: usize,
+    node: UniqueAddress,
+    /// Whether the process was still paused when last looked at.
+    paused: bool,
+    /// The end of its grace after the last resume, as last looked at.
+    grace_until: Option<Duration>,
+}
+
+impl Frozen {
+    fn of(slot: usize, i: &InstanceView) -> Option<Self> {
+        i.paused.then(|| Self {
+            slot,
+            node: i.node.clone(),
+            paused: true,
+            grace_until: i.resume_grace_until,
+        })
+    }
+
+    /// Takes in the instance's current state, while it still exists.
+    fn update(&mut self, world: &dyn WorldView) {
+        if let Some(i) = world.singleton(self.slot).filter(|i| i.node == self.node) {
+            self.paused = i.paused;
+            self.grace_until = i.resume_grace_until;
+        }
+    }
+
+    fn excused(&self, now: Duration) -> bool {
+        self.paused || self.grace_until.is_some_and(|g| now <= g)
+    }
 }
 
 /// Whether `i` counts: its process was never frozen for longer than the margin while it ran.
@@ -149,10 +199,11 @@ impl OneSingleton {
                 } else {
                     ((ib.node.clone(), ia.node.clone()), (*sb, *sa))
                 };
-                let o = self.overlaps.entry(key.clone()).or_insert(Overlap {
+                let o = self.overlaps.entry(key.clone()).or_insert_with(|| Overlap {
                     since: now,
                     slots,
                     split: false,
+                    frozen: Frozen::of(*sa, ia).or_else(|| Frozen::of(*sb, ib)),
                 });
                 o.split |= may_split(ia, ib) && split(world, slots.0, slots.1);
                 current.push(key);
@@ -162,20 +213,50 @@ impl OneSingleton {
         let mut broken = None;
         self.overlaps.retain(|key, o| {
             let ended = !current.contains(key);
+            if let Some(f) = o.frozen.as_mut() {
+                f.update(world);
+            }
+            let excused = o.frozen.as_ref().is_some_and(|f| f.excused(now));
+            if let Some(f) = o.frozen.as_ref().filter(|_| !excused && !ended && !o.split) {
+                broken.get_or_insert_with(|| describe_resumed(key, o, f, now));
+                return false;
+            }
             let overlong = limit.is_some_and(|l| now.saturating_sub(o.since) > l);
             if o.split || !(ended || overlong) {
                 return !ended;
             }
-            if ended && frozen_through(world, key, o) {
+            if ended && (excused || frozen_through(world, key, o)) {
                 return false;
             }
-            if broken.is_none() {
-                broken = Some(describe(key, o, now, ended));
+            if overlong && excused {
+                return true;
             }
+            broken.get_or_insert_with(|| describe(key, o, now, ended));
             false
         });
         broken.map_or(Ok(()), Err)
     }
+}
+
+fn describe_resumed(
+    key: &(UniqueAddress, UniqueAddress),
+    o: &Overlap,
+    f: &Frozen,
+    now: Duration,
+) -> String {
+    let other = if f.slot == o.slots.0 { (o.slots.1, &key.1) } else { (o.slots.0, &key.0) };
+    format!(
+        "the singleton instance on slot {} ({}), whose process was paused when the instance on \
+         slot {} ({}) started at {:.3} s, still ran beside it at {:.3} s, past {:.3} s, by when \
+         its manager must have noticed the freeze and the instance stopped",
+        f.slot,
+        f.node,
+        other.0,
+        other.1,
+        o.since.as_secs_f64(),
+        now.as_secs_f64(),
+        f.grace_until.unwrap_or_default().as_secs_f64()
+    )
 }
 
 fn describe(

@@ -521,6 +521,8 @@ fn instance(n: UniqueAddress, since: u64) -> InstanceView {
         stopping: false,
         long_pause_from: None,
         stale_until: None,
+        paused: false,
+        resume_grace_until: None,
         leased: None,
     }
 }
@@ -620,4 +622,37 @@ fn s17_fires_when_an_instance_runs_on_past_its_hosts_check_after_a_long_pause() 
     // Alone, it may run on: nothing else does.
     let alone = (0..6).map(|_| vec![Some(resumed.clone()), None]).collect();
     assert_eq!(s17_over(alone), Ok(()));
+}
+
+#[test]
+fn s17_excuses_an_instance_whose_process_was_paused_when_the_other_started() {
+    // a's process froze before b started at 1 s (for less than the margin: no long pause), resumed
+    // at 2 s with its grace until 3 s, and its instance was gone by 3 s.
+    let paused = InstanceView { paused: true, ..instance(a(), 0) };
+    let resumed =
+        InstanceView { resume_grace_until: Some(Duration::from_secs(3)), ..instance(a(), 0) };
+    let stopped_in_time = s17_over(vec![
+        vec![Some(paused.clone()), None],
+        vec![Some(paused.clone()), Some(instance(b(), 1))],
+        vec![Some(resumed.clone()), Some(instance(b(), 1))],
+        vec![None, Some(instance(b(), 1))],
+    ]);
+    assert_eq!(stopped_in_time, Ok(()));
+
+    // Still there beside b after its grace: S17 fires.
+    let mut worlds = vec![vec![Some(paused.clone()), None]];
+    worlds.push(vec![Some(paused.clone()), Some(instance(b(), 1))]);
+    worlds.extend((2..5).map(|_| vec![Some(resumed.clone()), Some(instance(b(), 1))]));
+    let ran_on = s17_over(worlds).unwrap_err();
+    assert!(ran_on.contains("whose process was paused when the instance on slot 1"), "{ran_on}");
+    assert!(ran_on.contains("started at 1.000 s, still ran beside it at 4.000 s"), "{ran_on}");
+
+    // A pause that begins after b started excuses nothing: a ran beside b from 1 s.
+    let froze_later = s17_over(vec![
+        vec![Some(instance(a(), 0)), Some(instance(b(), 1))],
+        vec![Some(paused), Some(instance(b(), 1))],
+        vec![None, Some(instance(b(), 1))],
+    ])
+    .unwrap_err();
+    assert!(froze_later.contains("ran at once in one cluster"), "{froze_later}");
 }

@@ -71,6 +71,7 @@ impl Sim {
                     paused_at: None,
                     long_pause_from: None,
                     long_pause_until: None,
+                    resumed_at: None,
                     leased_at_start: leased,
                 });
                 self.note(|| format!("slot {slot} SINGLETON STARTS ({me})"));
@@ -264,11 +265,12 @@ impl Sim {
         let ss = s.slot_mut(slot);
         if let Some(i) = ss.instance.as_mut()
             && let Some(at) = i.paused_at.take()
-            && now.saturating_sub(at) > margin
-            && i.long_pause_from.is_none()
         {
-            i.long_pause_from = Some(at);
-            i.long_pause_until = Some(now);
+            i.resumed_at = Some(now);
+            if now.saturating_sub(at) > margin && i.long_pause_from.is_none() {
+                i.long_pause_from = Some(at);
+                i.long_pause_until = Some(now);
+            }
         }
         let inbox = std::mem::take(&mut ss.inbox);
         let stop_due = std::mem::take(&mut ss.stop_due);

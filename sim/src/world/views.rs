@@ -203,6 +203,10 @@ impl WorldView for Sim {
             stale_until: i.long_pause_until.map(|u| {
                 u + s.config().hand_over_retry_interval + crate::singleton::MAX_STOP_DELAY
             }),
+            paused: i.paused_at.is_some(),
+            resume_grace_until: i.resumed_at.map(|u| {
+                u + s.config().hand_over_retry_interval + crate::singleton::MAX_STOP_DELAY
+            }),
             leased: i.leased_at_start,
         })
     }
