@@ -3,11 +3,9 @@
 Usage: dashboard_test.py CONVOKE_BINARY SCREENSHOT_PATH
 """
 
-import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 from selenium import webdriver
@@ -17,63 +15,20 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
+import nodes
+
 BINARY, SCREENSHOT = sys.argv[1], sys.argv[2]
 
-# Short intervals so a killed node is seen unreachable in seconds and downed 4 s later.
-FAST = [
-    'cluster.gossip_interval="200ms"',
-    'cluster.leader_actions_interval="200ms"',
-    'cluster.unreachable_nodes_reaper_interval="200ms"',
-    'cluster.periodic_tasks_initial_delay="100ms"',
-    'cluster.failure_detector.heartbeat_interval="200ms"',
-    'cluster.failure_detector.acceptable_heartbeat_pause="1s"',
-    'cluster.split_brain_resolver.stable_after="4s"',
-    "cluster.port=0",
-    "management.port=0",
-    "bootstrap.enabled=false",
-]
 
-
-class Node:
-    """A `convoke run` process whose log is read until it has said where it listens."""
+class Node(nodes.Node):
+    """A `convoke run` process."""
 
     def __init__(self, sets):
-        args = [BINARY, "run"]
-        for s in FAST + sets:
-            args += ["--set", s]
-        self.proc = subprocess.Popen(
-            args, stderr=subprocess.PIPE, text=True, env={"RUST_LOG": "info", "PATH": "/usr/bin:/bin"}
-        )
-        self.address = self.url = None
-        self.log = []
-        started = threading.Event()
-
-        def read():
-            for line in self.proc.stderr:
-                self.log.append(line)
-                if m := re.search(r"cluster node started node=(\S+)", line):
-                    self.address = m.group(1)
-                if m := re.search(r"management server listening url=(\S+)", line):
-                    self.url = m.group(1)
-                if self.address and self.url:
-                    started.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not started.wait(30):
-            raise SystemExit("a node did not start:\n" + "".join(self.log))
+        super().__init__([BINARY, "run"], sets)
 
     def join(self, address, token=None):
         args = [BINARY, "join", address, "--url", self.url] + (["--token", token] if token else [])
         subprocess.run(args, check=True, capture_output=True)
-
-    def kill9(self):
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(20)
 
 
 def browser():

@@ -16,24 +16,14 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
 
+import nodes
+
 DASHBOARD, RULES, PROMTOOL, TARGET, WORK = sys.argv[1:6]
 
-# Short intervals so a killed node is seen unreachable in seconds and downed 3 s later.
-FAST = [
-    'cluster.gossip_interval="200ms"',
-    'cluster.leader_actions_interval="200ms"',
-    'cluster.unreachable_nodes_reaper_interval="200ms"',
-    'cluster.periodic_tasks_initial_delay="100ms"',
-    'cluster.failure_detector.heartbeat_interval="200ms"',
-    'cluster.failure_detector.acceptable_heartbeat_pause="1s"',
-    'cluster.split_brain_resolver.stable_after="3s"',
-    "bootstrap.enabled=false",
-]
 METRIC = re.compile(r"\bconvoke_[a-z0-9_]+")
 
 
@@ -99,46 +89,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Process:
-    """A node process whose log is read until it has said where it listens."""
-
-    def __init__(self, args, sets):
-        for s in FAST + sets:
-            args += ["--set", s]
-        self.proc = subprocess.Popen(
-            args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-            env={"RUST_LOG": "info", "PATH": "/usr/bin:/bin"},
-        )
-        self.url = None
-        self.log = []
-        started = threading.Event()
-
-        def read():
-            for line in self.proc.stderr:
-                self.log.append(line)
-                if m := re.search(r"management server listening url=(\S+)", line):
-                    self.url = m.group(1)
-                    started.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not started.wait(60):
-            fail("a node did not start:\n" + "".join(self.log))
+class Process(nodes.Node):
+    """A node process of an example, with the /metrics of its management server."""
 
     def metrics(self):
         with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
             return r.read().decode()
-
-    def kill9(self):
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 def samples(text):
@@ -160,16 +116,14 @@ def live_names():
     seen = set()
     port = free_port()
     seed = f'cluster.seed_nodes=["convoke://convoke@127.0.0.1:{port}"]'
-    common = [seed, "management.port=0"]
-    nodes = []
+    common = [seed]
+    started = []
     try:
         # The singleton example first: the oldest member hosts the singleton.
-        nodes.append(Process([f"{TARGET}/examples/singleton"], common + [f"cluster.port={port}"]))
+        started.append(Process([f"{TARGET}/examples/singleton"], common + [f"cluster.port={port}"]))
         for _ in range(2):
-            nodes.append(
-                Process([f"{TARGET}/examples/counter", "--http-port", "0"], common + ["cluster.port=0"])
-            )
-        oldest, counter, victim = nodes
+            started.append(Process([f"{TARGET}/examples/counter", "--http-port", "0"], common))
+        oldest, counter, victim = started
 
         def scrape(node):
             text = node.metrics()
@@ -193,7 +147,7 @@ def live_names():
         for node in (oldest, counter):
             scrape(node)
     finally:
-        for node in nodes:
+        for node in started:
             node.stop()
     return seen
 
