@@ -300,7 +300,10 @@ impl Cluster {
             && winner.changed_members(&local).any(|(was, m)| {
                 was.is_some_and(|l| l.status().is_joining()) && m.status() == MemberStatus::Up
             });
-        self.heard_from_member(now);
+        // Not word from a member after a pause: a gossip may have been sent before the pause and
+        // read only after it (it waited in the socket while the process was stopped), by a member
+        // that has since downed this node or died. Only an answer to a heartbeat sent after the
+        // pause proves a member hears this node now (see `Message::HeartbeatRsp` in mod.rs).
         let was_down = self.self_status() == MemberStatus::Down;
         for m in winner.members_missing_from(&local) {
             self.heartbeat.forget(m.address());

@@ -199,8 +199,9 @@ pub struct Cluster {
     sbr: Option<SplitBrainResolver>,
     /// The time of the latest input: a gap longer than `stable_after` between two is a pause.
     last_input: Option<Instant>,
-    /// After such a pause, the heartbeat sequence number then: an answer to a later heartbeat,
-    /// like a merged gossip, is word from a member (see [`SplitBrainResolver::handle_resumed`]).
+    /// After such a pause, the heartbeat sequence number then: an answer to a later heartbeat is
+    /// word from a member (see [`SplitBrainResolver::handle_resumed`]). A gossip is not: it may
+    /// have been sent before the pause.
     awaiting_contact_after: Option<u64>,
     /// Whether this node has sent Join to another node (see [`Self::note_input`]).
     asked_to_join: bool,

@@ -2200,6 +2200,23 @@ fn an_answer_to_a_heartbeat_sent_after_a_long_pause_is_word_from_a_member() {
 }
 
 #[test]
+fn a_gossip_read_after_a_long_pause_is_not_word_from_a_member() {
+    // The gossip may have waited in the socket while the process was stopped, sent before the
+    // pause by a member that has died since (seen live: a SIGSTOPped node read its killed peer's
+    // last gossip on SIGCONT and then kept a cluster of its own by keep-majority's tie).
+    let (mut c, t) = member_about_to_pause();
+    let earlier = c.gossip().clone();
+    let resumed = t + secs(30);
+    c.handle_timeout(resumed);
+    c.handle_message(resumed, n(2), gossip_msg(2, n(1), &bumped(&earlier, 2, &[2])));
+    assert_eq!(c.split_brain_resolver().unwrap().contact_deadline(), Some(resumed + secs(5)));
+    run_until(&mut c, resumed + secs(15));
+    assert_eq!(status_of(&c, 1), Some(Down));
+    let decision = c.poll_downing_decision().expect("a decision");
+    assert_eq!(decision.decision, crate::sbr::Decision::DownSelfAfterPause);
+}
+
+#[test]
 fn a_gap_shorter_than_stable_after_is_no_pause() {
     let (mut c, t) = member_about_to_pause();
     c.handle_timeout(t + secs(4));

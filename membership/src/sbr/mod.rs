@@ -327,8 +327,8 @@ impl SplitBrainResolver {
         }
     }
 
-    /// This node heard from a member after resuming from a pause: a gossip merged, or an answer to
-    /// a heartbeat sent since. Its view is current again, and decisions resume once it has been
+    /// This node heard from a member after resuming from a pause: an answer to a heartbeat sent
+    /// since (a gossip read after the pause may have been sent before it, so it does not count). Its view is current again, and decisions resume once it has been
     /// stable for `stable_after`.
     pub fn handle_member_contact(&mut self, now: Instant) {
         if self.contact_deadline.take().is_some() {
