@@ -77,8 +77,11 @@ pub struct EntityRun {
     pub long_pauses: u32,
 }
 
-/// An entity that started while a paused process held it too. Whether that process counts turns
-/// on how long its pause lasts in the end, so S18 judges the pair when the pause is over.
+/// An entity that started while a paused process held it too. The paused process cannot act on
+/// it, so the pair is judged once the pause is over: a pause that outlasted the removal margin,
+/// or a process that ended without running again, leaves nothing to judge; a process that
+/// resumed sooner must stop the entity within [`Shardings::resume_grace`] (see
+/// [`Shardings::pause_over`]).
 #[derive(Clone, Debug)]
 pub(crate) struct Suspect {
     /// The entity.
@@ -90,6 +93,19 @@ pub(crate) struct Suspect {
     pub held_by: usize,
     pub held_since: Duration,
     pub paused_at: Duration,
+}
+
+/// A [`Suspect`] whose holding process resumed within the removal margin: the two may run side by
+/// side until `grace_until`, by when the resumed region has noticed its freeze and stopped the
+/// entity; past it, S18 is broken.
+#[derive(Clone, Debug)]
+pub(crate) struct Resumed {
+    /// The entity start and the pause it came during.
+    pub suspect: Suspect,
+    /// When the holding process ran again.
+    pub resumed_at: Duration,
+    /// The end of the grace: the resume plus [`Shardings::resume_grace`].
+    pub grace_until: Duration,
 }
 
 /// The sharding side of one slot.
@@ -177,6 +193,8 @@ pub struct Shardings {
     asks: BTreeMap<u64, AskRecord>,
     /// Entity starts S18 judges once a pause is over.
     suspects: Vec<Suspect>,
+    /// Entity starts whose holding process resumed within the margin, while its grace lasts.
+    resumed: Vec<Resumed>,
     /// What happened so far.
     pub stats: ShardingStats,
     trace: TraceHash,
@@ -192,6 +210,7 @@ impl Shardings {
             rng,
             asks: BTreeMap::new(),
             suspects: Vec::new(),
+            resumed: Vec::new(),
             stats: ShardingStats::default(),
             trace: TraceHash::new(),
         }
@@ -300,8 +319,9 @@ impl Shardings {
     /// host is in another live cluster than `slot`'s (`split`) is left to S1.
     ///
     /// A slot whose process is paused now, for no longer than the margin so far, is not judged
-    /// yet: whether it counts depends on the whole pause. It comes back as a [`Suspect`], for
-    /// [`Shardings::suspect`], and is judged by [`Shardings::pause_over`].
+    /// yet: whether it runs the entity beside `slot` turns on how its pause ends. It comes back as
+    /// a [`Suspect`], for [`Shardings::suspect`], and is judged by [`Shardings::pause_over`] and
+    /// [`Shardings::judge_resumed`].
     pub(crate) fn other_host(
         &self,
         slot: usize,
@@ -338,18 +358,71 @@ impl Shardings {
         self.suspects.extend(suspects);
     }
 
-    /// The pause of the process in `slot` is over at `now` (it resumed, or it crashed while
-    /// paused): the suspects it held are judged on the whole pause. One that the process held
-    /// through a pause no longer than the removal margin is returned: it ran, as far as S18 is
-    /// concerned, in two processes at once. Call it before the pause is cleared.
-    pub(crate) fn pause_over(&mut self, slot: usize, now: Duration) -> Option<Suspect> {
+    /// How long a process that resumed may still run an entity that started elsewhere during its
+    /// pause: one retry interval. Its region notices a freeze at its first input after the resume
+    /// (its timer is overdue by then, so that input comes at once) and stops every shard before
+    /// acting on it; the simulator's entities stop at once. A freeze shorter than two retry
+    /// intervals may go unnoticed, and the entity then runs on past the grace.
+    pub fn resume_grace(&self) -> Duration {
+        self.config.retry_interval
+    }
+
+    /// The pause of the process in `slot` is over at `now`: it resumed (`resumed`), or it ended
+    /// while paused. Call it before the pause is cleared.
+    ///
+    /// The entity starts it held back are judged on what the paused process could do. It did not
+    /// run while paused, so it ran nothing beside the other start so far. A process that ended
+    /// while paused never runs the entity again; one paused for longer than the removal margin
+    /// no longer counts (see [`SlotSharding::counts`]); one that resumed sooner may run the entity
+    /// beside the other for [`Shardings::resume_grace`] (docs/sharding-design.md, "Frozen
+    /// hosts": the far side's margin ended while it was frozen, which no margin covers), and
+    /// [`Shardings::judge_resumed`] holds it to that.
+    pub(crate) fn pause_over(&mut self, slot: usize, now: Duration, resumed: bool) {
         let margin = self.config.removal_margin;
-        let paused_at = self.slots[slot].paused_at?;
+        let Some(paused_at) = self.slots[slot].paused_at else { return };
         let long = now.saturating_sub(paused_at) > margin;
         let (held, rest): (Vec<Suspect>, Vec<Suspect>) =
             std::mem::take(&mut self.suspects).into_iter().partition(|s| s.held_by == slot);
         self.suspects = rest;
-        if long { None } else { held.into_iter().next() }
+        if long || !resumed {
+            return;
+        }
+        let grace_until = now + self.resume_grace();
+        self.resumed.extend(held.into_iter().map(|suspect| Resumed {
+            suspect,
+            resumed_at: now,
+            grace_until,
+        }));
+    }
+
+    /// S18 at `now` for the entity starts whose holding process resumed within the margin: a
+    /// pair whose two runs both go on past the grace is returned (and forgotten); a pair of which
+    /// one run has ended is forgotten. Call it before every input that may end a run, so that a
+    /// run is never judged after it ended.
+    pub(crate) fn judge_resumed(&mut self, now: Duration) -> Option<Resumed> {
+        if self.resumed.is_empty() {
+            return None;
+        }
+        let runs = |slot: usize, entity: &EntityId, since: Duration| {
+            self.slots[slot].entities.get(entity).is_some_and(|r| r.since == since)
+        };
+        let mut broken = None;
+        let mut keep = Vec::new();
+        for r in std::mem::take(&mut self.resumed) {
+            let x = &r.suspect;
+            let both = runs(x.held_by, &x.entity, x.held_since)
+                && runs(x.started_in, &x.entity, x.started_at);
+            if !both {
+                continue;
+            }
+            if now > r.grace_until && broken.is_none() {
+                broken = Some(r);
+            } else {
+                keep.push(r);
+            }
+        }
+        self.resumed = keep;
+        broken
     }
 
     /// Shard counts per region in the table of the coordinator that runs, if one does and it
@@ -412,27 +485,58 @@ mod tests {
     }
 
     #[test]
-    fn s18_judges_a_host_paused_at_the_start_on_its_whole_pause() {
+    fn s18_holds_a_host_paused_at_the_start_to_stopping_the_entity_soon_after_it_resumes() {
         let mut s = shardings(3);
         let e: EntityId = "e1".into();
         let t = Duration::from_secs(100);
         let margin = s.config().removal_margin;
-        run(&mut s, 0, &e, t);
-        s.slot_mut(0).paused_at = Some(t);
-        run(&mut s, 2, &e, t + Duration::from_secs(1));
-
-        // Paused for less than the margin so far: not judged yet.
+        let grace = s.resume_grace();
         let start = t + Duration::from_secs(1);
-        let suspects = s.other_host(2, &e, start, |_| false).expect("not judged yet");
-        assert_eq!(suspects.len(), 1);
-        s.suspect(suspects.clone());
-        // The pause outlasts the margin: exempt.
-        assert!(s.pause_over(0, t + margin + Duration::from_secs(1)).is_none());
-        assert!(s.pause_over(0, t + margin + Duration::from_secs(1)).is_none(), "judged once");
+        let started = |s: &mut Shardings| {
+            run(s, 0, &e, t);
+            s.slot_mut(0).paused_at = Some(t);
+            run(s, 2, &e, start);
+            let suspects = s.other_host(2, &e, start, |_| false).expect("not judged yet");
+            assert_eq!(suspects.len(), 1);
+            s.suspect(suspects);
+        };
 
-        // The same start with a pause that ends within the margin: two at once.
-        s.suspect(suspects);
-        let x = s.pause_over(0, t + margin).expect("counts");
-        assert_eq!((x.started_in, x.held_by, x.paused_at), (2, 0, t));
+        // The pause outlasts the margin: the paused host no longer counts.
+        started(&mut s);
+        s.pause_over(0, t + margin + Duration::from_secs(1), true);
+        s.slot_mut(0).paused_at = None;
+        assert!(s.judge_resumed(t + margin + Duration::from_secs(60)).is_none());
+
+        // The process ends while paused: it never ran the entity beside the other.
+        started(&mut s);
+        s.pause_over(0, t + Duration::from_secs(3), false);
+        s.slot_mut(0).paused_at = None;
+        assert!(s.judge_resumed(t + margin).is_none());
+
+        // It resumes within the margin (the far side's margin ended while it was frozen) and
+        // stops the entity within the grace: excused.
+        started(&mut s);
+        let resumed = t + Duration::from_secs(3);
+        s.pause_over(0, resumed, true);
+        s.slot_mut(0).paused_at = None;
+        assert!(s.judge_resumed(resumed + grace).is_none(), "within the grace");
+        s.slot_mut(0).entities.remove(&e);
+        assert!(s.judge_resumed(resumed + grace + Duration::from_secs(1)).is_none());
+        run(&mut s, 0, &e, resumed + grace + Duration::from_secs(2));
+        assert!(
+            s.judge_resumed(resumed + grace + Duration::from_secs(3)).is_none(),
+            "judged once: a later run is another start, judged by other_host"
+        );
+
+        // It resumes within the margin and runs the entity on past the grace: two at once.
+        let mut s = shardings(3);
+        started(&mut s);
+        s.pause_over(0, resumed, true);
+        s.slot_mut(0).paused_at = None;
+        assert!(s.judge_resumed(resumed).is_none());
+        let x = s.judge_resumed(resumed + grace + Duration::from_millis(1)).expect("runs on");
+        assert_eq!((x.suspect.started_in, x.suspect.held_by, x.suspect.paused_at), (2, 0, t));
+        assert_eq!((x.resumed_at, x.grace_until), (resumed, resumed + grace));
+        assert!(s.judge_resumed(resumed + grace * 2).is_none(), "reported once");
     }
 }

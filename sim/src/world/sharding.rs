@@ -40,6 +40,7 @@ impl Sim {
         what: &'static str,
         f: impl FnOnce(&mut Host<u64>, Instant),
     ) {
+        self.judge_resumed();
         let local = self.local_instant(slot);
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
@@ -247,9 +248,10 @@ impl Sim {
 
     /// The process in `slot` is gone: its sharding with it, and the asks it waited for.
     pub(super) fn sharding_exit(&mut self, slot: usize) {
-        self.judge_pause(slot);
+        self.judge_resumed();
         let now = self.now;
         if let Some(s) = self.shardings.as_mut() {
+            s.pause_over(slot, now, false);
             s.asker_ended(slot, now);
             s.on_exit(slot);
         }
@@ -346,33 +348,39 @@ impl Sim {
         }
     }
 
-    /// The pause of the process in `slot` is over: S18 judges the entity starts it held back.
-    fn judge_pause(&mut self, slot: usize) {
+    /// S18 for the entity starts held back by a pause that ended in a resume within the margin:
+    /// both runs going on past the resumed process's grace break it.
+    fn judge_resumed(&mut self) {
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
-        let Some(x) = s.pause_over(slot, now) else { return };
+        let Some(r) = s.judge_resumed(now) else { return };
         if self.checkers.is_empty() || self.violation.is_some() {
             return;
         }
+        let x = &r.suspect;
         let message = format!(
             "entity {} started in slot {} at {:.3}s while it ran in slot {} (since {:.3}s), whose \
-             process, paused at {:.3}s, ran again or ended at {:.3}s, within the removal margin",
+             process, paused at {:.3}s, resumed at {:.3}s within the removal margin and still ran \
+             it at {:.3}s, past {:.3}s, by when its region must have noticed the freeze and \
+             stopped it",
             x.entity,
             x.started_in,
             x.started_at.as_secs_f64(),
             x.held_by,
             x.held_since.as_secs_f64(),
             x.paused_at.as_secs_f64(),
-            now.as_secs_f64()
+            r.resumed_at.as_secs_f64(),
+            now.as_secs_f64(),
+            r.grace_until.as_secs_f64()
         );
-        self.s18(x.started_in, message);
+        self.s18(x.held_by, message);
     }
 
     /// The process in `slot` resumed: what queued up is taken in, the timer re-armed.
     pub(super) fn sharding_resumed(&mut self, slot: usize) {
-        self.judge_pause(slot);
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
+        s.pause_over(slot, now, true);
         let margin = s.config().removal_margin;
         let ss = s.slot_mut(slot);
         let long = ss.paused_at.take().is_some_and(|at| now.saturating_sub(at) > margin);
