@@ -1,0 +1,184 @@
+//! What stores send each other, and what a caller asks of and hears from its store.
+//!
+//! Messages travel postcard-encoded on the store's lane of the transport; [`decode`] is the one
+//! way in for peer bytes, and refuses anything that does not decode or breaks a limit.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Level;
+use crate::crdt::CrdtOp;
+use crate::object::{Key, Object, Read, Refused, Value};
+use crate::version::VersionVector;
+
+/// A request as a caller makes it, and as a node forwards it to a replica that coordinates it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Read `key` from `r` replicas.
+    Get {
+        /// The key.
+        key: Key,
+        /// How many replicas must answer.
+        r: Level,
+    },
+    /// Write `value` (bytes, or a tombstone for a delete) under `key`, superseding what
+    /// `context` saw; done when `w` replicas hold it.
+    Put {
+        /// The key.
+        key: Key,
+        /// The value.
+        value: Value,
+        /// The context of the caller's last read (empty for a blind write).
+        context: VersionVector,
+        /// How many replicas must hold it.
+        w: Level,
+    },
+    /// Apply `op` to the CRDT under `key` (an empty one of the op's kind when absent), at
+    /// wall-clock time `now_ms`; done when `w` replicas hold the result.
+    Update {
+        /// The key.
+        key: Key,
+        /// The update.
+        op: CrdtOp,
+        /// Milliseconds of the caller's wall clock (registers order writes by it).
+        now_ms: u64,
+        /// How many replicas must hold it.
+        w: Level,
+    },
+}
+
+impl Request {
+    /// The key it is about.
+    pub fn key(&self) -> &Key {
+        match self {
+            Self::Get { key, .. } | Self::Put { key, .. } | Self::Update { key, .. } => key,
+        }
+    }
+}
+
+/// A request's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// What a read found.
+    Read(Read),
+    /// A write is held by enough replicas; the context of the written version.
+    Written(VersionVector),
+}
+
+/// Why a request failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataError {
+    /// Refused before anything was written.
+    #[error("{0}")]
+    Refused(#[from] Refused),
+    /// Fewer replicas can be reached than the level needs.
+    #[error("{needed} replicas are needed, {reachable} can be reached")]
+    Unavailable {
+        /// What the level needs.
+        needed: usize,
+        /// What could be reached.
+        reachable: usize,
+    },
+    /// Not enough replicas answered in time. A write may still have reached some of them.
+    #[error(
+        "{got} of the {needed} replicas needed answered within the request timeout \
+         (a write may still have reached some)"
+    )]
+    Timeout {
+        /// What the level needs.
+        needed: usize,
+        /// What answered.
+        got: usize,
+    },
+    /// A replica's storage failed.
+    #[error("storage: {0}")]
+    Storage(String),
+}
+
+/// A message between stores.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// Coordinator → replica: take in `object` under `key`; `hint` names the replica this one
+    /// stands in for (it keeps the write for it), `None` when it is a replica of the key. A hint
+    /// that is not an address makes the write refused.
+    Write {
+        /// The coordinator's request.
+        req: u64,
+        /// The key.
+        key: Key,
+        /// The versions to merge.
+        object: Object,
+        /// The unreachable replica this write is held for, by its address
+        /// (`convoke://system@host:port`).
+        hint: Option<String>,
+    },
+    /// Replica → coordinator: the write is durable (or why not).
+    WriteAck {
+        /// The coordinator's request.
+        req: u64,
+        /// Whether it is held.
+        result: Result<(), DataError>,
+    },
+    /// Coordinator → replica: what do you hold under `key`?
+    Read {
+        /// The coordinator's request.
+        req: u64,
+        /// The key.
+        key: Key,
+    },
+    /// Replica → coordinator: what it holds (including writes it holds for others).
+    ReadReply {
+        /// The coordinator's request.
+        req: u64,
+        /// Its versions, if any.
+        object: Option<Object>,
+    },
+    /// Coordinator → stale replica: take in these newer versions (no answer).
+    Repair {
+        /// The key.
+        key: Key,
+        /// The merged versions of a read.
+        object: Object,
+    },
+    /// Any node → a replica of the key: coordinate this request for me.
+    Forward {
+        /// The forwarding node's request.
+        req: u64,
+        /// The request.
+        request: Request,
+    },
+    /// The coordinator → the node that forwarded: the request's outcome.
+    ForwardReply {
+        /// The forwarding node's request.
+        req: u64,
+        /// The outcome.
+        result: Result<Reply, DataError>,
+    },
+}
+
+impl Message {
+    /// Its name, for logs and counters.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Write { .. } => "Write",
+            Self::WriteAck { .. } => "WriteAck",
+            Self::Read { .. } => "Read",
+            Self::ReadReply { .. } => "ReadReply",
+            Self::Repair { .. } => "Repair",
+            Self::Forward { .. } => "Forward",
+            Self::ForwardReply { .. } => "ForwardReply",
+        }
+    }
+}
+
+/// The bytes of a message, as they travel.
+pub fn encode(m: &Message) -> Vec<u8> {
+    // Encoding into a growable buffer fails only for types serde cannot express, which these
+    // are not; an empty frame would be dropped by the receiver.
+    postcard::to_stdvec(m).unwrap_or_default()
+}
+
+/// A message from a peer's bytes; refused when they do not decode.
+pub fn decode(bytes: &[u8]) -> Result<Message, postcard::Error> {
+    postcard::from_bytes(bytes)
+}

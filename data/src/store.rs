@@ -1,0 +1,842 @@
+//! The store's machine on one node: the replica of the keys the ring gives it, the coordinator of
+//! the requests made on it, and the keeper of writes for unreachable replicas.
+//!
+//! # Call protocol
+//!
+//! A driver (the node runtime, or the simulator) owns one [`Store`] and, for every input:
+//! 1. calls one of [`Store::handle_members`], [`Store::request`], [`Store::handle_message`] or
+//!    [`Store::handle_timeout`], with `now`;
+//! 2. when [`Store::needs_sync`] says so, calls [`Store::sync`] (it may first take in more
+//!    inputs: writes staged by many of them then reach the disk together);
+//! 3. drains [`Store::poll_output`] and carries each [`Output`] out;
+//! 4. arms a timer for [`Store::poll_timeout`].
+//!
+//! A replica acknowledges a write, and a coordinator counts its own copy, only after the sync
+//! that made it durable.
+//!
+//! # Requests
+//!
+//! A request made on a node that is not one of the key's N replicas is forwarded to the first
+//! reachable one, which coordinates it; when none is reachable it fails (`Unavailable`): only a
+//! replica gives a write its dot, because only a replica holds the dots its actor gave before
+//! (`docs/data.md`, "Actors"). The coordinator writes to the key's N replicas, standing in a
+//! fallback from further along the preference list for each unreachable one (a sloppy quorum);
+//! the fallback keeps the write as a hint and hands it to the replica once it is reachable.
+//! A read asks the same N and returns once R have answered, merged; replicas whose versions are
+//! behind the merge are repaired, including those that answer after the reply.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+use convoke_membership::timers::{Timer, Timers};
+use convoke_membership::{Address, Member, UniqueAddress};
+
+use crate::config::{DataConfig, Level};
+use crate::crdt::CrdtKind;
+use crate::message::{DataError, Message, Reply, Request};
+use crate::object::{Key, Object, Read, Refused, Value};
+use crate::ring::Ring;
+use crate::storage::Storage;
+use crate::version::{ActorId, VersionVector};
+
+/// A request made on this node, by its number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// What the driver carries out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Send `message` to the store on `to`.
+    Send {
+        /// The node.
+        to: UniqueAddress,
+        /// The message.
+        message: Message,
+    },
+    /// The request made on this node with [`Store::request`] is done.
+    Reply {
+        /// The request.
+        id: RequestId,
+        /// Its outcome.
+        result: Result<Reply, DataError>,
+    },
+    /// The object under `key` changed on this replica (for subscriptions).
+    Changed(Key),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StoreTimer {
+    /// The earliest request deadline.
+    Requests,
+    /// Offer held writes to their replicas.
+    Hints,
+}
+
+impl Timer for StoreTimer {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Who waits for a request's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Origin {
+    /// A caller on this node.
+    Local(RequestId),
+    /// A node that forwarded it, under its own number.
+    Remote(UniqueAddress, u64),
+}
+
+/// A request in flight on this node.
+#[derive(Debug)]
+struct Pending {
+    origin: Origin,
+    deadline: Instant,
+    state: Flight,
+}
+
+#[derive(Debug)]
+enum Flight {
+    /// Forwarded to a replica that coordinates it.
+    Forwarded,
+    /// A write this node coordinates: the targets (replicas or fallbacks, this node among
+    /// them) that have not answered, how many hold it, and the context to reply with.
+    Write { needed: usize, waiting: BTreeSet<Address>, acks: usize, context: VersionVector },
+    /// A read this node coordinates.
+    Read {
+        key: Key,
+        needed: usize,
+        targets: BTreeSet<Address>,
+        answers: BTreeMap<Address, Option<Object>>,
+        merged: Object,
+        replied: bool,
+    },
+    /// A held write offered to its replica.
+    Hint { replica: Address, key: Key },
+}
+
+/// An answer this replica owes once its staged writes are durable.
+#[derive(Debug)]
+enum Owed {
+    Ack { to: UniqueAddress, req: u64 },
+    OwnCopy { req: u64, me: Address },
+}
+
+/// The store's machine on one node (see the module docs for the call protocol).
+#[derive(Debug)]
+pub struct Store<S> {
+    config: DataConfig,
+    me: UniqueAddress,
+    actor: ActorId,
+    storage: S,
+    ring: Ring,
+    /// The current incarnation at each member address.
+    nodes: BTreeMap<Address, UniqueAddress>,
+    unreachable: BTreeSet<Address>,
+    next_req: u64,
+    pending: BTreeMap<u64, Pending>,
+    /// Writes held for other replicas: replica → keys.
+    hints: BTreeMap<Address, BTreeSet<Key>>,
+    hint_count: usize,
+    /// Answers held until the next sync.
+    owed: Vec<Owed>,
+    staged: bool,
+    outputs: VecDeque<Output>,
+    timers: Timers<StoreTimer, 2>,
+}
+
+impl<S: Storage> Store<S> {
+    /// The store of node `me`, over `storage`, which may hold objects and hints from an earlier
+    /// run.
+    pub fn new(
+        config: DataConfig,
+        me: UniqueAddress,
+        mut storage: S,
+        now: Instant,
+    ) -> Result<Self, S::Error> {
+        let mut hints: BTreeMap<Address, BTreeSet<Key>> = BTreeMap::new();
+        let held = storage.hints()?;
+        let hint_count = held.len();
+        for (replica, key) in held {
+            hints.entry(replica).or_default().insert(key);
+        }
+        let mut timers = Timers::default();
+        timers.set(StoreTimer::Hints, now + config.hint_interval);
+        Ok(Self {
+            actor: ActorId(me.uid.get()),
+            config,
+            me,
+            storage,
+            ring: Ring::default(),
+            nodes: BTreeMap::new(),
+            unreachable: BTreeSet::new(),
+            next_req: 0,
+            pending: BTreeMap::new(),
+            hints,
+            hint_count,
+            owed: Vec::new(),
+            staged: false,
+            outputs: VecDeque::new(),
+            timers,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &DataConfig {
+        &self.config
+    }
+
+    /// The ring as this node sees it.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// The storage, for the driver's reads of what it holds.
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// The storage, for the simulator's crash.
+    pub fn storage_mut(&mut self) -> &mut S {
+        &mut self.storage
+    }
+
+    /// Writes held for unreachable replicas.
+    pub fn hint_count(&self) -> usize {
+        self.hint_count
+    }
+
+    /// Requests in flight on this node (coordinated, forwarded, or hints offered).
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The members changed, or their reachability: the ring is rebuilt from the Up members with
+    /// the store's role.
+    pub fn handle_members(
+        &mut self,
+        members: &[Member],
+        unreachable: &BTreeSet<UniqueAddress>,
+        _now: Instant,
+    ) {
+        self.ring = Ring::of_members(members, self.config.role.as_deref(), self.config.vnodes);
+        self.nodes = members.iter().map(|m| (m.address().clone(), m.node().clone())).collect();
+        self.unreachable = unreachable.iter().map(|n| n.address.clone()).collect();
+    }
+
+    /// A caller's request, answered later by an [`Output::Reply`] with the returned id.
+    pub fn request(&mut self, request: Request, now: Instant) -> RequestId {
+        let id = RequestId(self.next_number());
+        self.start(Origin::Local(id), request, now);
+        id
+    }
+
+    /// A message from the store on `from`.
+    pub fn handle_message(&mut self, from: &UniqueAddress, message: Message, now: Instant) {
+        if let Some(key) = message_key(&message)
+            && key.as_bytes().len() > self.config.max_key_bytes
+        {
+            return;
+        }
+        match message {
+            Message::Write { req, key, object, hint } => {
+                match hint.map(|h| h.parse::<Address>()).transpose() {
+                    Ok(hint) => self.take_write(from, req, &key, &object, hint.as_ref()),
+                    Err(e) => {
+                        let result = Err(DataError::Storage(format!("a bad hint: {e}")));
+                        self.send(from.clone(), Message::WriteAck { req, result });
+                    }
+                }
+            }
+            Message::WriteAck { req, result } => self.write_acked(&from.address, req, result),
+            Message::Read { req, key } => {
+                let object = self.held(&key).unwrap_or_else(|e| {
+                    // A replica that cannot read counts as one that holds nothing; the read
+                    // goes on with the others.
+                    drop(e);
+                    None
+                });
+                self.send(from.clone(), Message::ReadReply { req, object });
+            }
+            Message::ReadReply { req, object } => self.read_answered(&from.address, req, object),
+            Message::Repair { key, object } => {
+                if object.is_well_formed() {
+                    let _ = self.merge_local(&key, &object);
+                }
+            }
+            Message::Forward { req, request } => {
+                self.start(Origin::Remote(from.clone(), req), request, now);
+            }
+            Message::ForwardReply { req, result } => {
+                if let Some(p) = self.pending.remove(&req)
+                    && matches!(p.state, Flight::Forwarded)
+                {
+                    self.finish(p.origin, result);
+                }
+            }
+        }
+    }
+
+    /// Timers that are due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.timers.take_due(StoreTimer::Requests, now) {
+            let due: Vec<u64> =
+                self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(r, _)| *r).collect();
+            for req in due {
+                if let Some(p) = self.pending.remove(&req) {
+                    self.expired(p);
+                }
+            }
+        }
+        if self.timers.take_due(StoreTimer::Hints, now) {
+            self.offer_hints(now);
+            self.timers.set(StoreTimer::Hints, now + self.config.hint_interval);
+        }
+        self.arm_requests();
+    }
+
+    /// Whether writes are staged that [`Store::sync`] must make durable before answers owed for
+    /// them go out.
+    pub fn needs_sync(&self) -> bool {
+        self.staged
+    }
+
+    /// Makes the staged writes durable, then releases the answers owed for them. On a storage
+    /// failure the owed answers become failures.
+    pub fn sync(&mut self) {
+        let result = self.storage.sync().map_err(|e| DataError::Storage(e.to_string()));
+        self.staged = false;
+        for owed in std::mem::take(&mut self.owed) {
+            match owed {
+                Owed::Ack { to, req } => {
+                    self.send(to, Message::WriteAck { req, result: result.clone() });
+                }
+                Owed::OwnCopy { req, me } => self.write_acked(&me, req, result.clone()),
+            }
+        }
+    }
+
+    /// The next output to carry out.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`Store::handle_timeout`] is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.earliest()
+    }
+
+    fn next_number(&mut self) -> u64 {
+        self.next_req += 1;
+        self.next_req
+    }
+
+    fn send(&mut self, to: UniqueAddress, message: Message) {
+        self.outputs.push_back(Output::Send { to, message });
+    }
+
+    fn reachable(&self, a: &Address) -> bool {
+        *a == self.me.address || (self.nodes.contains_key(a) && !self.unreachable.contains(a))
+    }
+
+    /// Starts `request` for `origin`: coordinated here when this node is a replica of the key,
+    /// forwarded to one otherwise.
+    fn start(&mut self, origin: Origin, request: Request, now: Instant) {
+        if let Err(e) = self.check(&request) {
+            return self.finish(origin, Err(e.into()));
+        }
+        let key = request.key().clone();
+        let replicas: Vec<Address> =
+            self.ring.replicas(key.as_bytes(), self.config.replicas).into_iter().cloned().collect();
+        if replicas.contains(&self.me.address) {
+            return self.coordinate(origin, request, &replicas, now);
+        }
+        let Some(to) = replicas.iter().find(|a| self.reachable(a)).and_then(|a| self.nodes.get(a))
+        else {
+            let needed = self.needed(&request);
+            return self.finish(origin, Err(DataError::Unavailable { needed, reachable: 0 }));
+        };
+        let to = to.clone();
+        let req = self.next_number();
+        self.pending.insert(req, self.pending_for(origin, Flight::Forwarded, now));
+        self.send(to, Message::Forward { req, request });
+        self.arm_requests();
+    }
+
+    fn pending_for(&self, origin: Origin, state: Flight, now: Instant) -> Pending {
+        Pending { origin, deadline: now + self.config.request_timeout, state }
+    }
+
+    /// Limits a request must meet before anything is written.
+    fn check(&self, request: &Request) -> Result<(), Refused> {
+        let key = request.key();
+        Key::new(key.as_str(), self.config.max_key_bytes)?;
+        let level = match request {
+            Request::Get { r, .. } => *r,
+            Request::Put { value, w, .. } => {
+                let bytes = value.size();
+                if bytes > self.config.max_value_bytes {
+                    return Err(Refused::ValueTooLarge { bytes, max: self.config.max_value_bytes });
+                }
+                *w
+            }
+            Request::Update { w, .. } => *w,
+        };
+        if let Level::Count(c) = level
+            && usize::from(c) > self.config.replicas
+        {
+            return Err(Refused::Level {
+                level: level.to_string(),
+                needed: usize::from(c),
+                replicas: self.config.replicas,
+            });
+        }
+        Ok(())
+    }
+
+    fn needed(&self, request: &Request) -> usize {
+        let level = match request {
+            Request::Get { r, .. } => *r,
+            Request::Put { w, .. } | Request::Update { w, .. } => *w,
+        };
+        level.required(self.config.replicas)
+    }
+
+    /// The targets of a request on `replicas`: each reachable replica, and for each unreachable
+    /// one the next reachable fallback, with the replica it stands in for.
+    fn targets(&self, key: &Key, replicas: &[Address]) -> Vec<(Address, Option<Address>)> {
+        let mut fallbacks = self
+            .ring
+            .preference_list(key.as_bytes())
+            .skip(replicas.len())
+            .filter(|a| self.reachable(a));
+        replicas
+            .iter()
+            .filter_map(|r| {
+                if self.reachable(r) {
+                    Some((r.clone(), None))
+                } else {
+                    fallbacks.next().map(|f| (f.clone(), Some(r.clone())))
+                }
+            })
+            .collect()
+    }
+
+    fn coordinate(&mut self, origin: Origin, request: Request, replicas: &[Address], now: Instant) {
+        let needed = self.needed(&request);
+        let key = request.key().clone();
+        let targets = self.targets(&key, replicas);
+        if targets.len() < needed {
+            let reachable = targets.len();
+            return self.finish(origin, Err(DataError::Unavailable { needed, reachable }));
+        }
+        match request {
+            Request::Get { .. } => self.coordinate_read(origin, key, needed, &targets, now),
+            Request::Put { value, context, .. } => {
+                self.coordinate_write(origin, key, needed, &targets, now, |_, object| {
+                    Ok((value, context, object))
+                });
+            }
+            Request::Update { op, now_ms, .. } => {
+                let actor = self.actor;
+                self.coordinate_write(origin, key, needed, &targets, now, |_, object| {
+                    let kind = op.kind();
+                    let mut crdt = current_crdt(&object, kind)?;
+                    crdt.apply(actor, now_ms, op).map_err(|e| Refused::Kind(e.to_string()))?;
+                    // The new state merges every current value, so it supersedes them all.
+                    let context = object.context();
+                    Ok((Value::Crdt(crdt), context, object))
+                });
+            }
+        }
+    }
+
+    /// A write coordinated here: `make` turns the local object into (value, context, object to
+    /// write into); the result gets this node's next dot, is staged here and sent to the other
+    /// targets.
+    fn coordinate_write(
+        &mut self,
+        origin: Origin,
+        key: Key,
+        needed: usize,
+        targets: &[(Address, Option<Address>)],
+        now: Instant,
+        make: impl FnOnce(&Key, Object) -> Result<(Value, VersionVector, Object), Refused>,
+    ) {
+        let local = match self.storage.get(&key) {
+            Ok(o) => o.unwrap_or_default(),
+            Err(e) => return self.finish(origin, Err(DataError::Storage(e.to_string()))),
+        };
+        let (value, context, mut object) = match make(&key, local) {
+            Ok(x) => x,
+            Err(e) => return self.finish(origin, Err(e.into())),
+        };
+        let bytes = value.size();
+        if bytes > self.config.max_value_bytes {
+            let max = self.config.max_value_bytes;
+            return self.finish(origin, Err(Refused::ValueTooLarge { bytes, max }.into()));
+        }
+        object.write(self.actor, &context, value);
+        let siblings = object.value_count();
+        if siblings > self.config.max_siblings {
+            let max = self.config.max_siblings;
+            return self.finish(origin, Err(Refused::TooManySiblings { siblings, max }.into()));
+        }
+        if let Err(e) = self.storage.put(&key, &object) {
+            return self.finish(origin, Err(DataError::Storage(e.to_string())));
+        }
+        self.staged = true;
+        self.outputs.push_back(Output::Changed(key.clone()));
+        let req = self.next_number();
+        let me = self.me.address.clone();
+        let context = object.context();
+        for (to, hint) in targets.iter().filter(|(a, _)| *a != me) {
+            let Some(node) = self.nodes.get(to).cloned() else { continue };
+            let message = Message::Write {
+                req,
+                key: key.clone(),
+                object: object.clone(),
+                hint: hint.as_ref().map(Address::to_string),
+            };
+            self.send(node, message);
+        }
+        self.owed.push(Owed::OwnCopy { req, me });
+        let waiting = targets.iter().map(|(a, _)| a.clone()).collect();
+        let flight = Flight::Write { needed, waiting, acks: 0, context };
+        self.pending.insert(req, self.pending_for(origin, flight, now));
+        self.arm_requests();
+    }
+
+    fn coordinate_read(
+        &mut self,
+        origin: Origin,
+        key: Key,
+        needed: usize,
+        targets: &[(Address, Option<Address>)],
+        now: Instant,
+    ) {
+        let req = self.next_number();
+        let me = self.me.address.clone();
+        let mut answers = BTreeMap::new();
+        let mut merged = Object::default();
+        match self.held(&key) {
+            Ok(local) => {
+                if let Some(o) = &local {
+                    merged.merge(o);
+                }
+                answers.insert(me.clone(), local);
+            }
+            Err(e) => return self.finish(origin, Err(DataError::Storage(e.to_string()))),
+        }
+        for (to, _) in targets.iter().filter(|(a, _)| *a != me) {
+            if let Some(node) = self.nodes.get(to).cloned() {
+                self.send(node, Message::Read { req, key: key.clone() });
+            }
+        }
+        let targets = targets.iter().map(|(a, _)| a.clone()).collect();
+        let flight = Flight::Read { key, needed, targets, answers, merged, replied: false };
+        self.pending.insert(req, self.pending_for(origin, flight, now));
+        self.read_progress(req);
+        self.arm_requests();
+    }
+
+    /// What this node holds under `key`: its replica and any writes it holds for others.
+    fn held(&mut self, key: &Key) -> Result<Option<Object>, S::Error> {
+        let mut object = self.storage.get(key)?;
+        let holders: Vec<Address> = self
+            .hints
+            .iter()
+            .filter(|(_, keys)| keys.contains(key))
+            .map(|(a, _)| a.clone())
+            .collect();
+        for replica in holders {
+            if let Some(h) = self.storage.hint(&replica, key)? {
+                object.get_or_insert_with(Object::default).merge(&h);
+            }
+        }
+        Ok(object)
+    }
+
+    /// Merges `object` into this replica's copy of `key`; whether it changed.
+    fn merge_local(&mut self, key: &Key, object: &Object) -> Result<bool, S::Error> {
+        let mut local = self.storage.get(key)?.unwrap_or_default();
+        if local.descends(object) {
+            return Ok(false);
+        }
+        local.merge(object);
+        self.storage.put(key, &local)?;
+        self.staged = true;
+        self.outputs.push_back(Output::Changed(key.clone()));
+        Ok(true)
+    }
+
+    /// A replica's part of a write: merged and staged (into the hints when it stands in for
+    /// `hint`), acknowledged after the sync.
+    fn take_write(
+        &mut self,
+        from: &UniqueAddress,
+        req: u64,
+        key: &Key,
+        object: &Object,
+        hint: Option<&Address>,
+    ) {
+        let refused = |e: DataError| Message::WriteAck { req, result: Err(e) };
+        if !object.is_well_formed() {
+            return self
+                .send(from.clone(), refused(DataError::Storage("malformed versions".into())));
+        }
+        let stored = match hint {
+            None => self
+                .merge_local(key, object)
+                .map(|_| ())
+                .map_err(|e| DataError::Storage(e.to_string())),
+            Some(replica) => self.hold(replica, key, object),
+        };
+        match stored {
+            Ok(()) => {
+                self.staged = true;
+                self.owed.push(Owed::Ack { to: from.clone(), req });
+            }
+            Err(e) => self.send(from.clone(), refused(e)),
+        }
+    }
+
+    /// Keeps a write for the unreachable `replica`.
+    fn hold(&mut self, replica: &Address, key: &Key, object: &Object) -> Result<(), DataError> {
+        let storage = |e: S::Error| DataError::Storage(e.to_string());
+        let known = self.hints.get(replica).is_some_and(|k| k.contains(key));
+        if !known && self.hint_count >= self.config.max_hints {
+            return Err(DataError::Storage(format!(
+                "this node holds {} writes for unreachable replicas (data.max_hints)",
+                self.hint_count
+            )));
+        }
+        let mut held = self.storage.hint(replica, key).map_err(storage)?.unwrap_or_default();
+        held.merge(object);
+        self.storage.put_hint(replica, key, &held).map_err(storage)?;
+        if !known {
+            self.hints.entry(replica.clone()).or_default().insert(key.clone());
+            self.hint_count += 1;
+        }
+        Ok(())
+    }
+
+    fn write_acked(&mut self, from: &Address, req: u64, result: Result<(), DataError>) {
+        let Some(p) = self.pending.get_mut(&req) else { return };
+        let outcome = match &mut p.state {
+            Flight::Write { needed, waiting, acks, context } => {
+                if !waiting.remove(from) {
+                    return;
+                }
+                *acks += usize::from(result.is_ok());
+                if *acks >= *needed {
+                    Some(Ok(Reply::Written(context.clone())))
+                } else if *acks + waiting.len() < *needed {
+                    // Too few targets are left to answer for it to succeed.
+                    Some(Err(result.err().unwrap_or(DataError::Unavailable {
+                        needed: *needed,
+                        reachable: *acks + waiting.len(),
+                    })))
+                } else {
+                    None
+                }
+            }
+            Flight::Hint { replica, key } => {
+                let (replica, key) = (replica.clone(), key.clone());
+                self.pending.remove(&req);
+                if result.is_ok() && *from == replica {
+                    self.hint_delivered(&replica, &key);
+                }
+                return;
+            }
+            Flight::Forwarded | Flight::Read { .. } => return,
+        };
+        if let Some(result) = outcome
+            && let Some(p) = self.pending.remove(&req)
+        {
+            self.finish(p.origin, result);
+            self.arm_requests();
+        }
+    }
+
+    fn read_answered(&mut self, from: &Address, req: u64, object: Option<Object>) {
+        let Some(Pending { state: Flight::Read { targets, answers, merged, .. }, .. }) =
+            self.pending.get_mut(&req)
+        else {
+            return;
+        };
+        if !targets.contains(from) || answers.contains_key(from) {
+            return;
+        }
+        let object = object.filter(Object::is_well_formed);
+        if let Some(o) = &object {
+            merged.merge(o);
+        }
+        answers.insert(from.clone(), object);
+        self.read_progress(req);
+    }
+
+    /// Replies once enough have answered, repairs every answer behind the merge, and ends the
+    /// read when every target has answered.
+    fn read_progress(&mut self, req: u64) {
+        let Some(p) = self.pending.get_mut(&req) else { return };
+        let Flight::Read { key, needed, targets, answers, merged, replied } = &mut p.state else {
+            return;
+        };
+        let reply = (!*replied && answers.len() >= *needed).then(|| Read::of(merged));
+        if reply.is_some() {
+            *replied = true;
+        }
+        let done = answers.len() >= targets.len();
+        let (key, merged_now) = (key.clone(), merged.clone());
+        let stale: Vec<Address> = if *replied {
+            answers
+                .iter()
+                .filter(|(_, o)| o.as_ref().is_none_or(|o| !o.descends(merged)))
+                .map(|(a, _)| a.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let origin = p.origin.clone();
+        if let Some(read) = reply {
+            self.finish(origin, Ok(Reply::Read(read)));
+        }
+        if !merged_now.is_empty() {
+            for a in &stale {
+                self.repair(a, &key, &merged_now);
+            }
+        }
+        if let Some(Pending { state: Flight::Read { answers, .. }, .. }) =
+            self.pending.get_mut(&req)
+        {
+            // Repaired answers now hold the merge.
+            for a in stale {
+                answers.insert(a, Some(merged_now.clone()));
+            }
+        }
+        if done {
+            self.pending.remove(&req);
+        }
+    }
+
+    fn repair(&mut self, at: &Address, key: &Key, object: &Object) {
+        if *at == self.me.address {
+            let _ = self.merge_local(key, object);
+        } else if let Some(node) = self.nodes.get(at).cloned() {
+            self.send(node, Message::Repair { key: key.clone(), object: object.clone() });
+        }
+    }
+
+    fn finish(&mut self, origin: Origin, result: Result<Reply, DataError>) {
+        match origin {
+            Origin::Local(id) => self.outputs.push_back(Output::Reply { id, result }),
+            Origin::Remote(node, req) => self.send(node, Message::ForwardReply { req, result }),
+        }
+    }
+
+    fn expired(&mut self, p: Pending) {
+        let result = match p.state {
+            Flight::Forwarded => Err(DataError::Timeout { needed: 1, got: 0 }),
+            Flight::Write { needed, acks, .. } => Err(DataError::Timeout { needed, got: acks }),
+            Flight::Read { needed, answers, replied, .. } => {
+                if replied {
+                    return;
+                }
+                Err(DataError::Timeout { needed, got: answers.len() })
+            }
+            Flight::Hint { .. } => return,
+        };
+        self.finish(p.origin, result);
+    }
+
+    fn arm_requests(&mut self) {
+        match self.pending.values().map(|p| p.deadline).min() {
+            Some(at) => self.timers.set(StoreTimer::Requests, at),
+            None => self.timers.clear(StoreTimer::Requests),
+        }
+    }
+
+    /// Offers every held write whose replica is reachable again and not already being offered.
+    fn offer_hints(&mut self, now: Instant) {
+        let offered: BTreeSet<(Address, Key)> = self
+            .pending
+            .values()
+            .filter_map(|p| match &p.state {
+                Flight::Hint { replica, key } => Some((replica.clone(), key.clone())),
+                _ => None,
+            })
+            .collect();
+        let due: Vec<(Address, Key)> = self
+            .hints
+            .iter()
+            .filter(|(replica, _)| self.reachable(replica) && **replica != self.me.address)
+            .flat_map(|(replica, keys)| keys.iter().map(move |k| (replica.clone(), k.clone())))
+            .filter(|x| !offered.contains(x))
+            .collect();
+        for (replica, key) in due {
+            let Ok(Some(object)) = self.storage.hint(&replica, &key) else { continue };
+            let Some(node) = self.nodes.get(&replica).cloned() else { continue };
+            let req = self.next_number();
+            let flight = Flight::Hint { replica, key: key.clone() };
+            self.pending.insert(req, self.pending_for(Origin::Local(RequestId(0)), flight, now));
+            self.send(node, Message::Write { req, key, object, hint: None });
+        }
+        self.arm_requests();
+    }
+
+    fn hint_delivered(&mut self, replica: &Address, key: &Key) {
+        if self.storage.remove_hint(replica, key).is_err() {
+            return;
+        }
+        self.staged = true;
+        if let Some(keys) = self.hints.get_mut(replica)
+            && keys.remove(key)
+        {
+            self.hint_count -= 1;
+            if keys.is_empty() {
+                self.hints.remove(replica);
+            }
+        }
+    }
+}
+
+/// The CRDT of `kind` that `object`'s current values merge to (empty when there is none);
+/// refused when a current value is anything else.
+fn current_crdt(object: &Object, kind: CrdtKind) -> Result<crate::crdt::Crdt, Refused> {
+    let mut crdt = kind.empty();
+    for v in Read::of(object).values {
+        match v {
+            Value::Crdt(c) if c.kind() == kind => {
+                let _ = crdt.merge(&c);
+            }
+            Value::Crdt(c) => {
+                return Err(Refused::Kind(format!(
+                    "the key holds a {}, not a {}",
+                    c.kind().name(),
+                    kind.name()
+                )));
+            }
+            _ => {
+                return Err(Refused::Kind(format!(
+                    "the key holds bytes, not a {}; delete it first",
+                    kind.name()
+                )));
+            }
+        }
+    }
+    Ok(crdt)
+}
+
+fn message_key(m: &Message) -> Option<&Key> {
+    match m {
+        Message::Write { key, .. } | Message::Read { key, .. } | Message::Repair { key, .. } => {
+            Some(key)
+        }
+        Message::Forward { request, .. } => Some(request.key()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,439 @@
+//! Several stores over an in-memory network in virtual time: every message is encoded and
+//! decoded as it travels, every node syncs before it answers.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use convoke_membership::member::UpNumber;
+use convoke_membership::version::AppVersion;
+use convoke_membership::{MemberStatus, Uid};
+
+use super::*;
+use crate::crdt::{Crdt, CrdtOp};
+use crate::message::{decode, encode};
+use crate::storage::MemoryStorage;
+
+struct Net {
+    stores: Vec<Store<MemoryStorage>>,
+    nodes: Vec<UniqueAddress>,
+    members: Vec<Member>,
+    now: Instant,
+    queue: VecDeque<(usize, usize, Vec<u8>)>,
+    replies: BTreeMap<(usize, RequestId), Result<Reply, DataError>>,
+    /// Nodes cut off from every other: what they send and what is sent to them is lost.
+    cut: BTreeSet<usize>,
+    /// Nodes whose syncs are held back (their staged writes stay unsynced).
+    no_sync: BTreeSet<usize>,
+    /// Messages delivered, by name.
+    sent: BTreeMap<&'static str, usize>,
+}
+
+fn node(i: usize) -> UniqueAddress {
+    let port = 25520 + u16::try_from(i).expect("a small index");
+    let address = Address::new("convoke", "127.0.0.1", port).expect("a valid address");
+    UniqueAddress::new(address, Uid::new(1000 + i as u64).expect("not zero"))
+}
+
+impl Net {
+    fn new(n: usize) -> Self {
+        Self::with(n, DataConfig::default(), |_| BTreeSet::from(["dc-default".to_owned()]))
+    }
+
+    #[allow(clippy::disallowed_methods, reason = "tests need a base instant; only offsets matter")]
+    fn with(n: usize, config: DataConfig, roles: impl Fn(usize) -> BTreeSet<String>) -> Self {
+        let now = Instant::now();
+        let nodes: Vec<UniqueAddress> = (0..n).map(node).collect();
+        let members: Vec<Member> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                Member::from_parts(
+                    u.clone(),
+                    UpNumber(u32::try_from(i).expect("small") + 1),
+                    MemberStatus::Up,
+                    roles(i),
+                    AppVersion::default(),
+                )
+            })
+            .collect();
+        let stores = nodes
+            .iter()
+            .map(|u| {
+                Store::new(config.clone(), u.clone(), MemoryStorage::new(), now).expect("memory")
+            })
+            .collect();
+        let mut net = Self {
+            stores,
+            nodes,
+            members,
+            now,
+            queue: VecDeque::new(),
+            replies: BTreeMap::new(),
+            cut: BTreeSet::new(),
+            no_sync: BTreeSet::new(),
+            sent: BTreeMap::new(),
+        };
+        net.views();
+        net
+    }
+
+    /// Every store sees the members, and the cut-off nodes as unreachable.
+    fn views(&mut self) {
+        let unreachable: BTreeSet<UniqueAddress> =
+            self.cut.iter().map(|i| self.nodes[*i].clone()).collect();
+        for (i, s) in self.stores.iter_mut().enumerate() {
+            let mut seen = unreachable.clone();
+            if self.cut.contains(&i) {
+                // A cut-off node sees every other one unreachable.
+                seen = self.nodes.iter().filter(|n| **n != self.nodes[i]).cloned().collect();
+            }
+            s.handle_members(&self.members, &seen, self.now);
+        }
+    }
+
+    fn index(&self, n: &UniqueAddress) -> usize {
+        self.nodes.iter().position(|x| x == n).expect("a node of the net")
+    }
+
+    fn request(&mut self, at: usize, request: Request) -> RequestId {
+        let now = self.now;
+        self.stores[at].request(request, now)
+    }
+
+    /// Syncs, drains and delivers until nothing moves.
+    fn settle(&mut self) {
+        loop {
+            for i in 0..self.stores.len() {
+                if self.stores[i].needs_sync() && !self.no_sync.contains(&i) {
+                    self.stores[i].sync();
+                }
+                while let Some(out) = self.stores[i].poll_output() {
+                    match out {
+                        Output::Send { to, message } => {
+                            let to = self.index(&to);
+                            self.queue.push_back((i, to, encode(&message)));
+                        }
+                        Output::Reply { id, result } => {
+                            assert!(self.replies.insert((i, id), result).is_none(), "one reply");
+                        }
+                        Output::Changed(_) => {}
+                    }
+                }
+            }
+            let Some((from, to, bytes)) = self.queue.pop_front() else { break };
+            if self.cut.contains(&from) || self.cut.contains(&to) {
+                continue;
+            }
+            let message = decode(&bytes).expect("decodes");
+            *self.sent.entry(message.name()).or_default() += 1;
+            let (from, now) = (self.nodes[from].clone(), self.now);
+            self.stores[to].handle_message(&from, message, now);
+        }
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now += by;
+        let now = self.now;
+        for s in &mut self.stores {
+            if s.poll_timeout().is_some_and(|t| t <= now) {
+                s.handle_timeout(now);
+            }
+        }
+        self.settle();
+    }
+
+    fn reply(&self, at: usize, id: RequestId) -> &Result<Reply, DataError> {
+        self.replies.get(&(at, id)).expect("answered")
+    }
+
+    fn put(&mut self, at: usize, key: &str, value: &[u8], context: VersionVector) -> VersionVector {
+        let id = self.request(at, put(key, value, context));
+        self.settle();
+        match self.reply(at, id) {
+            Ok(Reply::Written(ctx)) => ctx.clone(),
+            other => panic!("put {key} at {at}: {other:?}"),
+        }
+    }
+
+    fn get(&mut self, at: usize, key: &str) -> Read {
+        let id = self.request(at, Request::Get { key: k(key), r: Level::Quorum });
+        self.settle();
+        match self.reply(at, id) {
+            Ok(Reply::Read(r)) => r.clone(),
+            other => panic!("get {key} at {at}: {other:?}"),
+        }
+    }
+
+    /// Whether node `i` holds `key` in its replica (not as a hint), and with which values.
+    fn held(&mut self, i: usize, key: &str) -> Option<Read> {
+        let o = self.stores[i].storage_mut().get(&k(key)).expect("memory")?;
+        Some(Read::of(&o))
+    }
+
+    fn replicas(&self, key: &str) -> Vec<usize> {
+        let ring = self.stores[0].ring();
+        ring.replicas(key.as_bytes(), 3)
+            .into_iter()
+            .map(|a| self.nodes.iter().position(|n| n.address == *a).expect("a member"))
+            .collect()
+    }
+}
+
+fn k(key: &str) -> Key {
+    Key::new(key, 1024).expect("a valid key")
+}
+
+fn put(key: &str, value: &[u8], context: VersionVector) -> Request {
+    Request::Put { key: k(key), value: Value::Bytes(value.to_vec()), context, w: Level::Quorum }
+}
+
+fn bytes(r: &Read) -> Vec<&[u8]> {
+    let mut v: Vec<&[u8]> = r
+        .values
+        .iter()
+        .map(|v| match v {
+            Value::Bytes(b) => b.as_slice(),
+            other => panic!("bytes, not {other:?}"),
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn a_quorum_write_is_read_back_at_quorum_from_any_node_and_a_write_with_its_context_supersedes_it()
+{
+    let mut net = Net::new(5);
+    let ctx = net.put(0, "k", b"v1", VersionVector::new());
+    for at in 0..5 {
+        let r = net.get(at, "k");
+        assert_eq!(bytes(&r), [b"v1"], "read at {at}");
+        assert_eq!(r.context, ctx);
+    }
+    let read = net.get(3, "k");
+    net.put(4, "k", b"v2", read.context);
+    assert_eq!(bytes(&net.get(1, "k")), [b"v2"]);
+    // Every replica holds it, and no other node.
+    let replicas = net.replicas("k");
+    for i in 0..5 {
+        assert_eq!(net.held(i, "k").is_some(), replicas.contains(&i), "node {i}");
+    }
+}
+
+#[test]
+fn concurrent_writes_are_kept_as_siblings_until_a_write_with_the_merged_context() {
+    let mut net = Net::new(3);
+    let base = net.put(0, "k", b"v0", VersionVector::new());
+    net.put(1, "k", b"left", base.clone());
+    net.put(2, "k", b"right", base);
+    let read = net.get(0, "k");
+    assert_eq!(bytes(&read), [&b"left"[..], b"right"]);
+    net.put(0, "k", b"merged", read.context);
+    assert_eq!(bytes(&net.get(2, "k")), [b"merged"]);
+}
+
+#[test]
+fn a_delete_leaves_a_tombstone_that_reads_as_absent_and_supersedes_what_it_saw() {
+    let mut net = Net::new(3);
+    let ctx = net.put(0, "k", b"v", VersionVector::new());
+    let id = net.request(
+        1,
+        Request::Put { key: k("k"), value: Value::Tombstone, context: ctx, w: Level::All },
+    );
+    net.settle();
+    assert!(matches!(net.reply(1, id), Ok(Reply::Written(_))));
+    let read = net.get(2, "k");
+    assert!(read.is_empty());
+    assert!(!read.context.is_empty(), "the context of the delete, for a next write");
+}
+
+#[test]
+fn a_replica_acknowledges_only_what_it_has_synced() {
+    let mut net = Net::new(3);
+    let replicas = net.replicas("k");
+    // Two replicas hold their syncs back: a quorum write cannot complete.
+    net.no_sync.extend(&replicas[1..]);
+    let id = net.request(replicas[0], put("k", b"v", VersionVector::new()));
+    net.settle();
+    assert!(!net.replies.contains_key(&(replicas[0], id)), "not acknowledged before the syncs");
+    // One of them crashes before its sync: the write is gone from it, and it never said yes.
+    net.stores[replicas[1]].storage_mut().crash();
+    assert!(net.held(replicas[1], "k").is_none());
+    // The other syncs: the quorum is there.
+    net.no_sync.remove(&replicas[2]);
+    net.settle();
+    assert!(matches!(net.reply(replicas[0], id), Ok(Reply::Written(_))));
+}
+
+#[test]
+fn a_write_for_an_unreachable_replica_is_held_by_a_fallback_and_handed_over_when_it_returns() {
+    let mut net = Net::new(5);
+    let replicas = net.replicas("k");
+    let away = replicas[2];
+    net.cut.insert(away);
+    net.views();
+    let id = net.request(
+        replicas[0],
+        Request::Put {
+            key: k("k"),
+            value: Value::Bytes(b"v".to_vec()),
+            context: VersionVector::new(),
+            w: Level::All,
+        },
+    );
+    net.settle();
+    // All three "replicas" answered: two real ones and a fallback standing in.
+    assert!(matches!(net.reply(replicas[0], id), Ok(Reply::Written(_))));
+    let holders: Vec<usize> = (0..5).filter(|i| net.stores[*i].hint_count() == 1).collect();
+    assert_eq!(holders.len(), 1, "one fallback holds the write");
+    assert!(!replicas.contains(&holders[0]));
+    assert!(net.held(away, "k").is_none());
+
+    // The replica is back: within one hint interval it has the write and the fallback lets go.
+    net.cut.clear();
+    net.views();
+    net.advance(Duration::from_secs(1));
+    assert_eq!(net.held(away, "k").map(|r| bytes(&r).concat()), Some(b"v".to_vec()));
+    assert_eq!(net.stores[holders[0]].hint_count(), 0);
+}
+
+#[test]
+fn a_read_repairs_a_replica_that_missed_a_write() {
+    let mut net = Net::new(3);
+    let replicas = net.replicas("k");
+    net.cut.insert(replicas[2]);
+    net.views();
+    // Only two replicas in the cluster of three hold it (no fallback exists at N = 3).
+    net.put(replicas[0], "k", b"v", VersionVector::new());
+    net.cut.clear();
+    net.views();
+    assert!(net.held(replicas[2], "k").is_none());
+    let id = net.request(replicas[0], Request::Get { key: k("k"), r: Level::All });
+    net.settle();
+    assert!(matches!(net.reply(replicas[0], id), Ok(Reply::Read(r)) if bytes(r) == [b"v"]));
+    assert_eq!(net.held(replicas[2], "k").map(|r| bytes(&r).concat()), Some(b"v".to_vec()));
+    assert_eq!(net.sent.get("Repair"), Some(&1));
+}
+
+#[test]
+fn counter_updates_through_every_node_add_up_however_they_interleave() {
+    let mut net = Net::new(4);
+    let mut ids = Vec::new();
+    for round in 0..5 {
+        for at in 0..4 {
+            let op = CrdtOp::Add(i64::from(round) + 1);
+            let req = Request::Update { key: k("hits"), op, now_ms: 0, w: Level::One };
+            ids.push((at, net.request(at, req)));
+        }
+        // Updates made before the others' arrive stay concurrent, as siblings, and merge.
+        if round % 2 == 1 {
+            net.settle();
+        }
+    }
+    net.settle();
+    for (at, id) in ids {
+        assert!(matches!(net.reply(at, id), Ok(Reply::Written(_))), "{:?}", net.reply(at, id));
+    }
+    let id = net.request(0, Request::Get { key: k("hits"), r: Level::All });
+    net.settle();
+    let Ok(Reply::Read(read)) = net.reply(0, id) else { panic!("read") };
+    let [Value::Crdt(Crdt::PNCounter(c))] = read.values.as_slice() else {
+        panic!("one merged counter: {read:?}")
+    };
+    assert_eq!(c.value(), 4 * (1 + 2 + 3 + 4 + 5));
+}
+
+#[test]
+fn bad_requests_are_refused_with_the_limit_they_break_and_write_nothing() {
+    let config =
+        DataConfig { max_key_bytes: 8, max_value_bytes: 4, max_siblings: 2, ..Default::default() };
+    let mut net = Net::with(3, config, |_| BTreeSet::new());
+    let refused = |net: &mut Net, req: Request| {
+        let id = net.request(0, req);
+        net.settle();
+        match net.reply(0, id) {
+            Err(e) => e.to_string(),
+            Ok(r) => panic!("refused, not {r:?}"),
+        }
+    };
+    let long = Request::Get { key: k("much-too-long"), r: Level::One };
+    assert!(refused(&mut net, long).contains("data.max_key_bytes"));
+    let big = put("k", b"12345", VersionVector::new());
+    assert!(refused(&mut net, big).contains("data.max_value_bytes"));
+    let many = Request::Get { key: k("k"), r: Level::Count(4) };
+    assert_eq!(
+        refused(&mut net, many),
+        "level 4 needs 4 replicas, but the store keeps 3 (data.replicas)"
+    );
+    net.put(0, "k", b"a", VersionVector::new());
+    net.put(0, "k", b"b", VersionVector::new());
+    let third = put("k", b"c", VersionVector::new());
+    assert!(refused(&mut net, third).contains("data.max_siblings"));
+    let update =
+        Request::Update { key: k("k"), op: CrdtOp::Increment(1), now_ms: 0, w: Level::One };
+    assert!(refused(&mut net, update).contains("holds bytes, not a g-counter"));
+    assert_eq!(bytes(&net.get(1, "k")), [b"a", b"b"], "nothing written by the refusals");
+}
+
+#[test]
+fn too_few_reachable_replicas_make_a_request_unavailable_and_silent_ones_time_it_out() {
+    let mut net = Net::new(3);
+    let replicas = net.replicas("k");
+    net.cut.extend(&replicas[1..]);
+    net.views();
+    let id = net.request(replicas[0], put("k", b"v", VersionVector::new()));
+    net.settle();
+    assert_eq!(
+        net.reply(replicas[0], id),
+        &Err(DataError::Unavailable { needed: 2, reachable: 1 })
+    );
+
+    // Seen as reachable, but their messages are lost: the request times out.
+    net.stores[replicas[0]].handle_members(&net.members.clone(), &BTreeSet::new(), net.now);
+    let id = net.request(replicas[0], Request::Get { key: k("k"), r: Level::Quorum });
+    net.settle();
+    assert!(!net.replies.contains_key(&(replicas[0], id)));
+    net.advance(Duration::from_secs(5));
+    assert_eq!(net.reply(replicas[0], id), &Err(DataError::Timeout { needed: 2, got: 1 }));
+}
+
+#[test]
+fn a_node_without_the_role_forwards_to_a_replica() {
+    let config = DataConfig { role: Some("store".into()), ..Default::default() };
+    let mut net = Net::with(4, config, |i| {
+        if i == 0 { BTreeSet::new() } else { BTreeSet::from(["store".to_owned()]) }
+    });
+    assert!(!net.stores[0].ring().members().contains(&net.nodes[0].address));
+    net.put(0, "k", b"v", VersionVector::new());
+    assert_eq!(bytes(&net.get(0, "k")), [b"v"]);
+    assert!(net.held(0, "k").is_none(), "the node without the role holds nothing");
+    assert_eq!(net.sent.get("Forward"), Some(&2));
+}
+
+#[test]
+fn a_malformed_object_from_a_peer_is_refused_and_changes_nothing() {
+    let mut net = Net::new(3);
+    net.put(0, "k", b"v", VersionVector::new());
+    // Versions claiming more current values than writes: rejected before anything reads them.
+    let bad = malformed();
+    assert!(!bad.is_well_formed());
+    let before = net.held(1, "k");
+    let from = net.nodes[0].clone();
+    let now = net.now;
+    net.stores[1].handle_message(&from, Message::Repair { key: k("k"), object: bad }, now);
+    net.settle();
+    assert_eq!(net.held(1, "k"), before);
+}
+
+/// Versions as a peer might send them: one actor with two current values but a count of one
+/// write, the form a replica never builds.
+fn malformed() -> Object {
+    let mut good = Object::default();
+    good.write(ActorId(7), &VersionVector::new(), Value::Bytes(vec![1]));
+    good.write(ActorId(7), &VersionVector::new(), Value::Bytes(vec![2]));
+    let mut wire = postcard::to_stdvec(&good).expect("encodes");
+    // [entries: 1, actor: 7, counter: 2, values: 2, ...]: the counter becomes 1.
+    assert_eq!(wire[..4], [1, 7, 2, 2]);
+    wire[2] = 1;
+    postcard::from_bytes(&wire).expect("decodes")
+}
