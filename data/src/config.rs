@@ -91,6 +91,14 @@ pub struct DataConfig {
     pub max_hints: usize,
     /// How often a node offers its hinted writes to their replicas.
     pub hint_interval: Duration,
+    /// How often a replica compares some of its arcs with their other replicas, and hands off
+    /// a batch of keys it no longer replicates.
+    pub anti_entropy_interval: Duration,
+    /// Arcs compared per anti-entropy round: every arc a node replicates is compared once in
+    /// (its arcs / this) rounds.
+    pub arcs_per_round: usize,
+    /// Keys per handoff message.
+    pub handoff_batch: usize,
 }
 
 impl Default for DataConfig {
@@ -107,6 +115,9 @@ impl Default for DataConfig {
             max_siblings: 32,
             max_hints: 100_000,
             hint_interval: Duration::from_secs(1),
+            anti_entropy_interval: Duration::from_secs(1),
+            arcs_per_round: 4,
+            handoff_batch: 100,
         }
     }
 }

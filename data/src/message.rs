@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Level;
 use crate::crdt::CrdtOp;
 use crate::object::{Key, Object, Read, Refused, Value};
+use crate::ring::Span;
 use crate::version::VersionVector;
 
 /// A request as a caller makes it, and as a node forwards it to a replica that coordinates it.
@@ -140,6 +141,33 @@ pub enum Message {
         /// The merged versions of a read.
         object: Object,
     },
+    /// Anti-entropy, replica → replica: my digests of these spans of keys; answer where yours
+    /// differ (with finer digests, or with your keys).
+    Digests {
+        /// Each span with the digest and count of the keys held in it.
+        spans: Vec<SpanDigest>,
+    },
+    /// Anti-entropy, replica → replica: the keys I hold in `span`, each with its object's
+    /// digest; I will be sent what I lack or hold differently, and will send what you do.
+    Keys {
+        /// The span.
+        span: Span,
+        /// Keys and object digests, by (hash, key).
+        keys: Vec<(Key, u64)>,
+    },
+    /// Anti-entropy, replica → replica: send me your objects under these keys (as repairs).
+    Pull {
+        /// The keys.
+        keys: Vec<Key>,
+    },
+    /// A node that is no longer a replica of these keys → a replica: take them in (answered
+    /// with a `WriteAck` once durable).
+    Handoff {
+        /// The sender's request.
+        req: u64,
+        /// Keys and objects.
+        entries: Vec<(Key, Object)>,
+    },
     /// Any node → a replica of the key: coordinate this request for me.
     Forward {
         /// The forwarding node's request.
@@ -165,10 +193,26 @@ impl Message {
             Self::Read { .. } => "Read",
             Self::ReadReply { .. } => "ReadReply",
             Self::Repair { .. } => "Repair",
+            Self::Digests { .. } => "Digests",
+            Self::Keys { .. } => "Keys",
+            Self::Pull { .. } => "Pull",
+            Self::Handoff { .. } => "Handoff",
             Self::Forward { .. } => "Forward",
             Self::ForwardReply { .. } => "ForwardReply",
         }
     }
+}
+
+/// A span of key hashes with the digest and count of the keys a replica holds in it (see
+/// `docs/data.md`, "Anti-entropy").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanDigest {
+    /// The span.
+    pub span: Span,
+    /// The sum of its keys' digests.
+    pub digest: u64,
+    /// How many keys.
+    pub count: u64,
 }
 
 /// The bytes of a message, as they travel.

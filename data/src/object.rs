@@ -13,6 +13,9 @@ use crate::version::{VersionVector, Versions};
 pub struct Key(String);
 
 impl Key {
+    /// Below every key, for ranges of (hash, key).
+    pub(crate) const MIN: Key = Key(String::new());
+
     /// The key `name`, checked against the longest key allowed.
     pub fn new(name: impl Into<String>, max_bytes: usize) -> Result<Self, Refused> {
         let name = name.into();

@@ -89,14 +89,96 @@ impl Ring {
     /// The preference list of `key`: every member once, clockwise from the key's hash. The
     /// first N hold its replicas; the rest are its fallbacks, in order.
     pub fn preference_list(&self, key: &[u8]) -> PreferenceList<'_> {
-        let at = hash(key);
+        self.preference_list_at(hash(key))
+    }
+
+    /// The preference list of the keys whose hash is `at`.
+    pub fn preference_list_at(&self, at: u64) -> PreferenceList<'_> {
         let start = self.tokens.partition_point(|(t, _)| *t < at);
         PreferenceList { ring: self, next: start, walked: 0, seen: vec![false; self.members.len()] }
+    }
+
+    /// The arcs between consecutive tokens, clockwise from the lowest: every key of an arc has
+    /// the same preference list. An empty ring has none; a ring of one token, one arc that is
+    /// the whole ring.
+    pub fn arcs(&self) -> Vec<Arc> {
+        let n = self.tokens.len();
+        (0..n)
+            .filter_map(|i| {
+                let end = self.tokens[i].0;
+                let after = self.tokens[(i + n - 1) % n].0;
+                // Tokens that collide leave an empty arc between them.
+                (i == 0 || after != end).then_some(Arc { after, end })
+            })
+            .collect()
     }
 
     /// The `n` members that hold `key`'s replicas (fewer when the ring has fewer).
     pub fn replicas(&self, key: &[u8], n: usize) -> Vec<&Address> {
         self.preference_list(key).take(n).collect()
+    }
+}
+
+/// The keys between two consecutive tokens: hashes after `after`, up to and including `end`,
+/// clockwise (wrapping past `u64::MAX` when `end` is not above `after`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Arc {
+    /// The token before the arc (excluded).
+    pub after: u64,
+    /// The arc's own token (included): the start of its preference list.
+    pub end: u64,
+}
+
+impl Arc {
+    /// The arc as at most two inclusive ranges of hashes, in ascending order of their starts.
+    pub fn spans(self) -> impl Iterator<Item = Span> {
+        let (low, high) = if self.after < self.end {
+            (None, Some(Span { from: self.after + 1, to: self.end }))
+        } else {
+            // Wraps: from 0 to its token, and from after the previous token to the top.
+            let top = (self.after < u64::MAX).then(|| Span { from: self.after + 1, to: u64::MAX });
+            (Some(Span { from: 0, to: self.end }), top)
+        };
+        low.into_iter().chain(high)
+    }
+
+    /// Whether `h` is in it.
+    pub fn contains(self, h: u64) -> bool {
+        self.spans().any(|s| s.contains(h))
+    }
+}
+
+/// An inclusive range of key hashes.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct Span {
+    /// The lowest hash.
+    pub from: u64,
+    /// The highest hash.
+    pub to: u64,
+}
+
+impl Span {
+    /// Every hash.
+    pub const ALL: Span = Span { from: 0, to: u64::MAX };
+
+    /// Whether `h` is in it.
+    pub fn contains(self, h: u64) -> bool {
+        (self.from..=self.to).contains(&h)
+    }
+
+    /// Cut into at most `parts` spans of about equal width, in order.
+    pub fn split(self, parts: u64) -> Vec<Span> {
+        let width = u128::from(self.to - self.from) + 1;
+        let parts = u128::from(parts.max(1)).min(width);
+        (0..parts)
+            .map(|i| {
+                let lo = u128::from(self.from) + width * i / parts;
+                let hi = u128::from(self.from) + width * (i + 1) / parts - 1;
+                Span { from: lo as u64, to: hi as u64 }
+            })
+            .collect()
     }
 }
 

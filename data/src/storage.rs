@@ -12,6 +12,7 @@ use std::convert::Infallible;
 use convoke_membership::Address;
 
 use crate::object::{Key, Object};
+use crate::ring::{Span, hash};
 
 /// A replica's durable objects, and the writes it holds for other replicas (hints).
 pub trait Storage {
@@ -23,6 +24,17 @@ pub trait Storage {
 
     /// Stages `object` as the one under `key`.
     fn put(&mut self, key: &Key, object: &Object) -> Result<(), Self::Error>;
+
+    /// Up to `limit` objects whose keys hash into `span`, in the order of (hash, key), starting
+    /// after `after` when given (a cursor: the last key of the previous page), staged writes
+    /// included. Objects are kept in that order so that a range of the ring is one range of the
+    /// storage.
+    fn scan(
+        &mut self,
+        span: Span,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<(Key, Object)>, Self::Error>;
 
     /// Stages the removal of `key`.
     fn remove(&mut self, key: &Key) -> Result<(), Self::Error>;
@@ -52,7 +64,8 @@ pub trait Storage {
 /// [`MemoryStorage::crash`], as a process crash loses what it had not synced.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryStorage {
-    objects: BTreeMap<Key, Object>,
+    /// By (hash of the key, key).
+    objects: BTreeMap<(u64, Key), Object>,
     hints: BTreeMap<(Address, Key), Object>,
     /// What each entry changed since the last sync held before, for a crash to restore.
     undo: BTreeMap<Slot, Option<Object>>,
@@ -61,7 +74,7 @@ pub struct MemoryStorage {
 /// An entry of [`MemoryStorage`].
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Slot {
-    Object(Key),
+    Object(u64, Key),
     Hint(Address, Key),
 }
 
@@ -75,8 +88,8 @@ impl MemoryStorage {
     pub fn crash(&mut self) {
         for (slot, before) in std::mem::take(&mut self.undo) {
             match (slot, before) {
-                (Slot::Object(k), Some(o)) => drop(self.objects.insert(k, o)),
-                (Slot::Object(k), None) => drop(self.objects.remove(&k)),
+                (Slot::Object(h, k), Some(o)) => drop(self.objects.insert((h, k), o)),
+                (Slot::Object(h, k), None) => drop(self.objects.remove(&(h, k))),
                 (Slot::Hint(a, k), Some(o)) => drop(self.hints.insert((a, k), o)),
                 (Slot::Hint(a, k), None) => drop(self.hints.remove(&(a, k))),
             }
@@ -85,7 +98,7 @@ impl MemoryStorage {
 
     /// Keys held, as staged.
     pub fn keys(&self) -> impl Iterator<Item = &Key> + '_ {
-        self.objects.keys()
+        self.objects.keys().map(|(_, k)| k)
     }
 
     /// How many writes are held for other replicas, as staged.
@@ -94,11 +107,12 @@ impl MemoryStorage {
     }
 
     fn set_object(&mut self, key: &Key, object: Option<Object>) {
+        let at = (hash(key.as_bytes()), key.clone());
         let before = match object {
-            Some(o) => self.objects.insert(key.clone(), o),
-            None => self.objects.remove(key),
+            Some(o) => self.objects.insert(at.clone(), o),
+            None => self.objects.remove(&at),
         };
-        self.undo.entry(Slot::Object(key.clone())).or_insert(before);
+        self.undo.entry(Slot::Object(at.0, at.1)).or_insert(before);
     }
 
     fn set_hint(&mut self, replica: &Address, key: &Key, object: Option<Object>) {
@@ -115,7 +129,28 @@ impl Storage for MemoryStorage {
     type Error = Infallible;
 
     fn get(&mut self, key: &Key) -> Result<Option<Object>, Infallible> {
-        Ok(self.objects.get(key).cloned())
+        Ok(self.objects.get(&(hash(key.as_bytes()), key.clone())).cloned())
+    }
+
+    fn scan(
+        &mut self,
+        span: Span,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<(Key, Object)>, Infallible> {
+        use std::ops::Bound;
+        let start = match after {
+            Some(k) => Bound::Excluded((hash(k.as_bytes()), k.clone())),
+            None => Bound::Included((span.from, Key::MIN)),
+        };
+        Ok(self
+            .objects
+            .range((start, Bound::Unbounded))
+            .skip_while(|((h, _), _)| *h < span.from)
+            .take_while(|((h, _), _)| *h <= span.to)
+            .take(limit)
+            .map(|((_, k), o)| (k.clone(), o.clone()))
+            .collect())
     }
 
     fn put(&mut self, key: &Key, object: &Object) -> Result<(), Infallible> {

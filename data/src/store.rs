@@ -70,6 +70,8 @@ enum StoreTimer {
     Requests,
     /// Offer held writes to their replicas.
     Hints,
+    /// Anti-entropy and handoff.
+    Maintenance,
 }
 
 impl Timer for StoreTimer {
@@ -113,6 +115,9 @@ enum Flight {
     },
     /// A held write offered to its replica.
     Hint { replica: Address, key: Key },
+    /// Keys of `arc`, which this node no longer replicates, sent to its replicas; those that
+    /// have not acknowledged.
+    Handoff { arc: crate::ring::Arc, waiting: BTreeSet<Address>, entries: Vec<(Key, Object)> },
 }
 
 /// An answer this replica owes once its staged writes are durable.
@@ -142,7 +147,11 @@ pub struct Store<S> {
     owed: Vec<Owed>,
     staged: bool,
     outputs: VecDeque<Output>,
-    timers: Timers<StoreTimer, 2>,
+    timers: Timers<StoreTimer, 3>,
+    /// Anti-entropy's cursor over this node's arcs and their peers.
+    ae_next: usize,
+    /// Handoffs completed, each a new actor (see `maintenance::handed_off`).
+    epoch: u64,
 }
 
 impl<S: Storage> Store<S> {
@@ -162,6 +171,7 @@ impl<S: Storage> Store<S> {
         }
         let mut timers = Timers::default();
         timers.set(StoreTimer::Hints, now + config.hint_interval);
+        timers.set(StoreTimer::Maintenance, now + config.anti_entropy_interval);
         Ok(Self {
             actor: ActorId(me.uid.get()),
             config,
@@ -178,6 +188,8 @@ impl<S: Storage> Store<S> {
             staged: false,
             outputs: VecDeque::new(),
             timers,
+            ae_next: 0,
+            epoch: 0,
         })
     }
 
@@ -264,6 +276,10 @@ impl<S: Storage> Store<S> {
                     let _ = self.merge_local(&key, &object);
                 }
             }
+            Message::Digests { spans } => self.digests_received(&from.address, spans),
+            Message::Keys { span, keys } => self.keys_received(&from.address, span, keys),
+            Message::Pull { keys } => self.pull_received(&from.address, keys),
+            Message::Handoff { req, entries } => self.handoff_received(from, req, entries),
             Message::Forward { req, request } => {
                 self.start(Origin::Remote(from.clone(), req), request, now);
             }
@@ -291,6 +307,10 @@ impl<S: Storage> Store<S> {
         if self.timers.take_due(StoreTimer::Hints, now) {
             self.offer_hints(now);
             self.timers.set(StoreTimer::Hints, now + self.config.hint_interval);
+        }
+        if self.timers.take_due(StoreTimer::Maintenance, now) {
+            self.maintain(now);
+            self.timers.set(StoreTimer::Maintenance, now + self.config.anti_entropy_interval);
         }
         self.arm_requests();
     }
@@ -649,6 +669,20 @@ impl<S: Storage> Store<S> {
                 }
                 return;
             }
+            Flight::Handoff { waiting, entries, .. } => {
+                if result.is_err() {
+                    // Tried again in a later round.
+                    self.pending.remove(&req);
+                    return;
+                }
+                waiting.remove(from);
+                if waiting.is_empty() {
+                    let entries = std::mem::take(entries);
+                    self.pending.remove(&req);
+                    self.handed_off(entries);
+                }
+                return;
+            }
             Flight::Forwarded | Flight::Read { .. } => return,
         };
         if let Some(result) = outcome
@@ -745,7 +779,7 @@ impl<S: Storage> Store<S> {
                 }
                 Err(DataError::Timeout { needed, got: answers.len() })
             }
-            Flight::Hint { .. } => return,
+            Flight::Hint { .. } | Flight::Handoff { .. } => return,
         };
         self.finish(p.origin, result);
     }
@@ -828,6 +862,7 @@ fn current_crdt(object: &Object, kind: CrdtKind) -> Result<crate::crdt::Crdt, Re
     Ok(crdt)
 }
 
+/// The key a message is about, when it is about one.
 fn message_key(m: &Message) -> Option<&Key> {
     match m {
         Message::Write { key, .. } | Message::Read { key, .. } | Message::Repair { key, .. } => {
@@ -838,5 +873,6 @@ fn message_key(m: &Message) -> Option<&Key> {
     }
 }
 
+mod maintenance;
 #[cfg(test)]
 mod tests;

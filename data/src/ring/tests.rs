@@ -73,3 +73,41 @@ fn a_new_member_takes_keys_only_for_itself_and_moves_about_its_share() {
     // The newcomer holds about 3/11 of the keys (27%).
     assert!((2_000..3_500).contains(&moved), "{moved} of 10000 keys moved");
 }
+
+#[test]
+fn the_arcs_cover_every_hash_once_and_share_a_preference_list_each() {
+    let r = ring(1..=4);
+    let arcs = r.arcs();
+    assert_eq!(arcs.len(), 4 * 64);
+    let mut spans: Vec<Span> = arcs.iter().flat_map(|a| a.spans()).collect();
+    spans.sort_unstable();
+    assert_eq!(spans[0].from, 0);
+    assert_eq!(spans.last().map(|s| s.to), Some(u64::MAX));
+    for pair in spans.windows(2) {
+        assert_eq!(pair[0].to + 1, pair[1].from, "no gap, no overlap");
+    }
+    for i in 0..2_000 {
+        let h = hash(&key(i));
+        let arc = arcs.iter().find(|a| a.contains(h)).expect("an arc holds every hash");
+        let at_end: Vec<&Address> = r.preference_list_at(arc.end).collect();
+        let of_key: Vec<&Address> = r.preference_list(&key(i)).collect();
+        assert_eq!(of_key, at_end);
+    }
+    let one = Ring::new([addr(1)], 1);
+    assert_eq!(one.arcs().len(), 1);
+    let whole: Vec<Span> = one.arcs()[0].spans().collect();
+    assert_eq!(whole.iter().map(|s| u128::from(s.to - s.from) + 1).sum::<u128>(), 1u128 << 64);
+}
+
+#[test]
+fn a_span_splits_into_parts_that_cover_it_exactly() {
+    for span in [Span::ALL, Span { from: 10, to: 25 }, Span { from: 7, to: 7 }] {
+        let parts = span.split(16);
+        assert_eq!(parts.first().map(|s| s.from), Some(span.from));
+        assert_eq!(parts.last().map(|s| s.to), Some(span.to));
+        for pair in parts.windows(2) {
+            assert_eq!(pair[0].to + 1, pair[1].from);
+        }
+    }
+    assert_eq!(Span { from: 7, to: 7 }.split(16).len(), 1);
+}

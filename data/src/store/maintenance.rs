@@ -1,0 +1,258 @@
+//! What a replica does without being asked: anti-entropy with the other replicas of its arcs,
+//! and handoff of the keys it holds but no longer replicates (`docs/data.md`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use convoke_membership::Address;
+
+use super::{Flight, Origin, RequestId, Store};
+use crate::message::{Message, SpanDigest};
+use crate::object::{Key, Object};
+use crate::ring::{Arc, Span, hash};
+use crate::storage::Storage;
+use crate::version::ActorId;
+
+/// A span holding at most this many keys on both sides is compared key by key; a larger one is
+/// split into [`FANOUT`] finer spans first.
+pub(super) const KEYS_AT_ONCE: u64 = 128;
+/// How many finer spans a differing span is split into.
+const FANOUT: u64 = 16;
+/// Objects read per page of a scan.
+const PAGE: usize = 1024;
+
+/// The digest of one object under one key: what anti-entropy compares.
+pub(super) fn digest(key: &Key, object: &Object) -> u64 {
+    let mut bytes = key.as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend(postcard::to_stdvec(object).unwrap_or_default());
+    hash(&bytes)
+}
+
+impl<S: Storage> Store<S> {
+    /// The arcs whose replicas include this node, and those of its keys that it does not.
+    fn arcs(&self) -> (Vec<Arc>, Vec<Arc>) {
+        let n = self.config.replicas;
+        self.ring.arcs().into_iter().partition(|a| {
+            self.ring.preference_list_at(a.end).take(n).any(|m| *m == self.me.address)
+        })
+    }
+
+    /// The other replicas of `arc`, all of them reachable; `None` when one is not.
+    fn peers_of(&self, arc: Arc) -> Option<Vec<Address>> {
+        let replicas: Vec<Address> = self
+            .ring
+            .preference_list_at(arc.end)
+            .take(self.config.replicas)
+            .filter(|a| **a != self.me.address)
+            .cloned()
+            .collect();
+        replicas.iter().all(|a| self.reachable(a)).then_some(replicas)
+    }
+
+    /// One maintenance round: the next [`DataConfig::arcs_per_round`](crate::DataConfig) arcs
+    /// this node replicates are compared, each with one of its other replicas in turn, and a
+    /// batch of keys it holds but no longer replicates is handed off.
+    pub(super) fn maintain(&mut self, now: Instant) {
+        let (mine, others) = self.arcs();
+        let mut to_peer: BTreeMap<Address, Vec<SpanDigest>> = BTreeMap::new();
+        for _ in 0..self.config.arcs_per_round.min(mine.len()) {
+            self.ae_next = self.ae_next.wrapping_add(1);
+            let arc = mine[self.ae_next % mine.len()];
+            let peers: Vec<Address> = self
+                .ring
+                .preference_list_at(arc.end)
+                .take(self.config.replicas)
+                .filter(|a| **a != self.me.address && self.reachable(a))
+                .cloned()
+                .collect();
+            if peers.is_empty() {
+                continue;
+            }
+            let peer = peers[(self.ae_next / mine.len()) % peers.len()].clone();
+            let spans: Vec<SpanDigest> = arc.spans().filter_map(|s| self.span_digest(s)).collect();
+            to_peer.entry(peer).or_default().extend(spans);
+        }
+        for (peer, spans) in to_peer {
+            self.send_to(&peer, Message::Digests { spans });
+        }
+        self.hand_off(&others, now);
+    }
+
+    /// Digest and count of the keys held in `span`; `None` when the storage fails.
+    fn span_digest(&mut self, span: Span) -> Option<SpanDigest> {
+        let (mut sum, mut count) = (0u64, 0u64);
+        let mut after: Option<Key> = None;
+        loop {
+            let page = self.storage.scan(span, after.as_ref(), PAGE).ok()?;
+            for (k, o) in &page {
+                sum = sum.wrapping_add(digest(k, o));
+                count += 1;
+            }
+            if page.len() < PAGE {
+                return Some(SpanDigest { span, digest: sum, count });
+            }
+            after = page.last().map(|(k, _)| k.clone());
+        }
+    }
+
+    /// Keys held in `span` with their objects; `None` when the storage fails.
+    fn held_in(&mut self, span: Span) -> Option<Vec<(Key, Object)>> {
+        let mut all = Vec::new();
+        loop {
+            let page = self.storage.scan(span, all.last().map(|(k, _)| k), PAGE).ok()?;
+            let full = page.len() == PAGE;
+            all.extend(page);
+            if !full {
+                return Some(all);
+            }
+        }
+    }
+
+    /// A peer's digests: spans that differ are answered with finer digests, or, when small on
+    /// both sides, with this node's keys.
+    pub(super) fn digests_received(&mut self, from: &Address, spans: Vec<SpanDigest>) {
+        let mut finer = Vec::new();
+        for theirs in spans {
+            let Some(mine) = self.span_digest(theirs.span) else { continue };
+            if mine.digest == theirs.digest && mine.count == theirs.count {
+                continue;
+            }
+            let single = theirs.span.from == theirs.span.to;
+            if single || (mine.count <= KEYS_AT_ONCE && theirs.count <= KEYS_AT_ONCE) {
+                let Some(held) = self.held_in(theirs.span) else { continue };
+                let keys = held.iter().map(|(k, o)| (k.clone(), digest(k, o))).collect();
+                self.send_to(from, Message::Keys { span: theirs.span, keys });
+            } else {
+                finer.extend(
+                    theirs.span.split(FANOUT).into_iter().filter_map(|s| self.span_digest(s)),
+                );
+            }
+        }
+        if !finer.is_empty() {
+            self.send_to(from, Message::Digests { spans: finer });
+        }
+    }
+
+    /// A peer's keys in a span: what it lacks or holds differently is sent to it, what this
+    /// node lacks or holds differently is asked of it.
+    pub(super) fn keys_received(&mut self, from: &Address, span: Span, keys: Vec<(Key, u64)>) {
+        let Some(held) = self.held_in(span) else { return };
+        let theirs: BTreeMap<Key, u64> =
+            keys.into_iter().filter(|(k, _)| span.contains(hash(k.as_bytes()))).collect();
+        let mut pull = Vec::new();
+        let mut mine = BTreeSet::new();
+        for (k, o) in held {
+            let d = digest(&k, &o);
+            if theirs.get(&k) != Some(&d) {
+                self.send_to(from, Message::Repair { key: k.clone(), object: o });
+                if theirs.contains_key(&k) {
+                    pull.push(k.clone());
+                }
+            }
+            mine.insert(k);
+        }
+        pull.extend(theirs.into_keys().filter(|k| !mine.contains(k)));
+        if !pull.is_empty() {
+            self.send_to(from, Message::Pull { keys: pull });
+        }
+    }
+
+    /// A peer asks for objects: each held one goes as a repair.
+    pub(super) fn pull_received(&mut self, from: &Address, keys: Vec<Key>) {
+        for k in keys {
+            if let Ok(Some(o)) = self.storage.get(&k) {
+                self.send_to(from, Message::Repair { key: k, object: o });
+            }
+        }
+    }
+
+    /// Hands off up to [`DataConfig::handoff_batch`](crate::DataConfig) of the keys held in
+    /// arcs this node does not replicate, each arc's to every one of its replicas, when all are
+    /// reachable and that arc is not being handed off already.
+    fn hand_off(&mut self, others: &[Arc], now: Instant) {
+        let busy: BTreeSet<Arc> = self
+            .pending
+            .values()
+            .filter_map(|p| match &p.state {
+                Flight::Handoff { arc, .. } => Some(*arc),
+                _ => None,
+            })
+            .collect();
+        let mut budget = self.config.handoff_batch;
+        for arc in others.iter().filter(|a| !busy.contains(a)) {
+            if budget == 0 {
+                break;
+            }
+            let mut batch = Vec::new();
+            for span in arc.spans() {
+                match self.storage.scan(span, None, budget - batch.len()) {
+                    Ok(page) => batch.extend(page),
+                    Err(_) => return,
+                }
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            let Some(peers) = self.peers_of(*arc).filter(|p| !p.is_empty()) else { continue };
+            budget -= batch.len();
+            let req = self.next_number();
+            for p in &peers {
+                self.send_to(p, Message::Handoff { req, entries: batch.clone() });
+            }
+            let waiting = peers.into_iter().collect();
+            let flight = Flight::Handoff { arc: *arc, waiting, entries: batch };
+            let pending = self.pending_for(Origin::Local(RequestId(0)), flight, now);
+            self.pending.insert(req, pending);
+        }
+        self.arm_requests();
+    }
+
+    /// Every replica has the handed-off keys: those not written here since are dropped, and
+    /// this node takes a new actor, since it no longer holds the dots it gave them.
+    pub(super) fn handed_off(&mut self, entries: Vec<(Key, Object)>) {
+        let mut dropped = false;
+        for (k, sent) in entries {
+            if let Ok(Some(now)) = self.storage.get(&k)
+                && now == sent
+                && self.storage.remove(&k).is_ok()
+            {
+                dropped = true;
+            }
+        }
+        if dropped {
+            self.staged = true;
+            self.epoch += 1;
+            let mut bytes = self.me.uid.get().to_be_bytes().to_vec();
+            bytes.extend(self.epoch.to_be_bytes());
+            self.actor = ActorId(hash(&bytes));
+        }
+    }
+
+    /// A handoff from a node that no longer replicates these keys: merged, acknowledged after
+    /// the sync.
+    pub(super) fn handoff_received(
+        &mut self,
+        from: &convoke_membership::UniqueAddress,
+        req: u64,
+        entries: Vec<(Key, Object)>,
+    ) {
+        for (k, o) in &entries {
+            if k.as_bytes().len() > self.config.max_key_bytes || !o.is_well_formed() {
+                continue;
+            }
+            if let Err(e) = self.merge_local(k, o) {
+                let result = Err(crate::message::DataError::Storage(e.to_string()));
+                return self.send(from.clone(), Message::WriteAck { req, result });
+            }
+        }
+        self.staged = true;
+        self.owed.push(super::Owed::Ack { to: from.clone(), req });
+    }
+
+    fn send_to(&mut self, to: &Address, message: Message) {
+        if let Some(node) = self.nodes.get(to).cloned() {
+            self.send(node, message);
+        }
+    }
+}
