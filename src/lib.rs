@@ -81,6 +81,7 @@ pub use convoke_membership as membership;
 
 pub mod bootstrap;
 pub mod control;
+pub mod data;
 mod driver;
 pub mod health;
 mod lease;

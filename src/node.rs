@@ -10,6 +10,7 @@ use convoke_membership::{Address, CurrentClusterState, MemberStatus, UniqueAddre
 use tokio::sync::watch;
 
 use crate::control::{Control, JoinCommandError, NodeStopped, Snapshot, Subscription, Termination};
+use crate::data::Data;
 use crate::health::HealthChecks;
 use crate::management;
 use crate::messaging::Messaging;
@@ -48,6 +49,7 @@ struct Inner {
     messaging: Messaging,
     singletons: Singletons,
     sharding: Sharding,
+    data: Data,
     leave_timeout: Duration,
     management_addr: Option<SocketAddr>,
     /// Dropped with the last handle, which stops the management server.
@@ -62,6 +64,7 @@ pub(crate) struct NodeParts {
     pub(crate) messaging: Messaging,
     pub(crate) singletons: Singletons,
     pub(crate) sharding: Sharding,
+    pub(crate) data: Data,
     pub(crate) leave_timeout: Duration,
     pub(crate) management_addr: Option<SocketAddr>,
     pub(crate) management_stop: watch::Sender<()>,
@@ -76,6 +79,7 @@ impl Node {
                 messaging: parts.messaging,
                 singletons: parts.singletons,
                 sharding: parts.sharding,
+                data: parts.data,
                 leave_timeout: parts.leave_timeout,
                 management_addr: parts.management_addr,
                 _management_stop: parts.management_stop,
@@ -141,6 +145,13 @@ impl Node {
     /// Cluster sharding: start an entity type, send to its entities.
     pub fn sharding(&self) -> &Sharding {
         &self.inner.sharding
+    }
+
+    /// The replicated store: keys partitioned over the members, read and written at the level
+    /// a caller picks (`docs/data.md`). Answers [`crate::data::DataError::NotRunning`] unless
+    /// `data.enabled`.
+    pub fn data(&self) -> &Data {
+        &self.inner.data
     }
 
     /// The transport, for its counters.

@@ -39,6 +39,9 @@ pub enum StartError {
     /// The configured seed nodes were refused.
     #[error(transparent)]
     Join(#[from] JoinError),
+    /// The replicated store could not start.
+    #[error(transparent)]
+    Data(#[from] crate::data::DataStartError),
     /// The management server could not start.
     #[error("cannot start the management server on {addr}: {source}")]
     Management {
@@ -131,6 +134,7 @@ impl Node {
             c.core.roles.clone(),
             settings.singleton.removal_margin(&c.core),
         );
+        let data = crate::data::Data::start(&settings.data, &messaging, &control)?;
         tracing::info!(node = %self_node.address, uid = %self_node.uid, listen = %local, "cluster node started");
 
         let management = if settings.management.enabled {
@@ -157,6 +161,7 @@ impl Node {
             started_at,
             singletons: singletons.statuses(),
             sharding: Some(sharding.clone()),
+            data: data.clone(),
         };
         let (management_stop, stopped) = watch::channel(());
         if let Some(m) = management {
@@ -168,6 +173,7 @@ impl Node {
             messaging,
             singletons,
             sharding,
+            data,
             leave_timeout: c.leave_timeout,
             management_addr,
             management_stop,

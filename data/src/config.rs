@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// How many replicas must answer a read (R) or accept a write (W).
+/// How many replicas must answer a read (R) or accept a write (W). Written as `one`, `quorum`,
+/// `all` or a count (`"2"`), in settings, URLs and on the wire alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(into = "String", try_from = "String")]
 pub enum Level {
     /// One replica.
     One,
@@ -41,6 +42,20 @@ impl fmt::Display for Level {
             Self::All => f.write_str("all"),
             Self::Count(c) => write!(f, "{c}"),
         }
+    }
+}
+
+impl From<Level> for String {
+    fn from(l: Level) -> String {
+        l.to_string()
+    }
+}
+
+impl TryFrom<String> for Level {
+    type Error = BadLevel;
+
+    fn try_from(s: String) -> Result<Self, BadLevel> {
+        s.parse()
     }
 }
 

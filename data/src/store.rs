@@ -152,6 +152,8 @@ pub struct Store<S> {
     ae_next: usize,
     /// Handoffs completed, each a new actor (see `maintenance::handed_off`).
     epoch: u64,
+    /// When this node last exchanged anti-entropy digests with each peer.
+    exchanged: BTreeMap<Address, Instant>,
 }
 
 impl<S: Storage> Store<S> {
@@ -190,6 +192,7 @@ impl<S: Storage> Store<S> {
             timers,
             ae_next: 0,
             epoch: 0,
+            exchanged: BTreeMap::new(),
         })
     }
 
@@ -216,6 +219,11 @@ impl<S: Storage> Store<S> {
     /// Writes held for unreachable replicas.
     pub fn hint_count(&self) -> usize {
         self.hint_count
+    }
+
+    /// When this node last exchanged anti-entropy digests with each peer (sent or received).
+    pub fn anti_entropy_exchanges(&self) -> &BTreeMap<Address, Instant> {
+        &self.exchanged
     }
 
     /// Requests in flight on this node (coordinated, forwarded, or hints offered).
@@ -276,7 +284,10 @@ impl<S: Storage> Store<S> {
                     let _ = self.merge_local(&key, &object);
                 }
             }
-            Message::Digests { spans } => self.digests_received(&from.address, spans),
+            Message::Digests { spans } => {
+                self.exchanged.insert(from.address.clone(), now);
+                self.digests_received(&from.address, spans);
+            }
             Message::Keys { span, keys } => self.keys_received(&from.address, span, keys),
             Message::Pull { keys } => self.pull_received(&from.address, keys),
             Message::Handoff { req, entries } => self.handoff_received(from, req, entries),

@@ -117,6 +117,7 @@ impl StandIn {
             started_at: tokio::time::Instant::now(),
             singletons: Default::default(),
             sharding: None,
+            data: crate::data::Data::disabled(),
         };
         Self { handle, asked, events }
     }

@@ -114,6 +114,8 @@ pub struct Handle {
     pub singletons: crate::singleton::Statuses,
     /// The node's sharded entity types (`/cluster/shards`); `None` serves none.
     pub sharding: Option<crate::sharding::Sharding>,
+    /// The replicated store (`/data/...`).
+    pub data: crate::data::Data,
 }
 
 /// What every handler sees. axum clones it for each request that extracts it: one shared

@@ -43,6 +43,7 @@ fn unjoined(s: &Settings) -> Handle {
         started_at: tokio::time::Instant::now(),
         singletons: Default::default(),
         sharding: None,
+        data: crate::data::Data::disabled(),
     }
 }
 

@@ -2,18 +2,20 @@
 //! membership core's own [`CoreConfig`]), `[management]` ([`ManagementSettings`]), `[bootstrap]`
 //! (the bootstrap crate's [`BootstrapSettings`]) and `[discovery]` ([`DiscoverySettings`], with
 //! the discovery crate's [`DnsSettings`] and [`KubernetesSettings`]), `[singleton]`,
-//! `[sharding]` and `[runtime]` ([`RuntimeSettings`], the process's threads).
+//! `[sharding]`, `[data]` ([`DataSettings`], the replicated store) and `[runtime]`
+//! ([`RuntimeSettings`], the process's threads).
 //! Library types are the tables themselves, so each default and each check is written once, next
 //! to the type it belongs to.
 //!
 //! Layout: `sources.rs` (the layers: defaults, file, `CONVOKE_*`, `--set`, and the two tables a
 //! library type shares with the runtime), `error.rs` ([`SettingsError`]), `cluster.rs`,
 //! `lease.rs` (where the split-brain lease lives), `management.rs`, `discovery.rs`, `host.rs`
-//! (`"<getHostAddress>"`), `singleton.rs`, `sharding.rs`, `runtime.rs`. Adding a setting: see
+//! (`"<getHostAddress>"`), `singleton.rs`, `sharding.rs`, `data.rs`, `runtime.rs`. Adding a setting: see
 //! `docs/architecture.md`, "Adding a setting".
 
 mod cluster;
 mod cluster_tls;
+mod data;
 mod discovery;
 mod error;
 mod host;
@@ -29,6 +31,7 @@ pub use cluster_tls::{ClusterTlsSettings, TlsFiles, TlsMaterial, crypto_provider
 pub use convoke_bootstrap::{BootstrapSettings, ContactPointSettings};
 pub use convoke_discovery::settings::{DnsSettings, KubernetesSettings};
 pub use convoke_membership::config::Config as CoreConfig;
+pub use data::{DataSettings, SyncMode};
 pub use discovery::{
     AggregateDiscoverySettings, ConfigDiscoverySettings, ConfigService, DiscoverySettings,
     Endpoint, METHODS,
@@ -69,6 +72,8 @@ pub struct Settings {
     pub singleton: SingletonSettings,
     /// `[sharding]`: defaults of sharded entity types.
     pub sharding: ShardingSettings,
+    /// `[data]`: the replicated store.
+    pub data: DataSettings,
     /// `[runtime]`: the threads `convoke run` runs the node on.
     pub runtime: RuntimeSettings,
     /// The Kubernetes location of the split-brain lease, read from
@@ -110,6 +115,7 @@ impl Settings {
         self.discovery.validate()?;
         self.singleton.validate()?;
         self.sharding.validate()?;
+        self.data.validate()?;
         self.runtime.validate()
     }
 

@@ -74,6 +74,7 @@ impl<S: Storage> Store<S> {
             to_peer.entry(peer).or_default().extend(spans);
         }
         for (peer, spans) in to_peer {
+            self.exchanged.insert(peer.clone(), now);
             self.send_to(&peer, Message::Digests { spans });
         }
         self.hand_off(&others, now);

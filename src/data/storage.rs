@@ -1,0 +1,186 @@
+//! The replicas on disk: the store machine's [`Storage`] over fjall (`docs/data.md`, "Storage
+//! engine").
+//!
+//! Two keyspaces in one database under `data.dir`: `objects`, keyed by the key's ring hash
+//! (8 bytes, big-endian) followed by the key, so that a range of the ring is one range of the
+//! keyspace; and `hints`, keyed by the replica's address, a zero byte, then the same. Values are
+//! the postcard encoding of the key's versions. Writes are visible at once and durable after
+//! [`Storage::sync`], which syncs fjall's journal to disk.
+
+use std::path::Path;
+
+use convoke_data::ring::{Span, hash};
+use convoke_data::{Key, Object, Storage};
+use convoke_membership::Address;
+
+/// What can go wrong on disk.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// fjall failed.
+    #[error("storage engine: {0}")]
+    Engine(#[from] fjall::Error),
+    /// A stored object does not decode: the file was damaged or written by another format.
+    #[error("a stored object under {key:?} does not decode: {source}")]
+    Corrupt {
+        /// The key, as far as it reads.
+        key: String,
+        /// Why.
+        source: postcard::Error,
+    },
+}
+
+/// The replicas and hints of one node, in fjall.
+pub(super) struct FjallStorage {
+    db: fjall::Database,
+    objects: fjall::Keyspace,
+    hints: fjall::Keyspace,
+    /// Whether [`Storage::sync`] syncs the journal (`data.sync = "always"`), or leaves it to a
+    /// timer (`"interval"`).
+    sync_each: bool,
+}
+
+impl std::fmt::Debug for FjallStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FjallStorage").field("sync_each", &self.sync_each).finish_non_exhaustive()
+    }
+}
+
+fn object_key(key: &Key) -> Vec<u8> {
+    let mut k = hash(key.as_bytes()).to_be_bytes().to_vec();
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+fn hint_key(replica: &Address, key: &Key) -> Vec<u8> {
+    let mut k = replica.to_string().into_bytes();
+    k.push(0);
+    k.extend(object_key(key));
+    k
+}
+
+/// The key of a stored object key (hash, then key bytes).
+fn key_of(stored: &[u8]) -> Option<Key> {
+    let text = std::str::from_utf8(stored.get(8..)?).ok()?;
+    Key::new(text, usize::MAX).ok()
+}
+
+fn decode(stored_key: &[u8], bytes: &[u8]) -> Result<Object, DiskError> {
+    postcard::from_bytes(bytes).map_err(|source| DiskError::Corrupt {
+        key: String::from_utf8_lossy(stored_key.get(8..).unwrap_or_default()).into_owned(),
+        source,
+    })
+}
+
+fn encode(object: &Object) -> Vec<u8> {
+    // Versions are plain data: encoding into a vector does not fail.
+    postcard::to_stdvec(object).unwrap_or_default()
+}
+
+impl FjallStorage {
+    /// Opens (or creates) the store under `dir`; `sync_each`: see [`FjallStorage`].
+    ///
+    /// # Errors
+    /// The directory cannot be created or opened, or holds something fjall cannot read.
+    pub(super) fn open(dir: &Path, sync_each: bool) -> Result<Self, DiskError> {
+        let db = fjall::Database::builder(dir).open()?;
+        let objects = db.keyspace("objects", fjall::KeyspaceCreateOptions::default)?;
+        let hints = db.keyspace("hints", fjall::KeyspaceCreateOptions::default)?;
+        Ok(Self { db, objects, hints, sync_each })
+    }
+
+    /// Syncs the journal to disk, whatever the sync mode (the interval timer's call).
+    ///
+    /// # Errors
+    /// The disk failed.
+    pub(super) fn sync_now(&self) -> Result<(), DiskError> {
+        Ok(self.db.persist(fjall::PersistMode::SyncAll)?)
+    }
+
+    /// How many keys the replicas hold (an estimate, cheap), and the bytes on disk.
+    pub(super) fn stats(&self) -> (usize, u64) {
+        (self.objects.approximate_len(), self.db.disk_space().unwrap_or(0))
+    }
+}
+
+impl Storage for FjallStorage {
+    type Error = DiskError;
+
+    fn get(&mut self, key: &Key) -> Result<Option<Object>, DiskError> {
+        let k = object_key(key);
+        self.objects.get(&k)?.map(|v| decode(&k, &v)).transpose()
+    }
+
+    fn put(&mut self, key: &Key, object: &Object) -> Result<(), DiskError> {
+        Ok(self.objects.insert(object_key(key), encode(object))?)
+    }
+
+    fn scan(
+        &mut self,
+        span: Span,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<(Key, Object)>, DiskError> {
+        let from = match after {
+            // The first stored key above the cursor: the cursor with a zero byte appended.
+            Some(k) => {
+                let mut from = object_key(k);
+                from.push(0);
+                from
+            }
+            None => span.from.to_be_bytes().to_vec(),
+        };
+        let mut out = Vec::new();
+        for guard in self.objects.range(from..) {
+            if out.len() >= limit {
+                break;
+            }
+            let (k, v) = guard.into_inner()?;
+            let Some(h) = k.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) else { continue };
+            let h = u64::from_be_bytes(h);
+            if h < span.from {
+                continue;
+            }
+            if h > span.to {
+                break;
+            }
+            if let Some(key) = key_of(&k) {
+                out.push((key, decode(&k, &v)?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn remove(&mut self, key: &Key) -> Result<(), DiskError> {
+        Ok(self.objects.remove(object_key(key))?)
+    }
+
+    fn hint(&mut self, replica: &Address, key: &Key) -> Result<Option<Object>, DiskError> {
+        let k = hint_key(replica, key);
+        self.hints.get(&k)?.map(|v| decode(&k, &v)).transpose()
+    }
+
+    fn put_hint(&mut self, replica: &Address, key: &Key, object: &Object) -> Result<(), DiskError> {
+        Ok(self.hints.insert(hint_key(replica, key), encode(object))?)
+    }
+
+    fn remove_hint(&mut self, replica: &Address, key: &Key) -> Result<(), DiskError> {
+        Ok(self.hints.remove(hint_key(replica, key))?)
+    }
+
+    fn hints(&mut self) -> Result<Vec<(Address, Key)>, DiskError> {
+        let mut out = Vec::new();
+        for guard in self.hints.iter() {
+            let k = guard.key()?;
+            let Some(zero) = k.iter().position(|b| *b == 0) else { continue };
+            let replica = std::str::from_utf8(&k[..zero]).ok().and_then(|a| a.parse().ok());
+            if let (Some(replica), Some(key)) = (replica, key_of(&k[zero + 1..])) {
+                out.push((replica, key));
+            }
+        }
+        Ok(out)
+    }
+
+    fn sync(&mut self) -> Result<(), DiskError> {
+        if self.sync_each { self.sync_now() } else { Ok(()) }
+    }
+}
