@@ -164,3 +164,153 @@ async fn a_node_restarted_on_its_address_with_its_directory_keeps_its_replicas()
         n.stop().await;
     }
 }
+
+mod http {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use convoke::management::data::{CONTEXT_HEADER, Siblings, Written};
+    use convoke::settings::ManagementSettings;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// Sends one request to `router`: status, context header, body.
+    async fn call(
+        router: &axum::Router,
+        method: &str,
+        uri: &str,
+        context: Option<&str>,
+        body: &[u8],
+    ) -> (StatusCode, Option<String>, Vec<u8>) {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(c) = context {
+            req = req.header(CONTEXT_HEADER, c);
+        }
+        let resp =
+            router.clone().oneshot(req.body(Body::from(body.to_vec())).unwrap()).await.unwrap();
+        let status = resp.status();
+        let ctx = resp.headers().get(CONTEXT_HEADER).map(|v| v.to_str().unwrap().to_owned());
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+        (status, ctx, bytes)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn values_siblings_deletes_and_stats_over_http_with_the_context_in_a_header() {
+        let _live = live().await;
+        let dirs = dirs(3);
+        let nodes = start(&dirs).await;
+        let writable = ManagementSettings { read_only: false, ..Default::default() };
+        let router =
+            |i: usize| convoke::management::router(nodes[i].management_handle(), &writable);
+        let (a, b) = (router(0), router(1));
+
+        let (status, ctx, body) = call(&a, "PUT", "/data/keys/users/42", None, b"ada").await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let written: Written = serde_json::from_slice(&body).unwrap();
+        assert_eq!(ctx.as_deref(), Some(written.context.as_str()));
+
+        let (status, ctx, body) = call(&b, "GET", "/data/keys/users/42?r=all", None, b"").await;
+        assert_eq!((status, body.as_slice()), (StatusCode::OK, &b"ada"[..]));
+        let read_ctx = ctx.expect("a context header");
+
+        // Two writers that read the same version: a 300 with both.
+        call(&a, "PUT", "/data/keys/users/42", Some(&read_ctx), b"ada lovelace").await;
+        call(&b, "PUT", "/data/keys/users/42", Some(&read_ctx), b"countess").await;
+        let (status, ctx, body) = call(&a, "GET", "/data/keys/users/42?r=all", None, b"").await;
+        assert_eq!(status, StatusCode::MULTIPLE_CHOICES);
+        let siblings: Siblings = serde_json::from_slice(&body).unwrap();
+        let mut texts: Vec<_> = siblings.siblings.iter().filter_map(|s| s.text.clone()).collect();
+        texts.sort();
+        assert_eq!(texts, ["ada lovelace", "countess"]);
+        assert_eq!(ctx.as_deref(), Some(siblings.context.as_str()));
+
+        // The delete with that context leaves nothing, but a context for the next write.
+        let (status, _, _) =
+            call(&b, "DELETE", "/data/keys/users/42", Some(&siblings.context), b"").await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, ctx, _) = call(&a, "GET", "/data/keys/users/42", None, b"").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(ctx.is_some());
+
+        // Bad input is refused, naming what is wrong.
+        let (status, _, body) = call(&a, "PUT", "/data/keys/k", Some("%%%"), b"x").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(String::from_utf8_lossy(&body).contains("X-Convoke-Context"));
+        let (status, _, body) = call(&a, "GET", "/data/keys/k?r=most", None, b"").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(String::from_utf8_lossy(&body).contains("expected one, quorum, all or a count"));
+
+        let (status, _, body) = call(&a, "GET", "/data/stats", None, b"").await;
+        assert_eq!(status, StatusCode::OK);
+        let stats: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(stats["ringMembers"], 3);
+
+        // Read-only (the default): writes answer 405, reads still work.
+        let read_only = convoke::management::router(
+            nodes[0].management_handle(),
+            &ManagementSettings::default(),
+        );
+        assert_eq!(
+            call(&read_only, "PUT", "/data/keys/k", None, b"x").await.0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            call(&read_only, "GET", "/data/keys/k", None, b"").await.0,
+            StatusCode::NOT_FOUND
+        );
+        for n in &nodes {
+            n.stop().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reads_writes_and_deletes_keys_with_contexts_and_script_friendly_exit_statuses() {
+    let _live = live().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = data_settings(dir.path());
+    s.data.replicas = 1;
+    s.management.enabled = true;
+    s.management.port = 0;
+    s.management.read_only = false;
+    s.bootstrap.enabled = false;
+    let node = Node::start(&s).await.unwrap();
+    node.join(node.self_address().clone()).await.unwrap();
+    wait_for(&node, T, "Up", |s| all_up(s, 1)).await;
+    let url = format!("http://{}", node.management_addr().unwrap());
+    let cli = |args: &[&str]| {
+        let url = url.clone();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                std::process::Command::new(env!("CARGO_BIN_EXE_convoke"))
+                    .args(["--url", &url])
+                    .args(&args)
+                    .output()
+                    .unwrap()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let put = cli(&["data", "put", "app/config", "v1"]).await;
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    assert!(String::from_utf8_lossy(&put.stdout).starts_with("Written \"app/config\" (context "));
+
+    let get = cli(&["data", "get", "app/config"]).await;
+    assert!(get.status.success());
+    assert_eq!(get.stdout, b"v1");
+    let stderr = String::from_utf8_lossy(&get.stderr);
+    let context =
+        stderr.trim().strip_prefix("context: ").expect("the context on stderr").to_owned();
+
+    let del = cli(&["data", "delete", "app/config", "--context", &context]).await;
+    assert!(del.status.success(), "{}", String::from_utf8_lossy(&del.stderr));
+    let gone = cli(&["data", "get", "app/config", "--r", "one"]).await;
+    assert_eq!(gone.status.code(), Some(3), "no value: exit 3");
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("no value under key \"app/config\""));
+    let bad = cli(&["data", "get", "k", "--r", "most"]).await;
+    assert_eq!(bad.status.code(), Some(4), "a refused input: exit 4");
+    node.stop().await;
+}

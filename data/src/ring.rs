@@ -62,15 +62,25 @@ impl Ring {
         Self { members, tokens }
     }
 
-    /// The ring of the Up members that have `role` (every Up member when `None`).
+    /// The ring of the members that hold data: those with `role` (every member when `None`)
+    /// that are Up, or preparing for a full shutdown (which stops nothing; the store serves
+    /// until the processes stop).
     pub fn of_members<'a>(
         members: impl IntoIterator<Item = &'a Member>,
         role: Option<&str>,
         vnodes: u32,
     ) -> Self {
+        let holding = |s: MemberStatus| {
+            matches!(
+                s,
+                MemberStatus::Up
+                    | MemberStatus::PreparingForShutdown
+                    | MemberStatus::ReadyForShutdown
+            )
+        };
         let holders = members
             .into_iter()
-            .filter(|m| m.status() == MemberStatus::Up)
+            .filter(|m| holding(m.status()))
             .filter(|m| role.is_none_or(|r| m.has_role(r)))
             .map(|m| m.address().clone());
         Self::new(holders, vnodes)

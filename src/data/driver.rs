@@ -34,6 +34,8 @@ type Replier = oneshot::Sender<Result<Reply, convoke_data::DataError>>;
 
 struct Driver {
     store: Store<FjallStorage>,
+    /// The membership as requests see it: taken in before each one (see [`Driver::command`]).
+    latest: watch::Receiver<Arc<Snapshot>>,
     messaging: Messaging,
     key: EndpointKey<Message, ()>,
     waiting: HashMap<RequestId, Replier>,
@@ -67,6 +69,7 @@ pub(super) fn start(
     let (changes, _) = broadcast::channel(1024);
     let driver = Driver {
         store,
+        latest: control.watch(),
         messaging: messaging.clone(),
         key: key(),
         waiting: HashMap::new(),
@@ -179,6 +182,11 @@ impl Driver {
     }
 
     fn command(&mut self, command: Command) {
+        // A caller that saw the cluster change (in the same snapshots) finds the ring changed.
+        if self.latest.has_changed().unwrap_or(false) {
+            let snapshot = self.latest.borrow_and_update().clone();
+            self.members(&snapshot);
+        }
         match command {
             Command::Request(request, reply) => {
                 let id = self.store.request(request, now());

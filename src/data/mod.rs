@@ -154,6 +154,16 @@ impl Data {
         Ok(rx.await.map_err(|_| DataError::NotRunning)??)
     }
 
+    /// The write level a request without one gets (`data.write`).
+    pub fn write_level(&self) -> Level {
+        self.levels().1
+    }
+
+    /// The largest value a write may carry (`data.max_value_bytes`).
+    pub fn max_value_bytes(&self) -> usize {
+        self.inner.as_ref().map_or(0, |i| i.settings.max_value_bytes)
+    }
+
     fn levels(&self) -> (Level, Level) {
         self.inner
             .as_ref()

@@ -222,7 +222,7 @@ pub(super) async fn put_cluster(
 }
 
 impl AppState {
-    fn writable(&self) -> Result<(), ApiError> {
+    pub(super) fn writable(&self) -> Result<(), ApiError> {
         if self.settings.read_only { Err(ApiError::read_only()) } else { Ok(()) }
     }
 

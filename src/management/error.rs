@@ -89,6 +89,11 @@ impl ApiError {
         Self { status, message: format!("{what}: {why}") }
     }
 
+    /// Any status with a message.
+    pub fn with_status(status: StatusCode, message: impl Into<String>) -> Self {
+        Self { status, message: message.into() }
+    }
+
     /// 404 for an unknown route.
     pub fn no_route() -> Self {
         Self { status: StatusCode::NOT_FOUND, message: "No such route".into() }

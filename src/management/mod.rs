@@ -18,6 +18,7 @@ mod auth;
 mod bootstrap;
 mod cluster;
 mod dashboard;
+pub mod data;
 mod error;
 mod events;
 mod form;
@@ -88,6 +89,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/dashboard"),
     ("GET", "/dashboard/app.js"),
     ("GET", "/dashboard/app.css"),
+    ("GET", "/data/keys/{key}"),
+    ("PUT", "/data/keys/{key}"),
+    ("DELETE", "/data/keys/{key}"),
+    ("GET", "/data/stats"),
 ];
 
 /// The OpenAPI document, served at `/openapi.yaml`.
@@ -192,10 +197,25 @@ pub fn router(node: Handle, settings: &ManagementSettings) -> Router {
         ));
     let streaming =
         Router::new().route("/cluster/domain-events", with_405(get(events::domain_events)));
+    // A value may be larger than any other body: the store's own limit, and the store's own
+    // refusal (naming data.max_value_bytes) for what passes it.
+    let value_limit = state.node.data.max_value_bytes().max(settings.limits.body_limit) + 1;
+    let data = Router::new()
+        .route(
+            "/data/keys/{*key}",
+            with_405(get(data::get_key).put(data::put_key).delete(data::delete_key)),
+        )
+        .route("/data/stats", with_405(get(data::get_stats)))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.limits.request_timeout,
+        ))
+        .layer(RequestBodyLimitLayer::new(value_limit));
     let routes = timed
         .merge(streaming)
-        .fallback(|| async { ApiError::no_route() })
-        .layer(RequestBodyLimitLayer::new(settings.limits.body_limit));
+        .layer(RequestBodyLimitLayer::new(settings.limits.body_limit))
+        .merge(data)
+        .fallback(|| async { ApiError::no_route() });
     // Without credentials configured every request passes: no layer to go through.
     let routes = if settings.auth.is_some() {
         routes.layer(axum::middleware::from_fn_with_state(state.clone(), auth::require))

@@ -111,3 +111,24 @@ fn a_span_splits_into_parts_that_cover_it_exactly() {
     }
     assert_eq!(Span { from: 7, to: 7 }.split(16).len(), 1);
 }
+
+#[test]
+fn members_preparing_for_a_full_shutdown_stay_on_the_ring_and_leaving_ones_do_not() {
+    use convoke_membership::member::UpNumber;
+    use convoke_membership::version::AppVersion;
+    use convoke_membership::{Uid, UniqueAddress};
+    let member = |port: u16, status| {
+        let node = UniqueAddress::new(addr(port), Uid::new(u64::from(port)).expect("not zero"));
+        Member::from_parts(node, UpNumber(1), status, Default::default(), AppVersion::default())
+    };
+    let members = [
+        member(1, MemberStatus::Up),
+        member(2, MemberStatus::PreparingForShutdown),
+        member(3, MemberStatus::ReadyForShutdown),
+        member(4, MemberStatus::Leaving),
+        member(5, MemberStatus::Joining),
+        member(6, MemberStatus::WeaklyUp),
+    ];
+    let ring = Ring::of_members(&members, None, 8);
+    assert_eq!(ring.members(), [addr(1), addr(2), addr(3)]);
+}

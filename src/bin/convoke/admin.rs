@@ -88,7 +88,7 @@ impl std::fmt::Display for Error {
 }
 
 impl Error {
-    fn unavailable(message: String) -> Self {
+    pub(crate) fn unavailable(message: String) -> Self {
         Self { failure: Failure::Unavailable, message }
     }
 }
@@ -114,7 +114,7 @@ pub(crate) async fn run(
 
 /// Escapes the characters that would end or split a path segment; the rest stays readable
 /// (`convoke@host:port`).
-fn segment(text: &str) -> String {
+pub(crate) fn segment(text: &str) -> String {
     text.chars()
         .map(|c| match c {
             '?' => "%3F".to_owned(),
@@ -200,7 +200,7 @@ pub(crate) async fn call(
     })
 }
 
-fn server_message(text: &str) -> String {
+pub(crate) fn server_message(text: &str) -> String {
     serde_json::from_str::<Message>(text).map_or_else(|_| text.to_owned(), |m| m.message)
 }
 
@@ -238,6 +238,16 @@ async fn send(
         .text()
         .await
         .map_err(|e| Error::unavailable(format!("reading the answer from {url}: {e}")))?;
+    answer(url, token, status, text)
+}
+
+/// The body of a successful answer, or the failure its status means.
+pub(crate) fn answer(
+    url: &str,
+    token: Option<&str>,
+    status: StatusCode,
+    text: String,
+) -> Result<String, Error> {
     let refused = |message| Err(Error { failure: Failure::Refused, message });
     match status {
         s if s.is_success() => Ok(text),

@@ -1,6 +1,7 @@
 //! The `convoke` binary: `convoke run` runs one node, `convoke demo` a small cluster in one process.
 
 mod admin;
+mod data;
 mod demo;
 
 use std::io::IsTerminal;
@@ -105,11 +106,53 @@ enum Command {
     /// Show how cluster bootstrap sees the formation: lookup, contact points and their probes,
     /// the verdict and its reason (admin).
     BootstrapStatus,
+    /// Read, write or delete a key of the replicated store (admin; `docs/data.md`).
+    Data {
+        #[command(subcommand)]
+        command: DataCommand,
+    },
     /// Start a cluster of N nodes on 127.0.0.1 in this process and show it forming.
     Demo {
         /// How many nodes.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
         nodes: u16,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DataCommand {
+    /// Print the value under KEY (its bytes; siblings one per line); the context token goes to
+    /// stderr. Exit status 3 when it holds no value.
+    Get {
+        /// The key.
+        key: String,
+        /// How many replicas must answer: one, quorum, all or a count (default: data.read).
+        #[arg(long)]
+        r: Option<String>,
+    },
+    /// Write VALUE (or standard input, for `-`) under KEY.
+    Put {
+        /// The key.
+        key: String,
+        /// The value; `-` reads it from standard input.
+        value: String,
+        /// The context token of the read this write supersedes.
+        #[arg(long)]
+        context: Option<String>,
+        /// How many replicas must hold it: one, quorum, all or a count (default: data.write).
+        #[arg(long)]
+        w: Option<String>,
+    },
+    /// Delete KEY as the context saw it.
+    Delete {
+        /// The key.
+        key: String,
+        /// The context token of the read this delete supersedes.
+        #[arg(long)]
+        context: Option<String>,
+        /// How many replicas must hold the delete (default: data.write).
+        #[arg(long)]
+        w: Option<String>,
     },
 }
 
@@ -177,6 +220,34 @@ fn main() -> ExitCode {
         }
         Command::BootstrapStatus => {
             admin_call(&cli.url, cli.token.as_deref(), cli.output, Request::BootstrapStatus)
+        }
+        Command::Data { command } => {
+            let request = match command {
+                DataCommand::Get { key, r } => data::DataRequest::Get { key, r },
+                DataCommand::Put { key, value, context, w } => {
+                    let value = if value == "-" {
+                        let mut bytes = Vec::new();
+                        if let Err(e) =
+                            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+                        {
+                            eprintln!("convoke: cannot read the value from standard input: {e}");
+                            return ExitCode::from(EXIT_CONFIG);
+                        }
+                        bytes
+                    } else {
+                        value.into_bytes()
+                    };
+                    data::DataRequest::Put { key, value, context, w }
+                }
+                DataCommand::Delete { key, context, w } => {
+                    data::DataRequest::Delete { key, context, w }
+                }
+            };
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime")
+                .block_on(data::run(&cli.url, cli.token.as_deref(), cli.output, request))
         }
         Command::Demo { nodes } => {
             // The demo prints the membership itself; logs only report errors unless RUST_LOG says.
