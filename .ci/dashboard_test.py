@@ -6,6 +6,7 @@ Usage: dashboard_test.py CONVOKE_BINARY SCREENSHOT_PATH
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from selenium import webdriver
@@ -67,16 +68,22 @@ def click(driver, selector):
     WebDriverWait(driver, 10, poll_frequency=0.1).until(attempt)
 
 
-def cluster_check(driver):
-    a = Node(["management.read_only=false"])
+def cluster_check(driver, data_dir):
+    # Every node runs the replicated store, each on its own directory.
+    def store(name):
+        return ["data.enabled=true", f'data.dir="{data_dir}/{name}"']
+
+    a = Node(["management.read_only=false"] + store("a"))
     a.join(a.address)
-    b = Node([f'cluster.seed_nodes=["{a.address}"]'])
-    c = Node([f'cluster.seed_nodes=["{a.address}"]'])
+    b = Node([f'cluster.seed_nodes=["{a.address}"]'] + store("b"))
+    c = Node([f'cluster.seed_nodes=["{a.address}"]'] + store("c"))
     try:
         driver.get(a.url + "/dashboard")
         wait(driver, "three Up rows", lambda d: len(rows(d, '#members tbody tr[data-status="Up"]')) == 3)
         assert not driver.find_element(By.ID, "login").is_displayed(), "no token asked without auth"
         print("ok  no token asked for (no [management.auth])")
+        wait(driver, "the store panel with three members on the ring", lambda d: "3 members on the ring" in d.find_element(By.ID, "data-figures").text)
+        wait(driver, "an anti-entropy exchange with each of the two peers", lambda d: len(rows(d, "#anti-entropy tbody tr[data-peer]")) == 2)
         leaders = [e for e in rows(driver, "#members td.leader") if e.text.strip()]
         assert len(leaders) == 1, f"{len(leaders)} leader marks"
         print("ok  exactly one leader mark")
@@ -159,7 +166,8 @@ def auth_check(driver):
 def main():
     driver = browser()
     try:
-        cluster_check(driver)
+        with tempfile.TemporaryDirectory() as data_dir:
+            cluster_check(driver, data_dir)
         bootstrap_check(driver)
         auth_check(driver)
     finally:

@@ -31,6 +31,7 @@ pub enum DiskError {
 
 /// The replicas and hints of one node, in fjall.
 pub(super) struct FjallStorage {
+    dir: std::path::PathBuf,
     db: fjall::Database,
     objects: fjall::Keyspace,
     hints: fjall::Keyspace,
@@ -85,7 +86,7 @@ impl FjallStorage {
         let db = fjall::Database::builder(dir).open()?;
         let objects = db.keyspace("objects", fjall::KeyspaceCreateOptions::default)?;
         let hints = db.keyspace("hints", fjall::KeyspaceCreateOptions::default)?;
-        Ok(Self { db, objects, hints, sync_each })
+        Ok(Self { dir: dir.to_path_buf(), db, objects, hints, sync_each })
     }
 
     /// Syncs the journal to disk, whatever the sync mode (the interval timer's call).
@@ -96,10 +97,30 @@ impl FjallStorage {
         Ok(self.db.persist(fjall::PersistMode::SyncAll)?)
     }
 
-    /// How many keys the replicas hold (an estimate, cheap), and the bytes on disk.
+    /// How many keys the replicas hold (an estimate, cheap), and the bytes allocated on disk
+    /// (blocks, not file lengths: the journal is a sparse, preallocated file).
     pub(super) fn stats(&self) -> (usize, u64) {
-        (self.objects.approximate_len(), self.db.disk_space().unwrap_or(0))
+        (self.objects.approximate_len(), allocated(&self.dir))
     }
+}
+
+fn allocated(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?)))
+        .map(|(path, m)| if m.is_dir() { allocated(&path) } else { file_bytes(&m) })
+        .sum()
+}
+
+#[cfg(unix)]
+fn file_bytes(m: &std::fs::Metadata) -> u64 {
+    std::os::unix::fs::MetadataExt::blocks(m) * 512
+}
+
+#[cfg(not(unix))]
+fn file_bytes(m: &std::fs::Metadata) -> u64 {
+    m.len()
 }
 
 impl Storage for FjallStorage {

@@ -94,11 +94,14 @@ impl Engine for Fjall {
     }
 }
 
+/// Bytes allocated on disk under `dir` (blocks, not apparent sizes: a journal may be a sparse,
+/// preallocated file).
 fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let mut total = 0;
     for e in std::fs::read_dir(dir).expect("dir").flatten() {
         let m = e.metadata().expect("metadata");
-        total += if m.is_dir() { disk_bytes(&e.path()) } else { m.len() };
+        total += if m.is_dir() { disk_bytes(&e.path()) } else { m.blocks() * 512 };
     }
     total
 }

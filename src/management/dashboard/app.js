@@ -195,6 +195,36 @@ async function renderShards() {
   }
 }
 
+function bytes(n) {
+  const units = ["B", "kB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
+  return (i ? n.toFixed(1) : n) + " " + units[i];
+}
+
+// The store's figures, when it runs on this node (/data/stats answers 503 otherwise).
+async function renderData() {
+  try {
+    const r = await api("/data/stats");
+    if (!r.ok) throw new Error("no store");
+    const s = await r.json();
+    $("data-figures").replaceChildren(
+      el("span", { "data-figure": "keys" }, s.keys + " keys"), " · ",
+      el("span", { "data-figure": "bytes" }, bytes(s.bytesOnDisk) + " on disk"), " · ",
+      el("span", { "data-figure": "ring" }, s.ringMembers + " members on the ring"), " · ",
+      el("span", { "data-figure": "hints" }, s.hintedHandoffsPending + " writes held for unreachable replicas"), " · ",
+      el("span", { "data-figure": "in-flight" }, s.requestsInFlight + " requests in flight"),
+    );
+    const peers = Object.entries(s.lastAntiEntropy || {}).sort();
+    $("anti-entropy").tBodies[0].replaceChildren(...peers.map(([peer, ago]) =>
+      el("tr", { "data-peer": peer }, el("td", {}, shortAddress(peer)), el("td", {}, ago.toFixed(1) + " s ago"))));
+    $("data-panel").hidden = false;
+  } catch (e) {
+    if (e instanceof Unauthorized) throw e;
+    $("data-panel").hidden = true;
+  }
+}
+
 let refreshing = false;
 async function refresh() {
   if (refreshing) return;
@@ -205,6 +235,7 @@ async function refresh() {
     setConnection(true);
     renderBootstrap(await json("/bootstrap/status"));
     await renderShards();
+    await renderData();
     await renderHealth();
   } catch (e) {
     if (e instanceof Unauthorized) askForToken();
