@@ -228,7 +228,7 @@ impl Driver {
         let (keys, bytes) = self.store.storage().stats();
         let at = now();
         DataStats {
-            keys: keys as u64,
+            keys,
             bytes_on_disk: bytes,
             hinted_handoffs_pending: self.store.hint_count() as u64,
             requests_in_flight: self.store.in_flight() as u64,

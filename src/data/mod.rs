@@ -68,7 +68,7 @@ pub enum DataStartError {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DataStats {
-    /// Keys in this node's replicas (an estimate).
+    /// Keys in this node's replicas.
     pub keys: u64,
     /// Bytes the store takes on disk.
     pub bytes_on_disk: u64,

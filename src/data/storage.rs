@@ -35,6 +35,8 @@ pub(super) struct FjallStorage {
     db: fjall::Database,
     objects: fjall::Keyspace,
     hints: fjall::Keyspace,
+    /// Keys in `objects`, counted at open and kept up to date by every put and remove.
+    count: u64,
     /// Whether [`Storage::sync`] syncs the journal (`data.sync = "always"`), or leaves it to a
     /// timer (`"interval"`).
     sync_each: bool,
@@ -86,7 +88,12 @@ impl FjallStorage {
         let db = fjall::Database::builder(dir).open()?;
         let objects = db.keyspace("objects", fjall::KeyspaceCreateOptions::default)?;
         let hints = db.keyspace("hints", fjall::KeyspaceCreateOptions::default)?;
-        Ok(Self { dir: dir.to_path_buf(), db, objects, hints, sync_each })
+        let mut count = 0;
+        for guard in objects.iter() {
+            guard.key()?;
+            count += 1;
+        }
+        Ok(Self { dir: dir.to_path_buf(), db, objects, hints, count, sync_each })
     }
 
     /// Syncs the journal to disk, whatever the sync mode (the interval timer's call).
@@ -97,10 +104,10 @@ impl FjallStorage {
         Ok(self.db.persist(fjall::PersistMode::SyncAll)?)
     }
 
-    /// How many keys the replicas hold (an estimate, cheap), and the bytes allocated on disk
-    /// (blocks, not file lengths: the journal is a sparse, preallocated file).
-    pub(super) fn stats(&self) -> (usize, u64) {
-        (self.objects.approximate_len(), allocated(&self.dir))
+    /// How many keys the replicas hold, and the bytes allocated on disk (blocks, not file
+    /// lengths: the journal is a sparse, preallocated file).
+    pub(super) fn stats(&self) -> (u64, u64) {
+        (self.count, allocated(&self.dir))
     }
 }
 
@@ -132,7 +139,11 @@ impl Storage for FjallStorage {
     }
 
     fn put(&mut self, key: &Key, object: &Object) -> Result<(), DiskError> {
-        Ok(self.objects.insert(object_key(key), encode(object))?)
+        let k = object_key(key);
+        let new = !self.objects.contains_key(&k)?;
+        self.objects.insert(k, encode(object))?;
+        self.count += u64::from(new);
+        Ok(())
     }
 
     fn scan(
@@ -172,7 +183,12 @@ impl Storage for FjallStorage {
     }
 
     fn remove(&mut self, key: &Key) -> Result<(), DiskError> {
-        Ok(self.objects.remove(object_key(key))?)
+        let k = object_key(key);
+        if self.objects.contains_key(&k)? {
+            self.objects.remove(k)?;
+            self.count -= 1;
+        }
+        Ok(())
     }
 
     fn hint(&mut self, replica: &Address, key: &Key) -> Result<Option<Object>, DiskError> {
