@@ -221,3 +221,40 @@ impl Storage for FjallStorage {
         if self.sync_each { self.sync_now() } else { Ok(()) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use convoke_data::version::{ActorId, VersionVector};
+
+    use super::*;
+
+    fn object(v: &str) -> Object {
+        let mut o = Object::default();
+        o.write(
+            ActorId(1),
+            &VersionVector::new(),
+            convoke_data::Value::Bytes(v.as_bytes().to_vec()),
+        );
+        o
+    }
+
+    #[test]
+    fn what_was_synced_is_there_after_the_storage_is_opened_again() {
+        let dir = tempfile::tempdir().unwrap();
+        for round in 0..20 {
+            let mut s = FjallStorage::open(dir.path(), true).unwrap();
+            assert_eq!(s.stats().0, round * 50, "keys at the start of round {round}");
+            for i in 0..50 {
+                let k = Key::new(format!("r{round}-k{i}"), 1024).unwrap();
+                s.put(&k, &object("v")).unwrap();
+            }
+            s.sync().unwrap();
+            drop(s);
+        }
+        let mut s = FjallStorage::open(dir.path(), true).unwrap();
+        let k = Key::new("r7-k3", 1024).unwrap();
+        assert_eq!(s.get(&k).unwrap(), Some(object("v")));
+        let all = s.scan(Span::ALL, None, usize::MAX).unwrap();
+        assert_eq!(all.len(), 1000);
+    }
+}

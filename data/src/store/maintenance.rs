@@ -172,6 +172,12 @@ impl<S: Storage> Store<S> {
     /// arcs this node does not replicate, each arc's to every one of its replicas, when all are
     /// reachable and that arc is not being handed off already.
     fn hand_off(&mut self, others: &[Arc], now: Instant) {
+        // A node off the ring (leaving, or restarting) keeps what it holds: back on its address
+        // it owns the same arcs again; gone for good, the remaining replicas bring the new ones
+        // up to date by anti-entropy.
+        if !self.ring.members().contains(&self.me.address) {
+            return;
+        }
         let busy: BTreeSet<Arc> = self
             .pending
             .values()

@@ -538,3 +538,25 @@ fn keys_move_to_a_new_member_and_leave_the_nodes_that_no_longer_replicate_them()
         assert_ne!(net.stores[i].actor, *before, "node {i} handed keys off");
     }
 }
+
+#[test]
+fn a_node_that_leaves_the_ring_keeps_its_keys_and_hands_nothing_off() {
+    let mut net = Net::new(4);
+    let keys: Vec<String> = (0..100).map(|i| format!("key-{i}")).collect();
+    for key in &keys {
+        net.put(0, key, key.as_bytes(), VersionVector::new());
+    }
+    let held_before: Vec<String> =
+        keys.iter().filter(|k| net.held(3, k).is_some()).cloned().collect();
+    assert!(!held_before.is_empty());
+    // Node 3 leaves: off the ring in every view, its own included.
+    net.members[3] = net.members[3].with_status(MemberStatus::Leaving).expect("Up may leave");
+    net.views();
+    for _ in 0..5 {
+        net.advance(Duration::from_secs(1));
+    }
+    assert_eq!(net.sent.get("Handoff"), None, "{:?}", net.sent);
+    for key in &held_before {
+        assert!(net.held(3, key).is_some(), "{key} kept");
+    }
+}
