@@ -216,6 +216,11 @@ impl<S: Storage> Store<S> {
         &mut self.storage
     }
 
+    /// The storage, the machine given up (its process ended): what a next incarnation opens.
+    pub fn into_storage(self) -> S {
+        self.storage
+    }
+
     /// Writes held for unreachable replicas.
     pub fn hint_count(&self) -> usize {
         self.hint_count

@@ -62,6 +62,51 @@ pub type HandOverInFlight = LayerInFlight<HandOver>;
 /// A cluster sharding frame on the wire, encoded, with the incarnation it is for.
 pub type ShardingInFlight = LayerInFlight<(UniqueAddress, Vec<u8>)>;
 
+/// A replicated store message on the wire, encoded, with the incarnation it is for.
+pub type DataInFlight = LayerInFlight<(UniqueAddress, Vec<u8>)>;
+
+/// A layer that rides the runtime's TCP connections (sharding, the store): nothing lost or
+/// duplicated, each pair of slots' messages in the order they were sent, latencies drawn from a
+/// stream of the lane's own.
+#[derive(Debug)]
+struct Lane {
+    rng: ChaCha8Rng,
+    /// Messages that arrived at a clogged node, or from one.
+    held: Vec<LayerInFlight<(UniqueAddress, Vec<u8>)>>,
+    /// Per (sender, receiver) slot: when its latest message arrives; none arrives earlier than
+    /// one sent before it.
+    last: BTreeMap<(usize, usize), Duration>,
+}
+
+impl Lane {
+    fn new(rng: ChaCha8Rng) -> Self {
+        Self { rng, held: Vec::new(), last: BTreeMap::new() }
+    }
+
+    fn arrival(&mut self, net: &NetConfig, now: Duration, from: usize, to: usize) -> Duration {
+        let at = now + net.sample_delay(&mut self.rng);
+        let last = self.last.entry((from, to)).or_default();
+        *last = at.max(*last);
+        *last
+    }
+
+    /// Releases what no clog holds any more, each at a drawn arrival.
+    fn release(
+        &mut self,
+        links: &Links,
+        net: &NetConfig,
+        now: Duration,
+        mut schedule: impl FnMut(Duration, LayerInFlight<(UniqueAddress, Vec<u8>)>),
+    ) {
+        let mut released = Vec::new();
+        release(links, &mut self.held, |m| released.push(m));
+        for m in released {
+            let at = self.arrival(net, now, m.from_slot, m.to_slot);
+            schedule(at, m);
+        }
+    }
+}
+
 /// A message on the wire between two slots, which the links may let through, drop or hold.
 trait Routed {
     /// The sender's and the receiver's slots.
@@ -121,6 +166,8 @@ pub enum Wire {
     HandOver(HandOverInFlight),
     /// A cluster sharding message.
     Sharding(ShardingInFlight),
+    /// A replicated store message.
+    Data(DataInFlight),
 }
 
 /// The network between the slots: quality, link state, held messages and traffic counters.
@@ -139,23 +186,20 @@ pub struct Delivery {
     hand_over_rng: ChaCha8Rng,
     /// Hand-over messages that arrived at a clogged node, or from one.
     held_hand_overs: Vec<HandOverInFlight>,
-    /// Latencies of sharding messages.
-    sharding_rng: ChaCha8Rng,
-    /// Sharding messages that arrived at a clogged node, or from one.
-    held_sharding: Vec<ShardingInFlight>,
-    /// Per (sender, receiver) slot: when its latest sharding message arrives; none arrives
-    /// earlier than one sent before it.
-    sharding_last: BTreeMap<(usize, usize), Duration>,
+    /// Cluster sharding's messages.
+    sharding: Lane,
+    /// The replicated store's messages.
+    data: Lane,
 }
 
 impl Delivery {
     /// `n` slots on a network of quality `net`, every link open; latencies and losses drawn from
     /// `rng`, those of hand-over messages from `hand_over_rng`, those of sharding messages from
-    /// `sharding_rng`.
+    /// `sharding_rng`, those of the store's from `data_rng`.
     pub fn new(
         n: usize,
         net: NetConfig,
-        [rng, hand_over_rng, sharding_rng]: [ChaCha8Rng; 3],
+        [rng, hand_over_rng, sharding_rng, data_rng]: [ChaCha8Rng; 4],
         size_mode: SizeMode,
     ) -> Self {
         Self {
@@ -168,9 +212,8 @@ impl Delivery {
             delivered: 0,
             hand_over_rng,
             held_hand_overs: Vec::new(),
-            sharding_rng,
-            held_sharding: Vec::new(),
-            sharding_last: BTreeMap::new(),
+            sharding: Lane::new(sharding_rng),
+            data: Lane::new(data_rng),
         }
     }
 
@@ -265,21 +308,31 @@ impl Delivery {
         m: ShardingInFlight,
         mut schedule: impl FnMut(Duration, Wire),
     ) {
-        let at = self.sharding_arrival(now, &m);
+        let at = self.sharding.arrival(&self.net, now, m.from_slot, m.to_slot);
         schedule(at, Wire::Sharding(m));
-    }
-
-    fn sharding_arrival(&mut self, now: Duration, m: &ShardingInFlight) -> Duration {
-        let at = now + self.net.sample_delay(&mut self.sharding_rng);
-        let last = self.sharding_last.entry((m.from_slot, m.to_slot)).or_default();
-        *last = at.max(*last);
-        *last
     }
 
     /// A sharding message reaches the network interface of its destination: as
     /// [`Delivery::arrive`].
     pub fn arrive_sharding(&mut self, m: ShardingInFlight) -> Option<ShardingInFlight> {
-        pass(&self.links, &mut self.held_sharding, m)
+        pass(&self.links, &mut self.sharding.held, m)
+    }
+
+    /// Puts store message `m` on the wire, as [`Delivery::send_sharding`] does a sharding one.
+    pub fn send_data(
+        &mut self,
+        now: Duration,
+        m: DataInFlight,
+        mut schedule: impl FnMut(Duration, Wire),
+    ) {
+        let at = self.data.arrival(&self.net, now, m.from_slot, m.to_slot);
+        schedule(at, Wire::Data(m));
+    }
+
+    /// A store message reaches the network interface of its destination: as
+    /// [`Delivery::arrive`].
+    pub fn arrive_data(&mut self, m: DataInFlight) -> Option<DataInFlight> {
+        pass(&self.links, &mut self.data.held, m)
     }
 
     /// A hand-over message reaches the network interface of its destination: as
@@ -332,8 +385,8 @@ impl Delivery {
         self.net = net;
     }
 
-    /// Membership messages first, then hand-over messages, then sharding messages, each at a
-    /// latency drawn from its own stream.
+    /// Membership messages first, then hand-over messages, then sharding messages, then the
+    /// store's, each at a latency drawn from its own stream.
     fn release_held(&mut self, now: Duration, mut schedule: impl FnMut(Duration, Wire)) {
         let (links, net) = (&self.links, &self.net);
         release(links, &mut self.held, |m| {
@@ -342,12 +395,8 @@ impl Delivery {
         release(links, &mut self.held_hand_overs, |m| {
             schedule(now + net.sample_delay(&mut self.hand_over_rng), Wire::HandOver(m));
         });
-        let mut released = Vec::new();
-        release(links, &mut self.held_sharding, |m| released.push(m));
-        for m in released {
-            let at = self.sharding_arrival(now, &m);
-            schedule(at, Wire::Sharding(m));
-        }
+        self.sharding.release(links, net, now, |at, m| schedule(at, Wire::Sharding(m)));
+        self.data.release(links, net, now, |at, m| schedule(at, Wire::Data(m)));
     }
 
     /// Sends `core`, in `slot`, messages it must reject: a gossip for another incarnation, a

@@ -57,6 +57,7 @@ pub mod bootstrap;
 pub mod commands;
 pub mod control;
 pub mod counters;
+pub mod data;
 pub mod delivery;
 pub mod faults;
 pub mod invariants;

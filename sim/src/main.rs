@@ -122,6 +122,10 @@ enum Command {
         /// probes, instead of seed nodes (B1 checks it).
         #[arg(long)]
         bootstrap: bool,
+        /// Run the replicated store on modelled disks, with a load of reads and writes and its
+        /// checks (D1 to D4).
+        #[arg(long)]
+        data: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -245,6 +249,7 @@ fn main() -> ExitCode {
             singleton_margin,
             singleton_lease,
             bootstrap,
+            data,
             json,
         } => chaos(
             nodes,
@@ -258,6 +263,7 @@ fn main() -> ExitCode {
                 singleton_margin,
                 singleton_lease,
                 bootstrap,
+                data,
             },
             json,
         ),
@@ -377,6 +383,7 @@ struct ChaosRun {
     singleton_margin: Margin,
     singleton_lease: bool,
     bootstrap: bool,
+    data: bool,
 }
 
 fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode {
@@ -389,6 +396,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         singleton_margin,
         singleton_lease,
         bootstrap,
+        data,
     } = run;
     let list: Vec<u64> = (seeds.0..seeds.1).collect();
     let jobs = jobs
@@ -404,12 +412,14 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         o.singleton_margin = singleton_margin;
         o.singleton_lease = singleton_lease;
         o.bootstrap = bootstrap;
+        o.data = data;
         let mut r = run_seed(&o);
         if twice {
             let again = run_seed(&o);
             let same = again.trace_hash == r.trace_hash
                 && again.singleton_trace_hash == r.singleton_trace_hash
-                && again.sharding_trace_hash == r.sharding_trace_hash;
+                && again.sharding_trace_hash == r.sharding_trace_hash
+                && again.data_trace_hash == r.data_trace_hash;
             if !same && r.violation.is_none() {
                 r.pass = false;
                 r.violation = Some(convoke_sim::invariants::Violation {
@@ -467,7 +477,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
 fn print_seed(r: &SeedReport) {
     match &r.violation {
         None => say!(
-            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, singleton {} starts {} hand-overs {} aborts{}, one on the oldest {:.1}s of {:.0}s after, sharding {} coordinators {} shard starts {} handoffs {} entity starts {} asks ({} failed), balanced {:.1}s of {:.0}s after, {} asks checked, {:.0}s simulated, {:.1}s wall]",
+            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, singleton {} starts {} hand-overs {} aborts{}, one on the oldest {:.1}s of {:.0}s after, sharding {} coordinators {} shard starts {} handoffs {} entity starts {} asks ({} failed), balanced {:.1}s of {:.0}s after, {} asks checked{}, {:.0}s simulated, {:.1}s wall]",
             r.seed,
             r.nodes,
             r.faults,
@@ -492,6 +502,10 @@ fn print_seed(r: &SeedReport) {
             r.sharding_s.unwrap_or(0.0),
             r.sharding_bound_s,
             r.asks_checked,
+            r.data.map_or(String::new(), |d| format!(
+                ", store {} writes ({} acked) {} reads ({} with siblings, {} checked by D2) {} failed, {} keys compared",
+                d.writes, d.writes_acked, d.reads, d.sibling_reads, d.reads_checked, d.failed, d.keys_compared
+            )),
             r.simulated_s,
             r.wall_s
         ),

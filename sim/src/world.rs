@@ -27,6 +27,7 @@
 
 mod actions;
 mod bootstrap;
+mod data;
 mod lease;
 mod sharding;
 mod singleton;
@@ -45,7 +46,8 @@ use rand_chacha::ChaCha8Rng;
 
 pub use crate::control::Action;
 use crate::counters::SizeMode;
-use crate::delivery::{Delivery, HandOverInFlight, InFlight, ShardingInFlight, Wire};
+use crate::data::DataLayer;
+use crate::delivery::{DataInFlight, Delivery, HandOverInFlight, InFlight, ShardingInFlight, Wire};
 use crate::faults::Nemesis;
 use crate::invariants::{Checkers, Violation};
 use crate::net::NetConfig;
@@ -74,6 +76,8 @@ pub(crate) enum Stream {
     ShardingLoad = 11,
     Lease = 13,
     Bootstrap = 12,
+    Data = 14,
+    DataLoad = 15,
 }
 
 /// The random stream `stream` of run `seed`.
@@ -111,6 +115,9 @@ pub struct SimOptions {
     /// The sharded entity type every process runs, with its coordinator as the singleton's
     /// instance (so only together with `singleton`), and the load of asks to it.
     pub sharding: Option<ShardingConfig>,
+    /// The replicated store every process runs over its slot's disk, and the load of reads and
+    /// writes to it.
+    pub data: Option<convoke_data::DataConfig>,
 }
 
 impl SimOptions {
@@ -129,6 +136,7 @@ impl SimOptions {
             size_mode: SizeMode::default(),
             singleton: None,
             sharding: None,
+            data: None,
         }
     }
 }
@@ -147,6 +155,10 @@ enum Event {
     DeliverSharding(ShardingInFlight),
     ShardingTimer { slot: usize, generation: u64 },
     ShardingAsk,
+    DeliverData(DataInFlight),
+    DataTimer { slot: usize, generation: u64 },
+    DataSync { slot: usize, generation: u64 },
+    DataOp,
     LeaseArrive(Box<lease::Arrival>),
     LeaseAnswer(lease::Answer),
     Bootstrap(crate::bootstrap::BootstrapEvent),
@@ -173,6 +185,7 @@ pub struct Sim {
     decisions: u64,
     singletons: Option<Singletons>,
     shardings: Option<Shardings>,
+    data: Option<DataLayer>,
     bootstraps: Option<crate::bootstrap::Bootstraps>,
 }
 
@@ -204,6 +217,7 @@ fn into_queue(queue: &mut Queue<Event>, now: Duration) -> impl FnMut(Duration, W
             Wire::Membership(m) => Event::Deliver(Box::new(m)),
             Wire::HandOver(m) => Event::DeliverHandOver(m),
             Wire::Sharding(m) => Event::DeliverSharding(m),
+            Wire::Data(m) => Event::DeliverData(m),
         };
         queue.push(at.max(now), event);
     }
@@ -242,6 +256,7 @@ impl Sim {
                     rng(opts.seed, Stream::Net),
                     rng(opts.seed, Stream::HandOver),
                     rng(opts.seed, Stream::Sharding),
+                    rng(opts.seed, Stream::Data),
                 ],
                 opts.size_mode,
             ),
@@ -262,11 +277,15 @@ impl Sim {
                 .clone()
                 .filter(|_| opts.singleton.is_some())
                 .map(|c| Shardings::new(n, c, rng(opts.seed, Stream::ShardingLoad))),
+            data: opts.data.clone().map(|c| DataLayer::new(n, c, rng(opts.seed, Stream::DataLoad))),
             bootstraps: None,
             opts,
         };
         if sim.shardings.is_some() {
             sim.push(crate::sharding::ASK_INTERVAL, Event::ShardingAsk);
+        }
+        if sim.data.is_some() {
+            sim.push(crate::data::OP_INTERVAL, Event::DataOp);
         }
         if sim.operator.config().is_active() {
             let tick = sim.operator.config().tick;
@@ -331,6 +350,10 @@ impl Sim {
             Event::DeliverSharding(m) => self.arrive_sharding(m),
             Event::ShardingTimer { slot, generation } => self.fire_sharding_timer(slot, generation),
             Event::ShardingAsk => self.sharding_ask(),
+            Event::DeliverData(m) => self.arrive_data(m),
+            Event::DataTimer { slot, generation } => self.fire_data_timer(slot, generation),
+            Event::DataSync { slot, generation } => self.data_sync(slot, generation),
+            Event::DataOp => self.data_op(),
             Event::LeaseArrive(a) => self.lease_arrive(*a),
             Event::LeaseAnswer(a) => self.lease_answer(a),
             Event::Bootstrap(e) => self.bootstrap_event(e),

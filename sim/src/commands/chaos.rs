@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use super::{all_up_converged, secs, start_bulk};
 use crate::counters::SizeMode;
+use crate::data::DataStats;
 use crate::faults::{ChaosConfig, FaultRecord, Nemesis};
 use crate::invariants::Violation;
 use crate::lease::LeaseStats;
@@ -78,6 +79,8 @@ pub struct ChaosOptions {
     pub singleton_lease: bool,
     /// Form the initial cluster by Cluster Bootstrap's machine instead of seed nodes.
     pub bootstrap: bool,
+    /// Run the replicated store, with its load and its checks (D1 to D4).
+    pub data: bool,
 }
 
 impl ChaosOptions {
@@ -93,6 +96,7 @@ impl ChaosOptions {
             singleton_margin: Margin::default(),
             singleton_lease: false,
             bootstrap: false,
+            data: false,
         }
     }
 }
@@ -161,6 +165,10 @@ pub struct SeedReport {
     pub asks_checked: usize,
     /// With `--bootstrap`: virtual seconds until Cluster Bootstrap formed the initial cluster.
     pub bootstrap_formed_s: Option<f64>,
+    /// With `--data`: the trace hash of the store layer's steps, to the end of the run.
+    pub data_trace_hash: String,
+    /// With `--data`: what the store layer did.
+    pub data: Option<DataStats>,
     /// Wall-clock seconds.
     pub wall_s: f64,
     /// The latest steps, when a log was kept and the run failed.
@@ -191,8 +199,9 @@ pub fn reproduce(o: &ChaosOptions) -> String {
     };
     let lease = if o.singleton_lease { " --singleton-lease" } else { "" };
     let bootstrap = if o.bootstrap { " --bootstrap" } else { "" };
+    let data = if o.data { " --data" } else { "" };
     format!(
-        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}{lease}{bootstrap}",
+        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}{lease}{bootstrap}{data}",
         o.nodes,
         o.seed,
         o.seed + 1,
@@ -251,6 +260,7 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         nodes: n,
         singleton: Some(singleton_config.clone()),
         sharding: Some(sharding::config(&singleton_config)),
+        data: o.data.then(crate::data::config),
         config,
         net: base_net.clone(),
         max_drift_ppm: drift,
@@ -354,6 +364,10 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         _ => (None, 0),
     };
 
+    if o.data && settled_at.is_some() && sim.violation().is_none() {
+        settle_data(&mut sim);
+    }
+
     let violation = sim.violation().cloned();
     let singletons = sim.singletons();
     let shardings = sim.shardings();
@@ -386,6 +400,8 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         sharding_bound_s: sharding_bound.as_secs_f64(),
         asks_checked,
         bootstrap_formed_s,
+        data_trace_hash: format!("{:016x}", sim.data().map_or(0, |d| d.trace_hash())),
+        data: sim.data().map(|d| d.stats),
         wall_s: wall.elapsed().as_secs_f64(),
         log: if violation.is_some() && o.log_steps > 0 {
             sim.log().map(str::to_owned).chain(sim.dump()).collect()
@@ -393,6 +409,44 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
             Vec::new()
         },
         violation,
+    }
+}
+
+/// How long the store's load runs in the settled cluster, with D2 checking its reads.
+const DATA_CALM: Duration = Duration::from_secs(15);
+
+/// The store's last phase, once the membership has settled: the load runs on for
+/// [`DATA_CALM`] with D2 on, then stops; within the convergence bound (and the last requests'
+/// timeout) every key's replicas must hold the same versions (D3), and no acknowledged write may
+/// be missing from the disks (D1). A failure is recorded as the run's violation.
+fn settle_data(sim: &mut Sim) {
+    let now = sim.now();
+    let Some(d) = sim.data_mut() else { return };
+    d.calm_since = Some(now);
+    let bound = crate::data::convergence_bound(d.config());
+    sim.run_for(DATA_CALM);
+    if sim.violation().is_some() {
+        return;
+    }
+    if let Some(d) = sim.data_mut() {
+        d.load = false;
+    }
+    sim.run_for(bound);
+    if sim.violation().is_some() {
+        return;
+    }
+    let replicas = sim.data_replicas();
+    let Some(d) = sim.data_mut() else { return };
+    let checks = d
+        .check_replicas_agree(|k| replicas.get(&k).cloned().unwrap_or_default())
+        .and_then(|()| d.check_no_acked_write_lost());
+    if let Err((id, why)) = checks {
+        let v = liveness_violation(
+            sim,
+            id,
+            format!("{why} ({:.0}s after the load stopped)", bound.as_secs_f64()),
+        );
+        sim.set_violation(v);
     }
 }
 

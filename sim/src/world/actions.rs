@@ -67,6 +67,7 @@ impl Sim {
         node.uid.get().hash(&mut self.trace);
         let local = self.local_instant(slot);
         self.sharding_started(slot, &node);
+        self.data_started(slot, &node);
         if let Some(s) = self.singletons.as_mut() {
             s.on_start(slot, node, local);
         }
@@ -113,6 +114,7 @@ impl Sim {
             s.on_exit(slot);
         }
         self.sharding_exit(slot);
+        self.data_exit(slot, true);
         if let Some(node) = self.slot(slot).node.clone() {
             self.checkers.forget(&node);
             // Only the operator reads these, on its tick.
@@ -147,6 +149,7 @@ impl Sim {
         self.arm_timer(slot);
         self.singleton_resumed(slot);
         self.sharding_resumed(slot);
+        self.data_resumed(slot);
     }
 
     /// Ends every partition, clog and pause, and restores `net`.

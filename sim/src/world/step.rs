@@ -63,7 +63,7 @@ impl Sim {
             decisions.push(SbrDecision::from(&d));
         }
         let changed = !Arc::ptr_eq(&before, core.gossip()) || !decisions.is_empty();
-        let reachability_changed = self.shardings.is_some()
+        let reachability_changed = (self.shardings.is_some() || self.data.is_some())
             && !Arc::ptr_eq(&before, core.gossip())
             && unreachable_in(&before) != unreachable_in(core.gossip());
         let confirms = matches!(cause, Cause::Message(Delivered::Other("ExitingConfirmed")));
@@ -97,8 +97,9 @@ impl Sim {
             core = self.procs.take_core(slot).expect("just put back");
         }
         // The singleton manager reads the members once the core is back in its slot (or gone).
-        let members: Option<Vec<Member>> = (members_changed && self.singletons.is_some())
-            .then(|| core.gossip().members().cloned().collect());
+        let members: Option<Vec<Member>> = (members_changed
+            && (self.singletons.is_some() || self.data.is_some()))
+        .then(|| core.gossip().members().cloned().collect());
         if let Some(reason) = core.shutdown_reason().cloned() {
             self.note(|| format!("slot {slot} ({me}) shuts down: {reason}"));
             "shutdown".hash(&mut self.trace);
@@ -106,6 +107,7 @@ impl Sim {
                 self.singleton_members(slot, members);
             }
             self.sharding_exit(slot);
+            self.data_exit(slot, false);
             self.singleton_terminated(slot, &reason);
             let restart = self.supervisor.on_stopped(&reason);
             self.procs.stop(slot, reason);
@@ -120,6 +122,7 @@ impl Sim {
         if let Some(members) = &members {
             self.singleton_members(slot, members);
             self.sharding_members(slot, members);
+            self.data_members(slot, members);
         } else if reachability_changed {
             // The coordinator holds rebalancing while a member is unreachable; the runtime
             // feeds it every change of the cluster state, reachability included (also what
@@ -130,6 +133,7 @@ impl Sim {
                 .map(|c| c.gossip().members().cloned().collect())
                 .unwrap_or_default();
             self.sharding_members(slot, &members);
+            self.data_members(slot, &members);
         }
     }
 

@@ -150,6 +150,40 @@ impl Sim {
         self.shardings.as_ref()
     }
 
+    /// The replicated store layer, when the run has one.
+    pub fn data(&self) -> Option<&crate::data::DataLayer> {
+        self.data.as_ref()
+    }
+
+    /// The replicated store layer, for the chaos run's last phase.
+    pub fn data_mut(&mut self) -> Option<&mut crate::data::DataLayer> {
+        self.data.as_mut()
+    }
+
+    /// Per key of the store's load, the slots of its replicas as the first running store's ring
+    /// places them.
+    pub fn data_replicas(&self) -> std::collections::BTreeMap<u32, Vec<usize>> {
+        let Some(d) = self.data.as_ref() else { return Default::default() };
+        let Some(store) = (0..self.procs.len()).find_map(|i| {
+            let s = d.slot(i).store.as_ref()?;
+            self.is_running(i).then_some(s)
+        }) else {
+            return Default::default();
+        };
+        let n = d.config().replicas;
+        (0..crate::data::KEYS)
+            .map(|k| {
+                let slots = store
+                    .ring()
+                    .replicas(crate::data::key(k).as_bytes(), n)
+                    .into_iter()
+                    .filter_map(|a| self.procs.slot_of(a))
+                    .collect();
+                (k, slots)
+            })
+            .collect()
+    }
+
     /// The cluster singleton layer, when the run has one.
     pub fn singletons(&self) -> Option<&Singletons> {
         self.singletons.as_ref()
