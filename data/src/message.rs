@@ -168,6 +168,15 @@ pub enum Message {
         /// Keys and objects.
         entries: Vec<(Key, Object)>,
     },
+    /// Coordinator → every replica, after a read in which all of them answered with the same
+    /// versions, all tombstones: drop the tombstones of the versions whose digest is `digest`
+    /// (keep their context).
+    Reap {
+        /// The key.
+        key: Key,
+        /// The digest of the versions every replica answered with.
+        digest: u64,
+    },
     /// Any node → a replica of the key: coordinate this request for me.
     Forward {
         /// The forwarding node's request.
@@ -197,6 +206,7 @@ impl Message {
             Self::Keys { .. } => "Keys",
             Self::Pull { .. } => "Pull",
             Self::Handoff { .. } => "Handoff",
+            Self::Reap { .. } => "Reap",
             Self::Forward { .. } => "Forward",
             Self::ForwardReply { .. } => "ForwardReply",
         }

@@ -112,6 +112,10 @@ enum Flight {
         answers: BTreeMap<Address, Option<Object>>,
         merged: Object,
         replied: bool,
+        /// Whether every target is one of the key's N replicas (no fallback stands in), and no
+        /// answer has been behind the merge: then a merge of nothing but tombstones, once all
+        /// have answered, is held by every replica and may be reaped.
+        whole: bool,
     },
     /// A held write offered to its replica.
     Hint { replica: Address, key: Key },
@@ -296,6 +300,7 @@ impl<S: Storage> Store<S> {
             Message::Keys { span, keys } => self.keys_received(&from.address, span, keys),
             Message::Pull { keys } => self.pull_received(&from.address, keys),
             Message::Handoff { req, entries } => self.handoff_received(from, req, entries),
+            Message::Reap { key, digest } => self.reap(&key, digest),
             Message::Forward { req, request } => {
                 self.start(Origin::Remote(from.clone(), req), request, now);
             }
@@ -569,8 +574,10 @@ impl<S: Storage> Store<S> {
                 self.send(node, Message::Read { req, key: key.clone() });
             }
         }
+        let whole =
+            targets.len() == self.config.replicas && targets.iter().all(|(_, h)| h.is_none());
         let targets = targets.iter().map(|(a, _)| a.clone()).collect();
-        let flight = Flight::Read { key, needed, targets, answers, merged, replied: false };
+        let flight = Flight::Read { key, needed, targets, answers, merged, replied: false, whole };
         self.pending.insert(req, self.pending_for(origin, flight, now));
         self.read_progress(req);
         self.arm_requests();
@@ -730,7 +737,8 @@ impl<S: Storage> Store<S> {
     /// read when every target has answered.
     fn read_progress(&mut self, req: u64) {
         let Some(p) = self.pending.get_mut(&req) else { return };
-        let Flight::Read { key, needed, targets, answers, merged, replied } = &mut p.state else {
+        let Flight::Read { key, needed, targets, answers, merged, replied, whole } = &mut p.state
+        else {
             return;
         };
         let reply = (!*replied && answers.len() >= *needed).then(|| Read::of(merged));
@@ -748,6 +756,13 @@ impl<S: Storage> Store<S> {
         } else {
             Vec::new()
         };
+        *whole &= stale.is_empty();
+        // Every replica answered with the same versions, nothing but tombstones: they may go.
+        let reap = (done
+            && *whole
+            && merged.value_count() > 0
+            && merged.values().all(|(_, v)| *v == Value::Tombstone))
+        .then(|| (targets.clone(), maintenance::digest(&key, merged)));
         let origin = p.origin.clone();
         if let Some(read) = reply {
             self.finish(origin, Ok(Reply::Read(read)));
@@ -767,6 +782,29 @@ impl<S: Storage> Store<S> {
         }
         if done {
             self.pending.remove(&req);
+        }
+        if let Some((targets, digest)) = reap {
+            for t in &targets {
+                if *t == self.me.address {
+                    self.reap(&key, digest);
+                } else if let Some(node) = self.nodes.get(t).cloned() {
+                    self.send(node, Message::Reap { key: key.clone(), digest });
+                }
+            }
+        }
+    }
+
+    /// Drops the tombstones of `key`'s versions, if they are still the ones whose digest is
+    /// `digest`; the context stays, so no value they superseded can come back (a late hint,
+    /// a stale replica's repair).
+    fn reap(&mut self, key: &Key, digest: u64) {
+        let Ok(Some(mut local)) = self.storage.get(key) else { return };
+        if maintenance::digest(key, &local) != digest {
+            return;
+        }
+        local.clear_values();
+        if self.storage.put(key, &local).is_ok() {
+            self.staged = true;
         }
     }
 
@@ -881,9 +919,10 @@ fn current_crdt(object: &Object, kind: CrdtKind) -> Result<crate::crdt::Crdt, Re
 /// The key a message is about, when it is about one.
 fn message_key(m: &Message) -> Option<&Key> {
     match m {
-        Message::Write { key, .. } | Message::Read { key, .. } | Message::Repair { key, .. } => {
-            Some(key)
-        }
+        Message::Write { key, .. }
+        | Message::Read { key, .. }
+        | Message::Repair { key, .. }
+        | Message::Reap { key, .. } => Some(key),
         Message::Forward { request, .. } => Some(request.key()),
         _ => None,
     }

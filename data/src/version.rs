@@ -221,6 +221,14 @@ impl<V: Clone> Versions<V> {
         self.entries.values().all(|e| e.counter > 0 && e.values.len() as u64 <= e.counter)
     }
 
+    /// Drops every current value, keeping the context: what the key's history has seen stays
+    /// known, so no value it superseded can come back, but nothing is stored for the values.
+    pub fn clear_values(&mut self) {
+        for e in self.entries.values_mut() {
+            e.values.clear();
+        }
+    }
+
     /// Whether these versions know everything `other` knows: merging `other` in would change
     /// nothing. A replica whose versions do not descend from a read's merged result is stale.
     pub fn descends(&self, other: &Self) -> bool {

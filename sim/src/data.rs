@@ -12,8 +12,9 @@
 //!   what was staged and not synced; the next incarnation in the slot opens the same disk. A
 //!   process that shuts down syncs first, as the runtime's driver does.
 //! - The load: every [`OP_INTERVAL`] a running process, drawn from the layer's random stream,
-//!   reads or writes one of [`KEYS`] keys at quorum (once the cluster has settled after the heal,
-//!   only the lower half of them, so that the upper half converges without a read). A write carries the context of that
+//!   reads or writes (one write in five a delete) one of [`KEYS`] keys at quorum (once the
+//!   cluster has settled after the heal, only the lower half of them, so that the upper half
+//!   converges without a read). A write carries the context of that
 //!   process's last read of the key (read-modify-write), or none; its value is the write's
 //!   number, so what a read returns names the writes.
 //!
@@ -268,7 +269,12 @@ impl DataLayer {
         } else {
             self.stats.writes += 1;
             let context = self.slots[slot].read_contexts.get(&k).cloned().unwrap_or_default();
-            let value = Value::Bytes((n as u64).to_le_bytes().to_vec());
+            // One write in five deletes (so that tombstones are written, read and reaped).
+            let value = if self.rng.random_bool(0.2) {
+                Value::Tombstone
+            } else {
+                Value::Bytes((n as u64).to_le_bytes().to_vec())
+            };
             let request = convoke_data::Request::Put {
                 key: key(k),
                 value,

@@ -560,3 +560,34 @@ fn a_node_that_leaves_the_ring_keeps_its_keys_and_hands_nothing_off() {
         assert!(net.held(3, key).is_some(), "{key} kept");
     }
 }
+
+#[test]
+fn a_tombstone_every_replica_holds_is_reaped_and_the_value_it_deleted_never_comes_back() {
+    let mut net = Net::new(3);
+    let ctx = net.put(0, "k", b"old", VersionVector::new());
+    let before = net.stores[1].storage_mut().get(&k("k")).expect("memory").expect("held");
+    let id = net.request(
+        1,
+        Request::Put { key: k("k"), value: Value::Tombstone, context: ctx, w: Level::All },
+    );
+    net.settle();
+    assert!(matches!(net.reply(1, id), Ok(Reply::Written(_))));
+    // A read that hears the same tombstone from every replica reaps it everywhere.
+    let id = net.request(2, Request::Get { key: k("k"), r: Level::All });
+    net.settle();
+    assert!(matches!(net.reply(2, id), Ok(Reply::Read(r)) if r.is_empty()));
+    assert_eq!(net.sent.get("Reap"), Some(&2));
+    for i in 0..3 {
+        let o =
+            net.stores[i].storage_mut().get(&k("k")).expect("memory").expect("the context stays");
+        assert_eq!(o.value_count(), 0, "node {i} holds no value");
+        assert!(!o.context().is_empty());
+    }
+    // The old value, arriving late (a stale repair, a hint), stays superseded.
+    let from = net.nodes[0].clone();
+    let now = net.now;
+    net.stores[2].handle_message(&from, Message::Repair { key: k("k"), object: before }, now);
+    net.settle();
+    assert!(net.get(0, "k").is_empty());
+    assert_eq!(net.held(2, "k").map(|r| r.values.len()), Some(0));
+}
