@@ -567,6 +567,19 @@ const CASES: &[Case] = &[
               with the next write)",
     },
     Case {
+        seed: 5033523,
+        nodes: 7,
+        downing: ChaosDowning::Resolver,
+        why: "S18 (the checker): slot 3, clogged from 255.3 s and downed by the others at 262.2 s, \
+              froze at 266.9 s, before its own resolver decided, for 11.6 s, less than the \
+              removal margin; the coordinator started its shard 20 on slot 5 at 277.9 s, when \
+              the margin ended, and slot 3 resumed 0.6 s later and stopped the shard before \
+              acting on anything. S18 judged the pair on the whole pause (shorter than the \
+              margin) though the frozen host ran nothing beside the other; it now excuses the \
+              pause and holds the resumed host to stopping the entity within a retry interval, \
+              as S17 does the singleton (seed 4047723)",
+    },
+    Case {
         seed: 2401992,
         nodes: 3,
         downing: ChaosDowning::Oracle,
