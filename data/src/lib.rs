@@ -69,7 +69,7 @@
 //!         let mut mail = Vec::new();
 //!         for (i, s) in stores.iter_mut().enumerate() {
 //!             if s.needs_sync() {
-//!                 s.sync();
+//!                 s.sync(now);
 //!             }
 //!             while let Some(out) = s.poll_output() {
 //!                 match out {

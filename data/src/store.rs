@@ -277,7 +277,7 @@ impl<S: Storage> Store<S> {
                     }
                 }
             }
-            Message::WriteAck { req, result } => self.write_acked(&from.address, req, result),
+            Message::WriteAck { req, result } => self.write_acked(&from.address, req, result, now),
             Message::Read { req, key } => {
                 let object = self.held(&key).unwrap_or_else(|e| {
                     // A replica that cannot read counts as one that holds nothing; the read
@@ -344,7 +344,7 @@ impl<S: Storage> Store<S> {
 
     /// Makes the staged writes durable, then releases the answers owed for them. On a storage
     /// failure the owed answers become failures.
-    pub fn sync(&mut self) {
+    pub fn sync(&mut self, now: Instant) {
         let result = self.storage.sync().map_err(|e| DataError::Storage(e.to_string()));
         self.staged = false;
         for owed in std::mem::take(&mut self.owed) {
@@ -352,7 +352,7 @@ impl<S: Storage> Store<S> {
                 Owed::Ack { to, req } => {
                     self.send(to, Message::WriteAck { req, result: result.clone() });
                 }
-                Owed::OwnCopy { req, me } => self.write_acked(&me, req, result.clone()),
+                Owed::OwnCopy { req, me } => self.write_acked(&me, req, result.clone(), now),
             }
         }
     }
@@ -664,7 +664,13 @@ impl<S: Storage> Store<S> {
         Ok(())
     }
 
-    fn write_acked(&mut self, from: &Address, req: u64, result: Result<(), DataError>) {
+    fn write_acked(
+        &mut self,
+        from: &Address,
+        req: u64,
+        result: Result<(), DataError>,
+        now: Instant,
+    ) {
         let Some(p) = self.pending.get_mut(&req) else { return };
         let outcome = match &mut p.state {
             Flight::Write { needed, waiting, acks, context } => {
@@ -702,7 +708,7 @@ impl<S: Storage> Store<S> {
                 if waiting.is_empty() {
                     let entries = std::mem::take(entries);
                     self.pending.remove(&req);
-                    self.handed_off(entries);
+                    self.handed_off(entries, now);
                 }
                 return;
             }

@@ -165,7 +165,7 @@ impl Driver {
                 }
             }
             if self.store.needs_sync() {
-                self.store.sync();
+                self.store.sync(now());
             }
             self.outputs();
         }

@@ -20,6 +20,9 @@ pub(super) const KEYS_AT_ONCE: u64 = 128;
 const FANOUT: u64 = 16;
 /// Objects read per page of a scan.
 const PAGE: usize = 1024;
+/// Handoff batches in flight at once (each of one arc, to its replicas); a batch acknowledged by
+/// all of them is followed at once by the next.
+const HANDOFFS_IN_FLIGHT: usize = 4;
 
 /// The digest of one object under one key: what anti-entropy compares.
 pub(super) fn digest(key: &Key, object: &Object) -> u64 {
@@ -54,7 +57,7 @@ impl<S: Storage> Store<S> {
     /// this node replicates are compared, each with one of its other replicas in turn, and a
     /// batch of keys it holds but no longer replicates is handed off.
     pub(super) fn maintain(&mut self, now: Instant) {
-        let (mine, others) = self.arcs();
+        let (mine, _) = self.arcs();
         let mut to_peer: BTreeMap<Address, Vec<SpanDigest>> = BTreeMap::new();
         for _ in 0..self.config.arcs_per_round.min(mine.len()) {
             self.ae_next = self.ae_next.wrapping_add(1);
@@ -77,7 +80,7 @@ impl<S: Storage> Store<S> {
             self.exchanged.insert(peer.clone(), now);
             self.send_to(&peer, Message::Digests { spans });
         }
-        self.hand_off(&others, now);
+        self.hand_off(now);
     }
 
     /// Digest and count of the keys held in `span`; `None` when the storage fails.
@@ -168,10 +171,11 @@ impl<S: Storage> Store<S> {
         }
     }
 
-    /// Hands off up to [`DataConfig::handoff_batch`](crate::DataConfig) of the keys held in
-    /// arcs this node does not replicate, each arc's to every one of its replicas, when all are
-    /// reachable and that arc is not being handed off already.
-    fn hand_off(&mut self, others: &[Arc], now: Instant) {
+    /// Hands off the keys held in arcs this node does not replicate, each arc's to every one of
+    /// its replicas while all are reachable: batches of
+    /// [`DataConfig::handoff_batch`](crate::DataConfig) keys, [`HANDOFFS_IN_FLIGHT`] at once,
+    /// one arc each.
+    pub(super) fn hand_off(&mut self, now: Instant) {
         // A node off the ring (leaving, or restarting) keeps what it holds: back on its address
         // it owns the same arcs again; gone for good, the remaining replicas bring the new ones
         // up to date by anti-entropy.
@@ -186,14 +190,16 @@ impl<S: Storage> Store<S> {
                 _ => None,
             })
             .collect();
-        let mut budget = self.config.handoff_batch;
+        let (_, others) = self.arcs();
+        let mut free = HANDOFFS_IN_FLIGHT.saturating_sub(busy.len());
         for arc in others.iter().filter(|a| !busy.contains(a)) {
-            if budget == 0 {
+            if free == 0 {
                 break;
             }
             let mut batch = Vec::new();
             for span in arc.spans() {
-                match self.storage.scan(span, None, budget - batch.len()) {
+                let left = self.config.handoff_batch - batch.len();
+                match self.storage.scan(span, None, left) {
                     Ok(page) => batch.extend(page),
                     Err(_) => return,
                 }
@@ -202,7 +208,7 @@ impl<S: Storage> Store<S> {
                 continue;
             }
             let Some(peers) = self.peers_of(*arc).filter(|p| !p.is_empty()) else { continue };
-            budget -= batch.len();
+            free -= 1;
             let req = self.next_number();
             for p in &peers {
                 self.send_to(p, Message::Handoff { req, entries: batch.clone() });
@@ -217,7 +223,7 @@ impl<S: Storage> Store<S> {
 
     /// Every replica has the handed-off keys: those not written here since are dropped, and
     /// this node takes a new actor, since it no longer holds the dots it gave them.
-    pub(super) fn handed_off(&mut self, entries: Vec<(Key, Object)>) {
+    pub(super) fn handed_off(&mut self, entries: Vec<(Key, Object)>, now: Instant) {
         let mut dropped = false;
         for (k, sent) in entries {
             if let Ok(Some(now)) = self.storage.get(&k)
@@ -234,6 +240,8 @@ impl<S: Storage> Store<S> {
             bytes.extend(self.epoch.to_be_bytes());
             self.actor = ActorId(hash(&bytes));
         }
+        // The next batch goes at once.
+        self.hand_off(now);
     }
 
     /// A handoff from a node that no longer replicates these keys: merged, acknowledged after

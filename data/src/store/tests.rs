@@ -126,7 +126,7 @@ impl Net {
         loop {
             for i in 0..self.stores.len() {
                 if self.stores[i].needs_sync() && !self.no_sync.contains(&i) {
-                    self.stores[i].sync();
+                    self.stores[i].sync(self.now);
                 }
                 while let Some(out) = self.stores[i].poll_output() {
                     match out {

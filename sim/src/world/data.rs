@@ -198,7 +198,7 @@ impl Sim {
             d.slot_mut(slot).sync.forget();
             d.stats.syncs += 1;
         }
-        self.data_input(slot, "sync", |s, _| s.sync());
+        self.data_input(slot, "sync", |s, now| s.sync(now));
     }
 
     /// A store message reaches the network interface of its destination.
