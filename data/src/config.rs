@@ -132,7 +132,7 @@ impl Default for DataConfig {
             hint_interval: Duration::from_secs(1),
             anti_entropy_interval: Duration::from_secs(1),
             arcs_per_round: 4,
-            handoff_batch: 100,
+            handoff_batch: 1000,
         }
     }
 }
