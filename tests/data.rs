@@ -314,3 +314,23 @@ async fn the_cli_reads_writes_and_deletes_keys_with_contexts_and_script_friendly
     assert_eq!(bad.status.code(), Some(4), "a refused input: exit 4");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_sees_the_current_value_then_each_change_made_through_any_node() {
+    let _live = live().await;
+    let dirs = dirs(3);
+    let nodes = start(&dirs).await;
+    let ctx = nodes[0].data().put("config", b"v1".to_vec(), &VersionVector::new()).await.unwrap();
+    let mut sub = nodes[2].data().subscribe("config", Duration::from_millis(200)).unwrap();
+    let first = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+    assert_eq!(bytes(&first.values), [b"v1".to_vec()]);
+    // A change through another node: the subscriber on node 2 sees it (its replica changes, or
+    // its next read finds it).
+    nodes[1].data().put("config", b"v2".to_vec(), &ctx).await.unwrap();
+    let second = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+    assert_eq!(bytes(&second.values), [b"v2".to_vec()]);
+    assert!(second.context.descends(&first.context) && second.context != first.context);
+    for n in &nodes {
+        n.stop().await;
+    }
+}
