@@ -178,8 +178,17 @@ impl Span {
         (self.from..=self.to).contains(&h)
     }
 
-    /// Cut into at most `parts` spans of about equal width, in order.
+    /// Whether it holds any hash (`from` not above `to`); a span off the wire is checked with it
+    /// before anything else reads it.
+    pub fn is_valid(self) -> bool {
+        self.from <= self.to
+    }
+
+    /// Cut into at most `parts` spans of about equal width, in order (none for an invalid span).
     pub fn split(self, parts: u64) -> Vec<Span> {
+        if !self.is_valid() {
+            return Vec::new();
+        }
         let width = u128::from(self.to - self.from) + 1;
         let parts = u128::from(parts.max(1)).min(width);
         (0..parts)

@@ -50,6 +50,7 @@ fn main() {
     settings_seeds(&mut seeds);
     sharding_frame_seeds(&mut seeds);
     hand_over_seeds(&mut seeds);
+    data_message_seeds(&mut seeds);
     println!("wrote {} seed files under {}", seeds.written, seeds.corpus.display());
 }
 
@@ -516,6 +517,43 @@ fn sharding_frame_seeds(seeds: &mut Seeds) {
 }
 
 /// Every singleton hand-over message, postcard-encoded as the messaging endpoint sends it.
+fn data_message_seeds(seeds: &mut Seeds) {
+    use convoke_data::message::{Message as DataMessage, Request as DataRequest, SpanDigest, decode, encode};
+    use convoke_data::ring::Span;
+    use convoke_data::version::{ActorId, VersionVector};
+    use convoke_data::{Key, Level, Object, Value};
+    let key = Key::new("users/42", 1024).expect("a valid key");
+    let mut object = Object::default();
+    object.write(ActorId(7), &VersionVector::new(), Value::Bytes(b"ada".to_vec()));
+    object.write(ActorId(9), &VersionVector::new(), Value::Tombstone);
+    let messages = [
+        ("write", DataMessage::Write { req: 1, key: key.clone(), object: object.clone(), hint: None }),
+        (
+            "write-hinted",
+            DataMessage::Write {
+                req: 2,
+                key: key.clone(),
+                object: object.clone(),
+                hint: Some("convoke://convoke@127.0.0.1:25522".into()),
+            },
+        ),
+        ("read", DataMessage::Read { req: 3, key: key.clone() }),
+        ("read-reply", DataMessage::ReadReply { req: 3, object: Some(object.clone()) }),
+        ("repair", DataMessage::Repair { key: key.clone(), object: object.clone() }),
+        ("digests", DataMessage::Digests { spans: vec![SpanDigest { span: Span::ALL, digest: 1, count: 2 }] }),
+        ("keys", DataMessage::Keys { span: Span::ALL, keys: vec![(key.clone(), 5)] }),
+        ("pull", DataMessage::Pull { keys: vec![key.clone()] }),
+        ("handoff", DataMessage::Handoff { req: 4, entries: vec![(key.clone(), object.clone())] }),
+        ("reap", DataMessage::Reap { key: key.clone(), digest: 9 }),
+        ("forward", DataMessage::Forward { req: 5, request: DataRequest::Get { key, r: Level::Quorum } }),
+    ];
+    for (name, m) in messages {
+        let bytes = encode(&m);
+        assert_eq!(decode(&bytes).ok(), Some(m), "{name} decodes");
+        seeds.write("data_message", name, &bytes);
+    }
+}
+
 fn hand_over_seeds(seeds: &mut Seeds) {
     for m in [
         HandOver::HandOverToMe,

@@ -132,3 +132,11 @@ fn members_preparing_for_a_full_shutdown_stay_on_the_ring_and_leaving_ones_do_no
     let ring = Ring::of_members(&members, None, 8);
     assert_eq!(ring.members(), [addr(1), addr(2), addr(3)]);
 }
+
+#[test]
+fn a_span_that_ends_before_it_starts_is_invalid_and_splits_into_nothing() {
+    let bad = Span { from: 10, to: 3 };
+    assert!(!bad.is_valid());
+    assert!(bad.split(16).is_empty());
+    assert!(Span::ALL.is_valid());
+}

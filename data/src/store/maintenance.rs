@@ -20,6 +20,8 @@ pub(super) const KEYS_AT_ONCE: u64 = 128;
 const FANOUT: u64 = 16;
 /// Objects read per page of a scan.
 const PAGE: usize = 1024;
+/// The most spans of one digest message a replica looks at (a round sends a few per arc).
+const MAX_SPANS: usize = 1024;
 /// Handoff batches in flight at once (each of one arc, to its replicas); a batch acknowledged by
 /// all of them is followed at once by the next.
 const HANDOFFS_IN_FLIGHT: usize = 4;
@@ -117,7 +119,7 @@ impl<S: Storage> Store<S> {
     /// both sides, with this node's keys.
     pub(super) fn digests_received(&mut self, from: &Address, spans: Vec<SpanDigest>) {
         let mut finer = Vec::new();
-        for theirs in spans {
+        for theirs in spans.into_iter().filter(|d| d.span.is_valid()).take(MAX_SPANS) {
             let Some(mine) = self.span_digest(theirs.span) else { continue };
             if mine.digest == theirs.digest && mine.count == theirs.count {
                 continue;
@@ -141,6 +143,9 @@ impl<S: Storage> Store<S> {
     /// A peer's keys in a span: what it lacks or holds differently is sent to it, what this
     /// node lacks or holds differently is asked of it.
     pub(super) fn keys_received(&mut self, from: &Address, span: Span, keys: Vec<(Key, u64)>) {
+        if !span.is_valid() {
+            return;
+        }
         let Some(held) = self.held_in(span) else { return };
         let theirs: BTreeMap<Key, u64> =
             keys.into_iter().filter(|(k, _)| span.contains(hash(k.as_bytes()))).collect();
