@@ -85,22 +85,8 @@ fn start(nodes: &mut [Node], i: usize, seeds: &[u16]) {
     nodes[i].proc = Some(Proc::run(nodes[i].port, &sets));
 }
 
-/// Waits until the management API at `base` shows `n` members, all Up.
 async fn wait_members(client: &reqwest::Client, base: &str, n: usize) {
-    let deadline = Instant::now() + T;
-    let url = format!("{base}/cluster/members");
-    loop {
-        if let Ok(r) = client.get(&url).send().await
-            && let Ok(body) = r.json::<serde_json::Value>().await
-        {
-            let members = body["members"].as_array().cloned().unwrap_or_default();
-            if members.len() == n && members.iter().all(|m| m["status"] == "Up") {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "{url} never showed {n} members Up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::process::wait_members_up(client, base, n, T).await;
 }
 
 /// What one request did.

@@ -85,20 +85,7 @@ async fn start(dir: &str, seed: Option<u16>) -> Counter {
 
 /// Waits until `c`'s management API shows `n` members, all Up.
 async fn wait_members(client: &reqwest::Client, c: &Counter, n: usize) {
-    let deadline = Instant::now() + T;
-    loop {
-        let url = format!("{}/cluster/members", c.management);
-        if let Ok(r) = client.get(&url).send().await
-            && let Ok(body) = r.json::<serde_json::Value>().await
-        {
-            let members = body["members"].as_array().cloned().unwrap_or_default();
-            if members.len() == n && members.iter().all(|m| m["status"] == "Up") {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "{url} never showed {n} members Up");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    support::process::wait_members_up(client, &c.management, n, T).await;
 }
 
 /// Successful increments per counter, and attempts (a failed attempt may still have counted).

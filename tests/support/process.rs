@@ -294,3 +294,22 @@ pub fn timestamp(line: &str) -> f64 {
     let secs: f64 = ts.get(17..ts.len() - 1).and_then(|s| s.parse().ok()).unwrap();
     (days * 86_400 + parse(11..13) * 3600 + parse(14..16) * 60) as f64 + secs
 }
+
+/// Waits until the management API at `base` (`http://host:port`) shows `n` members, all Up;
+/// panics after `timeout`.
+pub async fn wait_members_up(client: &reqwest::Client, base: &str, n: usize, timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let url = format!("{base}/cluster/members");
+    loop {
+        if let Ok(r) = client.get(&url).send().await
+            && let Ok(body) = r.json::<serde_json::Value>().await
+        {
+            let members = body["members"].as_array().cloned().unwrap_or_default();
+            if members.len() == n && members.iter().all(|m| m["status"] == "Up") {
+                return;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{url} never showed {n} members Up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -225,20 +225,32 @@ async fn send(
             .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .body(body);
     }
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let resp = req.send().await.map_err(|e| {
-        Error::unavailable(format!(
-            "cannot reach the management API at {url}: {e} (is the node running, and is --url right?)"
-        ))
-    })?;
+    let resp = dispatch(req, url, token).await?;
     let status = resp.status();
     let text = resp
         .text()
         .await
         .map_err(|e| Error::unavailable(format!("reading the answer from {url}: {e}")))?;
     answer(url, token, status, text)
+}
+
+/// Sends `req` to the management API at `url`, with the bearer `token` if any.
+///
+/// # Errors
+/// The node could not be reached.
+pub(crate) async fn dispatch(
+    mut req: reqwest::RequestBuilder,
+    url: &str,
+    token: Option<&str>,
+) -> Result<reqwest::Response, Error> {
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    req.send().await.map_err(|e| {
+        Error::unavailable(format!(
+            "cannot reach the management API at {url}: {e} (is the node running, and is --url right?)"
+        ))
+    })
 }
 
 /// The body of a successful answer, or the failure its status means.

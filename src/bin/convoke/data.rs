@@ -85,14 +85,7 @@ pub(crate) async fn call(
     if let Some(c) = context {
         req = req.header(CONTEXT_HEADER, c);
     }
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let resp = req.send().await.map_err(|e| {
-        Error::unavailable(format!(
-            "cannot reach the management API at {url}: {e} (is the node running, and is --url right?)"
-        ))
-    })?;
+    let resp = admin::dispatch(req, url, token).await?;
     let status = resp.status();
     let ctx = resp.headers().get(CONTEXT_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let bytes = resp
