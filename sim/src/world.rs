@@ -415,6 +415,23 @@ impl Sim {
         }
     }
 
+    /// A sharding or store message `m` (the two lanes carry the same encoded form) at its
+    /// destination's interface: taken in (`take`) when the process
+    /// there runs, queued (`queue`) while it is paused, dropped when none runs.
+    fn take_or_queue(
+        &mut self,
+        m: ShardingInFlight,
+        take: impl FnOnce(&mut Self, ShardingInFlight),
+        queue: impl FnOnce(&mut Self, usize, ShardingInFlight),
+    ) {
+        let to = m.to_slot;
+        match self.slot(to).state {
+            SlotState::Running => take(self, m),
+            SlotState::Paused => queue(self, to, m),
+            _ => {}
+        }
+    }
+
     fn note(&mut self, line: impl FnOnce() -> String) {
         self.trace.note(self.now, self.step, line);
     }

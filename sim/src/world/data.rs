@@ -14,7 +14,6 @@ use super::{Event, Sim, into_queue};
 use crate::data::{DataLayer, OP_INTERVAL, Outcome};
 use crate::delivery::DataInFlight;
 use crate::invariants::Violation;
-use crate::processes::SlotState;
 
 impl Sim {
     /// Feeds one input to the store of `slot`, if one runs there, and carries out the outputs.
@@ -204,16 +203,11 @@ impl Sim {
     /// A store message reaches the network interface of its destination.
     pub(super) fn arrive_data(&mut self, m: DataInFlight) {
         let Some(m) = self.delivery.arrive_data(m) else { return };
-        let to = m.to_slot;
-        match self.slot(to).state {
-            SlotState::Running => self.data_message(m),
-            SlotState::Paused => {
-                if let Some(d) = self.data.as_mut() {
-                    d.slot_mut(to).inbox.push(m);
-                }
+        self.take_or_queue(m, Self::data_message, |sim, to, m| {
+            if let Some(d) = sim.data.as_mut() {
+                d.slot_mut(to).inbox.push(m);
             }
-            _ => {}
-        }
+        });
     }
 
     fn data_message(&mut self, m: DataInFlight) {

@@ -16,7 +16,6 @@ use super::{Event, Sim, into_queue};
 use crate::delivery::ShardingInFlight;
 use crate::invariants::Violation;
 use crate::invariants::s17_one_singleton::split;
-use crate::processes::SlotState;
 use crate::sharding::{ASK_INTERVAL, EntityRun, SHARDS};
 
 /// A frame's name and shard, for the step log.
@@ -287,16 +286,11 @@ impl Sim {
     /// A sharding message reaches the network interface of its destination.
     pub(super) fn arrive_sharding(&mut self, m: ShardingInFlight) {
         let Some(m) = self.delivery.arrive_sharding(m) else { return };
-        let to = m.to_slot;
-        match self.slot(to).state {
-            SlotState::Running => self.sharding_message(m),
-            SlotState::Paused => {
-                if let Some(s) = self.shardings.as_mut() {
-                    s.slot_mut(to).inbox.push(m);
-                }
+        self.take_or_queue(m, Self::sharding_message, |sim, to, m| {
+            if let Some(s) = sim.shardings.as_mut() {
+                s.slot_mut(to).inbox.push(m);
             }
-            _ => {}
-        }
+        });
     }
 
     fn sharding_message(&mut self, m: ShardingInFlight) {
