@@ -1,5 +1,5 @@
 //! The replicated store in the simulation: every process runs the runtime's sans-IO
-//! [`Store`](convoke_data::Store) over a modelled disk, clients read and write through random
+//! [`Store`] over a modelled disk, clients read and write through random
 //! processes, and what they were told is checked against what the replicas hold.
 //!
 //! The model:
