@@ -503,8 +503,8 @@ fn print_seed(r: &SeedReport) {
             r.sharding_bound_s,
             r.asks_checked,
             r.data.map_or(String::new(), |d| format!(
-                ", store {} writes ({} acked) {} reads ({} with siblings, {} checked by D2) {} failed, {} keys compared",
-                d.writes, d.writes_acked, d.reads, d.sibling_reads, d.reads_checked, d.failed, d.keys_compared
+                ", store {} writes ({} acked) {} reads ({} with siblings, {} checked by D2) {} failed, {} keys compared, {} held by D1",
+                d.writes, d.writes_acked, d.reads, d.sibling_reads, d.reads_checked, d.failed, d.keys_compared, d.d1_checks
             )),
             r.simulated_s,
             r.wall_s

@@ -162,6 +162,20 @@ impl Sim {
         s.inbox.clear();
         s.timer.cancel();
         s.sync.cancel();
+        if crashed {
+            self.data_check_d1(slot, "after a crash");
+        }
+    }
+
+    /// D1 now; `slot` and `when` name the occasion in a violation.
+    fn data_check_d1(&mut self, slot: usize, when: &str) {
+        if self.checkers.is_empty() {
+            return;
+        }
+        let Some(d) = self.data.as_mut() else { return };
+        if let Err((id, why)) = d.check_no_acked_write_lost() {
+            self.data_violation(slot, id, format!("{why} ({when})"));
+        }
     }
 
     /// After a step of the core in `slot` that changed its members or their reachability.
@@ -242,7 +256,11 @@ impl Sim {
         let id = store.request(request, at);
         s.requests.insert(id, n);
         d.hash(now, slot, "request");
+        let due = d.d1_due(now);
         self.data_after_input(slot);
+        if due {
+            self.data_check_d1(slot, "under load");
+        }
     }
 
     /// The process in `slot` resumed: what queued up is taken in, the timer and the sync re-armed.
