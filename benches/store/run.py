@@ -11,11 +11,13 @@ log on every write), both on loopback, both driven over HTTP by the same load ge
 - the time a fourth node takes to take over its share of those keys (convoke: until every key is
   on exactly three nodes again, the newcomer among them for its share; etcd: until the new
   member serves all of them);
-- with --million, the resident memory per key of a convoke node holding 1,000,000 keys.
+- with --million, on a fresh three-node convoke cluster: 1,000,000 keys written, and the
+  resident memory per key of a node (at N = 3 each of the three holds every key).
 
 Each system runs alone in its turn; runs alternate etcd and convoke. Medians of `--runs`.
 
 Usage: python3 benches/store/run.py [--runs 3] [--keys 100000] [--in-flight 64] [--million]
+       python3 benches/store/run.py --only million --million    # the million-key measurement alone
 """
 
 import argparse
@@ -209,17 +211,22 @@ def threading_start(e, i):
     return t
 
 
-def run_convoke(keys, in_flight, million, extra):
+def start_convoke(c, n):
+    """Starts nodes 0..n of `c` as one cluster and waits for all of them Up."""
+    for i in range(n):
+        c.ports[i] = (free_port(), free_port())
+    for i in range(n):
+        c.start(i, list(range(n)))
+    for i in range(n):
+        wait(f"convoke node {i}", lambda i=i: c.members_up(i, n))
+    return [c.url(i) for i in range(n)]
+
+
+def run_convoke(keys, in_flight, extra):
     with tempfile.TemporaryDirectory(dir=os.path.join(ROOT, "target")) as work:
         c = Convoke(work, extra)
         try:
-            for i in range(3):
-                c.ports[i] = (free_port(), free_port())
-            for i in range(3):
-                c.start(i, [0, 1, 2])
-            for i in range(3):
-                wait(f"convoke node {i}", lambda i=i: c.members_up(i, 3))
-            eps = [c.url(i) for i in range(3)]
+            eps = start_convoke(c, 3)
             put = load("convoke", eps, "put", keys, in_flight)
             get = load("convoke", eps, "get", keys, in_flight)
             disk = sum(c.stats(i)["bytesOnDisk"] for i in range(3)) / 3 / keys
@@ -232,21 +239,33 @@ def run_convoke(keys, in_flight, million, extra):
                  timeout=1200, every=0.1)
             takeover = time.monotonic() - t0
             share = c.stats(3)["keys"]
-            result = {"put": put, "get": get, "disk_per_key": disk, "takeover_s": takeover, "newcomer_keys": share}
-            if million:
-                before = [rss(c.procs[i].pid) for i in range(4)]
-                load("convoke", eps, "put", 1_000_000 - keys, in_flight, start=keys)
-                after = [rss(c.procs[i].pid) for i in range(4)]
-                held = [c.stats(i)["keys"] for i in range(4)]
-                result["million"] = {
-                    "rss_bytes": after,
-                    "keys_held": held,
-                    "rss_per_key": statistics.median(a / k for a, k in zip(after, held) if k),
-                    "rss_growth_per_key": statistics.median((a - b) / max(k - keys * 3 // 4, 1) for a, b, k in zip(after, before, held)),
-                }
         finally:
             c.stop()
-    return result
+    return {"put": put, "get": get, "disk_per_key": disk, "takeover_s": takeover, "newcomer_keys": share}
+
+
+def run_million(in_flight, extra):
+    """1,000,000 keys written to a fresh three-node cluster (N = 3: every node holds every key);
+    each node's resident memory, before and after."""
+    keys = 1_000_000
+    with tempfile.TemporaryDirectory(dir=os.path.join(ROOT, "target")) as work:
+        c = Convoke(work, extra)
+        try:
+            eps = start_convoke(c, 3)
+            before = [rss(c.procs[i].pid) for i in range(3)]
+            put = load("convoke", eps, "put", keys, in_flight)
+            after = [rss(c.procs[i].pid) for i in range(3)]
+            held = [c.stats(i)["keys"] for i in range(3)]
+        finally:
+            c.stop()
+    return {
+        "put": put,
+        "rss_bytes_before": before,
+        "rss_bytes": after,
+        "keys_held": held,
+        "rss_per_key": statistics.median(a / k for a, k in zip(after, held) if k),
+        "rss_growth_per_key": statistics.median((a - b) / max(k, 1) for a, b, k in zip(after, before, held)),
+    }
 
 
 def main():
@@ -257,21 +276,23 @@ def main():
     ap.add_argument("--million", action="store_true")
     ap.add_argument("--convoke-set", action="append", default=[], metavar="KEY=VALUE",
                     help="another setting of the convoke nodes (repeatable)")
-    ap.add_argument("--only", choices=["etcd", "convoke"], help="run one system only")
+    ap.add_argument("--only", choices=["etcd", "convoke", "million"],
+                    help="run one system only, or only the million-key measurement (with --million)")
     a = ap.parse_args()
     build()
     os.makedirs(os.path.join(ROOT, "target"), exist_ok=True)
     runs = {"etcd": [], "convoke": []}
-    for r in range(a.runs):
+    for r in range(0 if a.only == "million" else a.runs):
         if a.only != "convoke":
             runs["etcd"].append(run_etcd(a.keys, a.in_flight))
             print(f"run {r} etcd:    {json.dumps(runs['etcd'][-1])}", flush=True)
         if a.only != "etcd":
-            runs["convoke"].append(run_convoke(a.keys, a.in_flight, a.million and r == 0, a.convoke_set))
+            runs["convoke"].append(run_convoke(a.keys, a.in_flight, a.convoke_set))
             print(f"run {r} convoke: {json.dumps(runs['convoke'][-1])}", flush=True)
-    print(f"\n{a.keys} keys, {a.in_flight} in flight, medians of {a.runs} runs:")
-    print("| system | puts/s | put p50 ms | put p99 ms | gets/s | get p50 ms | get p99 ms | disk B/key | takeover s |")
-    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    if any(runs.values()):
+        print(f"\n{a.keys} keys, {a.in_flight} in flight, medians of {a.runs} runs:")
+        print("| system | puts/s | put p50 ms | put p99 ms | gets/s | get p50 ms | get p99 ms | disk B/key | takeover s |")
+        print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for name, rs in runs.items():
         if not rs:
             continue
@@ -280,9 +301,9 @@ def main():
               f"{m(lambda x: x['put']['p99_ms']):.2f} | {m(lambda x: x['get']['ops_per_s']):,.0f} | "
               f"{m(lambda x: x['get']['p50_ms']):.2f} | {m(lambda x: x['get']['p99_ms']):.2f} | "
               f"{m(lambda x: x['disk_per_key']):.0f} | {m(lambda x: x['takeover_s']):.1f} |")
-    million = [x["million"] for x in runs["convoke"] if "million" in x]
-    if million:
-        print(f"\nconvoke with 1,000,000 keys on 3 (+1) nodes: {json.dumps(million[0])}")
+    if a.million:
+        million = run_million(a.in_flight, a.convoke_set)
+        print(f"\nconvoke with 1,000,000 keys on 3 nodes: {json.dumps(million)}")
 
 
 if __name__ == "__main__":
