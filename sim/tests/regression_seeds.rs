@@ -659,6 +659,17 @@ const CASES: &[Case] = &[
               (fixed: a Down member whose address a live member holds under a new uid is not \
               counted, and of one address's Down incarnations at most one is)",
     },
+    Case {
+        seed: 9802537,
+        nodes: 5,
+        downing: ChaosDowning::Oracle,
+        why: "S17 for 19.5 s: the next oldest began to leave and was cut off right after; the \
+              others moved it to Exiting and removed it as an unreachable Exiting member, with \
+              no Down, while it, still Leaving and the oldest in its own view, started the \
+              instance; the new oldest started a removal margin later (fixed: a manager hosts \
+              for at most its leave allowance, half the margin less the hand-over timeout, after \
+              it saw its node Leaving, then shuts down)",
+    },
 ];
 
 /// Runs the case; why it failed, with the command that reproduces it.

@@ -266,8 +266,8 @@ pub enum Phase {
     /// No longer the oldest; the instance still runs here until the new oldest asks for it with
     /// HandOverToMe (TakeOverFromMe is re-sent to it meanwhile).
     WasOldest,
-    /// This node is leaving the cluster for good (downed, removed, shut down): instance stopped or
-    /// stopping.
+    /// This node is leaving the cluster for good (downed, removed, shut down, or leaving for longer
+    /// than [`SingletonManager::leave_allowance`]): instance stopped or stopping.
     Stopped,
 }
 

@@ -1,7 +1,7 @@
 //! The state machine: [`SingletonManager`], its timers and what it knows of the other nodes.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use convoke_membership::{Member, MemberStatus, UniqueAddress};
 
@@ -116,6 +116,9 @@ struct View {
 /// nothing until a removal margin later, and stops an instance running here when another member
 /// could host it (while the instance runs, the manager asks to be woken every retry interval so
 /// that a freeze is noticed).
+/// Once this node is leaving (Leaving or Exiting in its own view), the manager hosts for at most
+/// [`leave_allowance`](Self::leave_allowance) more and then shuts down: the others may remove a
+/// leaving node that was cut off without downing it.
 #[derive(Debug)]
 pub struct SingletonManager {
     config: SingletonConfig,
@@ -156,6 +159,9 @@ pub struct SingletonManager {
     /// After such a freeze, nothing starts here before this instant: the node's own membership
     /// must have had a removal margin of running time to tell it whether it was downed meanwhile.
     hold_until: Option<Instant>,
+    /// Set when this node first sees itself Leaving: by then the manager shuts down (see
+    /// [`SingletonManager::leave_allowance`]).
+    leave_deadline: Option<Instant>,
 }
 
 impl SingletonManager {
@@ -184,6 +190,7 @@ impl SingletonManager {
             outputs: VecDeque::new(),
             expected: None,
             hold_until: None,
+            leave_deadline: None,
         }
     }
 
@@ -207,6 +214,13 @@ impl SingletonManager {
             self.update(now);
             return;
         };
+        let leaving = matches!(me.status(), MemberStatus::Leaving | MemberStatus::Exiting);
+        if leaving && self.leave_deadline.is_none() {
+            // A manager that first hears of its node when it is already leaving cannot tell since
+            // when: the others may be about to remove it, so it counts the allowance as spent.
+            let allowance = if self.view.joined { self.leave_allowance() } else { Duration::ZERO };
+            self.leave_deadline = Some(now + allowance);
+        }
         let oldest = reading.oldest.map(|m| m.node().clone());
         if oldest != self.view.oldest
             && let Some(o) = &oldest
@@ -386,7 +400,8 @@ impl SingletonManager {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let margin = self.config.removal_margin;
         let removals = self.suspects.values().filter_map(|s| s.removed_since).map(|t| t + margin);
-        removals.chain(self.timers.earliest()).chain(self.hold_until).min()
+        let leave = self.leave_deadline.filter(|_| !self.shut_down);
+        removals.chain(self.timers.earliest()).chain(self.hold_until).chain(leave).min()
     }
 
     // ---- views --------------------------------------------------------------------------------
@@ -438,11 +453,32 @@ impl SingletonManager {
         self.phase == Phase::BecomingOldest && self.retries > self.config.max_hand_over_retries()
     }
 
+    /// How long this node hosts (or may start) the instance once it has seen itself Leaving:
+    /// half of what the removal margin leaves after the hand-over timeout. Past it the manager
+    /// shuts down as if the node had gone: it stops the instance, starts nothing, and tells the
+    /// others it is released.
+    ///
+    /// A Leaving node may be cut off right after its leave has spread. The leader then moves it to
+    /// Exiting and removes it as an unreachable Exiting member, without a Down, and the new oldest
+    /// starts a removal margin later; the node, hearing nothing, would still see itself Leaving
+    /// and the oldest, and no resolver downs a node the others never found unreachable before it
+    /// left. The leader moves a member to Exiting only once every reachable member has seen it
+    /// Leaving, the member itself included, so the removal comes after the moment this node saw
+    /// itself Leaving: stopping by the allowance, and ending by force a hand-over timeout later,
+    /// ends the instance before any other node may start, with half the margin to spare for
+    /// clocks that run at slightly different rates. `docs/singleton.md` tells the whole case.
+    pub fn leave_allowance(&self) -> Duration {
+        self.config.removal_margin.saturating_sub(self.config.hand_over_timeout) / 2
+    }
+
     // ---- the state machine --------------------------------------------------------------------
 
     /// After every input: drops suspects whose removal margin has passed, settles the phase (with
     /// what entering it takes), the lease and the waiting requests.
     fn update(&mut self, now: Instant) {
+        if self.leave_deadline.is_some_and(|t| t <= now) {
+            self.shut_down = true;
+        }
         let margin = self.config.removal_margin;
         self.suspects.retain(|_, s| s.removed_since.is_none_or(|t| t + margin > now));
         if self.hold_until.is_some_and(|t| t <= now) {
@@ -621,12 +657,15 @@ impl SingletonManager {
         }
     }
 
-    /// Once shut down with no instance left, tells every other member so (once).
+    /// Once shut down with no instance left, tells every other member so (once). Not while a node
+    /// this one saw removed is within its removal margin: like HandOverDone, Released lets a new
+    /// oldest start at once, and it may never have heard of that node.
     fn announce_release(&mut self) {
         if !self.shut_down
             || self.announced_release
             || self.instance != Instance::Absent
             || self.lease_pending()
+            || self.suspects.values().any(|s| s.removed_since.is_some())
         {
             return;
         }

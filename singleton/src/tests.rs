@@ -57,6 +57,8 @@ struct TestNode {
     stop_asked: bool,
     /// Crashed or cut off: nothing reaches it and nothing it sends gets out.
     cut: bool,
+    /// Crashed: its timers no longer fire either.
+    crashed: bool,
 }
 
 /// The nodes, the messages in flight and what happened, in order.
@@ -84,6 +86,7 @@ impl Net {
                 instance: false,
                 stop_asked: false,
                 cut: false,
+                crashed: false,
             })
             .collect();
         Self { now, nodes, mail: VecDeque::new(), log: Vec::new(), one_instance: true }
@@ -135,6 +138,7 @@ impl Net {
     /// The process of node `i` crashes: its instance is gone with it.
     fn crash(&mut self, i: usize) {
         self.nodes[i].cut = true;
+        self.nodes[i].crashed = true;
         self.nodes[i].instance = false;
         self.log.push(format!("crash {i}"));
     }
@@ -213,7 +217,7 @@ impl Net {
         let end = self.now + d;
         loop {
             let next = (0..self.nodes.len())
-                .filter(|i| !self.nodes[*i].cut)
+                .filter(|i| !self.nodes[*i].crashed)
                 .filter_map(|i| self.nodes[i].m.poll_timeout().map(|t| (t, i)))
                 .filter(|(t, _)| *t <= end)
                 .min();
@@ -319,7 +323,8 @@ fn graceful_hand_over_starts_the_new_host_only_after_the_old_one_stopped() {
     net.deliver();
     assert_eq!(net.running(), [1]);
     assert_eq!(net.phase(1), Phase::Running);
-    assert_eq!(net.phase(0), Phase::Younger);
+    // Leaving for longer than its allowance, node 0's manager has shut down meanwhile.
+    assert_eq!(net.phase(0), Phase::Stopped);
     let ask = net.position("1->0 HandOverToMe");
     let in_progress = net.position("0->1 HandOverInProgress");
     let stop = net.position("stop 0");
@@ -419,6 +424,70 @@ fn a_host_cut_off_and_removed_stops_before_the_margin_lets_the_next_start() {
     net.stopped(0);
     net.advance(Duration::from_secs(20));
     assert_eq!(net.running(), [1]);
+}
+
+#[test]
+fn a_leaving_host_cut_off_before_it_hears_it_is_exiting_stops_within_the_margin() {
+    // Node 0 runs the instance and starts to leave; right after everyone has seen it Leaving it is
+    // cut off. The others move it to Exiting and remove it (an unreachable Exiting member needs no
+    // Down) and node 1 starts a margin later. Node 0 hears none of it: in its own view it is still
+    // Leaving and the oldest, and no resolver acts on a member no one found unreachable before.
+    let mut net = three_up();
+    let margin = net.nodes[1].m.config().removal_margin;
+    let allowance = net.nodes[0].m.leave_allowance();
+    assert_eq!(allowance, Duration::from_secs(5), "(20 s margin - 10 s hand-over timeout) / 2");
+    net.view_all(&host_is(Leaving));
+    net.deliver();
+    assert_eq!(net.log, ["start 0"], "Leaving still hosts");
+    net.nodes[0].cut = true;
+    for i in [1, 2] {
+        net.view(i, &host_is(Exiting));
+        net.view(i, &host_removed());
+    }
+    net.advance(allowance - Duration::from_millis(1));
+    assert_eq!(net.running(), [0]);
+    assert_eq!(net.phase(0), Phase::Running);
+    net.advance(Duration::from_millis(1));
+    assert_eq!(net.phase(0), Phase::Stopped);
+    // The instance takes the whole hand-over timeout and is aborted; it still ends in time.
+    net.advance(margin - allowance - Duration::from_millis(1));
+    net.stopped(0);
+    net.advance(Duration::from_millis(1));
+    assert_eq!(net.running(), [1]);
+    let order = ["stop 0", "abort 0", "stopped 0", "start 1"].map(|l| net.position(l));
+    assert!(order.is_sorted(), "{:?}", net.log);
+    // It announced its release, too late to be heard, and starts nothing again.
+    assert!(net.log.contains(&"0->1 Released".to_owned()), "{:?}", net.log);
+    net.view(0, &host_is(Up));
+    net.advance(margin * 2);
+    assert_eq!(net.running(), [1]);
+}
+
+#[test]
+fn a_leave_that_completes_within_the_allowance_hands_over_as_usual() {
+    let mut net = three_up();
+    let allowance = net.nodes[0].m.leave_allowance();
+    net.view_all(&host_is(Leaving));
+    net.advance(allowance - Duration::from_millis(1));
+    assert_eq!(net.running(), [0]);
+    net.view_all(&host_is(Exiting));
+    net.deliver();
+    assert_eq!(net.phase(0), Phase::HandingOver);
+    net.stopped(0);
+    net.deliver();
+    assert_eq!(net.running(), [1]);
+    assert!(net.log.iter().all(|l| !l.contains("Released")), "{:?}", net.log);
+}
+
+#[test]
+fn a_manager_that_first_sees_its_node_leaving_never_hosts() {
+    // It cannot tell how long ago the leave began: the others may be about to remove the node.
+    let mut net = Net::new(3);
+    net.view(0, &host_is(Leaving));
+    assert_eq!(net.phase(0), Phase::Stopped);
+    assert!(net.running().is_empty());
+    net.advance(Duration::from_secs(60));
+    assert!(net.running().is_empty(), "{:?}", net.log);
 }
 
 #[test]
@@ -583,6 +652,28 @@ fn the_oldest_disputes_a_hand_over_request_until_its_own_view_agrees() {
     net.view(0, &host_is(Exiting));
     assert_eq!(net.phase(0), Phase::HandingOver);
     assert!(net.nodes[0].stop_asked);
+}
+
+#[test]
+fn a_node_that_shuts_down_within_a_removed_hosts_margin_announces_its_release_only_after_it() {
+    // Released lets a new oldest start at once, like HandOverDone: node 1 must not send it while
+    // host 0, which node 2 never knew, may still run behind a partition.
+    let mut net = three_up();
+    net.crash(0);
+    let margin = net.nodes[1].m.config().removal_margin;
+    net.view(1, &host_removed());
+    net.advance(Duration::from_secs(5));
+    net.shutdown(1);
+    let exiting = [(1, Exiting, 2, &[][..]), (2, Up, 3, &[])];
+    net.nodes[2].m = SingletonManager::new(SingletonConfig::new("s"), node(2), net.now);
+    net.view(2, &exiting);
+    net.deliver();
+    assert!(net.log.iter().all(|l| l != "1->2 Released"), "{:?}", net.log);
+    net.advance(margin - Duration::from_secs(5) - Duration::from_millis(1));
+    assert!(net.running().is_empty(), "{:?}", net.log);
+    net.advance(Duration::from_millis(1));
+    assert!(net.log.contains(&"1->2 Released".to_owned()), "{:?}", net.log);
+    assert_eq!(net.running(), [2]);
 }
 
 #[test]
