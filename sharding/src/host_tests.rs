@@ -320,6 +320,47 @@ fn a_host_found_frozen_stops_its_shards_and_says_their_entities_hold_only_stale_
 }
 
 #[test]
+fn a_host_cut_off_while_leaving_stops_its_shards_after_the_leave_allowance_and_hosts_no_more() {
+    // Node 1 sees itself Leaving and hears nothing more (cut off): the others may remove it
+    // without a Down and give its shards away a removal margin later.
+    let mut nodes = Nodes::new(2);
+    let entity = nodes.entity_on(1);
+    let shard = shard_for_entity(&entity, 12);
+    let allowance = config().removal_margin / 2;
+    let leaving = [member(0, MemberStatus::Up), member(1, MemberStatus::Leaving)];
+    let at = nodes.now;
+    nodes.hosts[1].handle_members(&leaving, &BTreeSet::new(), at);
+    let quiet: Vec<_> = std::iter::from_fn(|| nodes.hosts[1].poll_output()).collect();
+    assert!(quiet.iter().all(|o| !matches!(o, HostOutput::StopEntity { .. })), "{quiet:?}");
+    // Woken on time, every retry interval, until the allowance is spent.
+    while let Some(t) = nodes.hosts[1].poll_timeout().filter(|t| *t < at + allowance) {
+        nodes.hosts[1].handle_timeout(t);
+        let outs: Vec<_> = std::iter::from_fn(|| nodes.hosts[1].poll_output()).collect();
+        assert!(outs.iter().all(|o| !matches!(o, HostOutput::StopEntity { .. })), "{outs:?}");
+    }
+    assert_eq!(nodes.hosts[1].poll_timeout(), Some(at + allowance));
+    nodes.hosts[1].handle_timeout(at + allowance);
+    let outs: Vec<_> = std::iter::from_fn(|| nodes.hosts[1].poll_output()).collect();
+    let frozen = outs.iter().find_map(|o| match o {
+        HostOutput::ShardHandingOff { shard: s, frozen } if *s == shard => Some(*frozen),
+        _ => None,
+    });
+    assert_eq!(frozen, Some(false), "not a freeze: {outs:?}");
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, HostOutput::StopEntity { entity: e, .. } if **e == *entity)),
+        "{outs:?}"
+    );
+    assert!(nodes.hosts[1].region_status().shutting_down);
+    // A message for the shard no longer starts it here.
+    let later = at + allowance + Duration::from_secs(1);
+    let ask = Frame::ToRegion((&RegionMsg::HostShard(shard.clone())).into());
+    nodes.hosts[1].handle_frame(node(0), ask, later).unwrap();
+    let outs: Vec<_> = std::iter::from_fn(|| nodes.hosts[1].poll_output()).collect();
+    assert!(outs.iter().all(|o| !matches!(o, HostOutput::ShardStarted(_))), "{outs:?}");
+}
+
+#[test]
 fn a_shard_the_coordinator_moves_hands_off_without_the_freeze_mark() {
     let mut nodes = Nodes::new(2);
     let entity = nodes.entity_on(1);

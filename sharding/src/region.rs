@@ -6,7 +6,7 @@ use std::fmt;
 use std::mem;
 use std::time::{Duration, Instant};
 
-use convoke_membership::{Member, UniqueAddress};
+use convoke_membership::{Member, MemberStatus, UniqueAddress};
 
 use super::{CoordinatorMsg, Departures, RegionMsg, ShardId, ShardingConfig};
 use convoke_membership::timers::Timers;
@@ -117,8 +117,12 @@ enum Local {
     Running,
     /// Its entities are stopping; ShardStopped goes to this coordinator when they have.
     HandingOff(UniqueAddress),
-    /// Its entities are stopping because the node was frozen; no coordinator asked for it.
-    Stopping,
+    /// Its entities are stopping and no coordinator asked for it: the node was frozen, or it
+    /// has been leaving for longer than the leave allowance.
+    Stopping {
+        /// Because of a freeze: what its entities still hold is stale.
+        frozen: bool,
+    },
 }
 
 /// The shard region of one entity type on one node: a deterministic state machine with no IO.
@@ -176,6 +180,9 @@ pub struct Region<M> {
     /// After a freeze, no shard starts here before this instant: the node's own membership
     /// must have had a removal margin of running time to tell it whether it was downed.
     hold_until: Option<Instant>,
+    /// Set when this node is first seen leaving: by then the region stops every shard and
+    /// shuts down (see [`Region::leave_allowance`]).
+    leave_deadline: Option<Instant>,
     timers: Timers<Timer, 2>,
     outputs: VecDeque<RegionOutput<M>>,
 }
@@ -202,6 +209,7 @@ impl<M> Region<M> {
             departures: Departures::default(),
             expected: None,
             hold_until: None,
+            leave_deadline: None,
             timers: Timers::default(),
             outputs: VecDeque::new(),
         }
@@ -214,7 +222,23 @@ impl<M> Region<M> {
 
     /// When [`handle_timeout`](Self::handle_timeout) is next due.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.earliest()
+        let leave = self.leave_deadline.filter(|_| self.hosting && !self.shutting_down);
+        self.timers.earliest().into_iter().chain(leave).min()
+    }
+
+    /// How long this region goes on hosting once it has seen its node leaving (Leaving or
+    /// Exiting): half the removal margin. Past it the region stops every local shard, as after
+    /// a freeze, and shuts down: it hosts nothing any more.
+    ///
+    /// A leaving node may be cut off right after its leave has spread; the others then move it to
+    /// Exiting and remove it without a Down, and a removal margin later its shards start
+    /// elsewhere, while the node, hearing nothing, still sees itself Leaving and no resolver acts
+    /// for it. The leader moves a member to Exiting only once the member has seen itself
+    /// Leaving, so the region's stop comes half a margin before any coordinator gives its shards
+    /// away; the other half is for entities to end and for clocks that run at slightly
+    /// different rates (see `docs/sharding-design.md`, "A leaving node cut off").
+    pub fn leave_allowance(&self) -> Duration {
+        self.config.removal_margin / 2
     }
 
     /// What the region knows and holds.
@@ -234,7 +258,7 @@ impl<M> Region<M> {
     /// Whether the local `shard` is stopping because the node was found frozen (no coordinator
     /// asked for it): what its entities still hold was queued before the freeze and is stale.
     pub fn stopping_after_freeze(&self, shard: &ShardId) -> bool {
-        self.local.get(shard) == Some(&Local::Stopping)
+        self.local.get(shard) == Some(&Local::Stopping { frozen: true })
     }
 
     /// The region the message for `shard` would go to now: `None` while its home is unknown.
@@ -254,6 +278,7 @@ impl<M> Region<M> {
     pub fn handle_members(&mut self, members: &[Member], now: Instant) {
         self.observe(now);
         self.members_changed(members, now);
+        self.leave_if_due(now);
         self.watch(now);
     }
 
@@ -269,6 +294,16 @@ impl<M> Region<M> {
             .map_or("default", |m| m.data_center());
         let coordinator =
             oldest_candidate(members, dc, self.config.role.as_deref()).map(|m| m.node().clone());
+        let me = members.iter().find(|m| *m.node() == self.self_node);
+        let leaving =
+            me.is_some_and(|m| matches!(m.status(), MemberStatus::Leaving | MemberStatus::Exiting));
+        if leaving && self.leave_deadline.is_none() {
+            // A region that first hears of its node when it is already leaving cannot tell since
+            // when: it counts the allowance as spent.
+            let seen_before = self.members.contains(&self.self_node);
+            let allowance = if seen_before { self.leave_allowance() } else { Duration::ZERO };
+            self.leave_deadline = Some(now + allowance);
+        }
         self.members = members.iter().map(|m| m.node().clone()).collect();
         self.departures.update(members, now, self.config.removal_margin);
         let known = &self.members;
@@ -388,7 +423,7 @@ impl<M> Region<M> {
                         self.outputs.push_back(RegionOutput::HandOffShard(shard));
                     }
                     Some(Local::HandingOff(to)) => *to = from,
-                    Some(state @ Local::Stopping) => *state = Local::HandingOff(from),
+                    Some(state @ Local::Stopping { .. }) => *state = Local::HandingOff(from),
                     None => self.send(from, CoordinatorMsg::ShardStopped(shard)),
                 }
             }
@@ -445,15 +480,32 @@ impl<M> Region<M> {
     fn observe(&mut self, now: Instant) {
         let late = self.expected.is_some_and(|d| now > d + self.config.retry_interval);
         let others = self.members.iter().any(|n| *n != self.self_node);
-        if !late || !others || !self.hosting || self.stopped {
+        if late && others && self.hosting && !self.stopped {
+            self.hold_until = Some(now + self.config.removal_margin);
+            self.stop_every_shard(true);
+        }
+        self.leave_if_due(now);
+    }
+
+    /// Once the node has been leaving for the allowance, every local shard stops and the region
+    /// shuts down (see [`Region::leave_allowance`]).
+    fn leave_if_due(&mut self, now: Instant) {
+        let due = self.leave_deadline.is_some_and(|t| t <= now);
+        if !due || !self.hosting || self.shutting_down {
             return;
         }
-        self.hold_until = Some(now + self.config.removal_margin);
+        self.stop_every_shard(false);
+        self.shut_down(now);
+    }
+
+    /// Stops every running local shard with no coordinator asking (after a freeze when
+    /// `frozen`), and forgets the homes here.
+    fn stop_every_shard(&mut self, frozen: bool) {
         let me = self.self_node.clone();
         self.homes.retain(|_, r| *r != me);
         for (shard, state) in &mut self.local {
             if *state == Local::Running {
-                *state = Local::Stopping;
+                *state = Local::Stopping { frozen };
                 self.outputs.push_back(RegionOutput::HandOffShard(shard.clone()));
             }
         }
@@ -567,7 +619,7 @@ impl<M> Region<M> {
             if !self.hosting || self.shutting_down {
                 return;
             }
-            if let Some(Local::HandingOff(_) | Local::Stopping) = self.local.get(&shard) {
+            if let Some(Local::HandingOff(_) | Local::Stopping { .. }) = self.local.get(&shard) {
                 // Hosted again only once the handoff has ended.
                 return;
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use convoke_membership::config::Config;
 use convoke_membership::gossip::Gossip;
-use convoke_membership::member::MemberStatus::{Down, Up};
+use convoke_membership::member::MemberStatus::{Down, Leaving, Up};
 
 use crate::commands::{all_up_converged, start_bulk};
 use crate::invariants::{
@@ -499,4 +499,48 @@ fn a_process_that_starts_after_the_balance_is_given_shards_by_rebalancing() {
     let phases = [first, settled_phase(rebalanced_at, until)];
     assert_eq!(liveness::check_asks(&sim, &phases), Ok(()));
     assert!(sim.violation().is_none(), "{:?}", sim.violation());
+}
+
+/// A node cut off right after its leave has spread, with the resolver off (oracle downing): the
+/// others move it to Exiting and remove it without a Down, and a removal margin later host its
+/// shards and, when it was the oldest, the singleton. In its own view it stays Leaving, so its
+/// region and singleton manager stop on their own, half a margin after it saw itself Leaving
+/// (S18 fired here, for the entities of slot 1, before regions did).
+#[test]
+fn a_node_cut_off_right_after_its_leave_spread_stops_its_shards_and_singleton_in_time() {
+    for victim in [0usize, 1, 2] {
+        let nodes = 3;
+        let mut opts = SimOptions::new(11, nodes);
+        opts.config.split_brain_resolver.active_strategy = "off".to_owned();
+        opts.operator = crate::operator::OperatorConfig::oracle(Duration::from_secs(5));
+        let single = crate::singleton::config(&opts.config, Default::default());
+        opts.sharding = Some(crate::sharding::config(&single));
+        opts.singleton = Some(single);
+        let mut sim = Sim::new(opts);
+        let slots: Vec<usize> = (0..nodes).collect();
+        start_bulk(&mut sim, &slots);
+        let formed = sim.run_until_pred(Duration::from_secs(60), Duration::from_millis(500), |s| {
+            all_up_converged(s, &slots)
+        });
+        assert!(formed);
+        sim.run_for(Duration::from_secs(60));
+        let entities = |s: &Sim| s.shardings().map_or(0, |x| x.slot(victim).entities.len());
+        assert!(entities(&sim) > 0, "slot {victim} runs entities");
+        let address = sim.slot(victim).address.clone();
+        sim.apply(Action::Leave(victim));
+        let spread = sim.run_until_pred(Duration::from_secs(10), Duration::from_millis(5), |s| {
+            slots.iter().all(|&i| {
+                s.core(i).is_some_and(|c| {
+                    c.gossip().members().any(|m| *m.address() == address && m.status() == Leaving)
+                })
+            })
+        });
+        assert!(spread, "every node sees slot {victim} Leaving");
+        sim.apply(Action::Clog(victim));
+        sim.run_for(Duration::from_secs(180));
+        assert!(sim.violation().is_none(), "victim {victim}: {:?}", sim.violation());
+        assert_eq!(entities(&sim), 0, "slot {victim} runs no entity");
+        let instance = sim.singletons().and_then(|s| s.instances().find(|(i, _)| *i == victim));
+        assert!(instance.is_none(), "slot {victim} runs no singleton instance");
+    }
 }
