@@ -670,6 +670,17 @@ const CASES: &[Case] = &[
               for at most its leave allowance, half the margin less the hand-over timeout, after \
               it saw its node Leaving, then shuts down)",
     },
+    Case {
+        seed: 10404635,
+        nodes: 4,
+        downing: ChaosDowning::Resolver,
+        why: "S17 in the checker: the host, alone in its view, was paused for 60 s and kept its \
+              instance on resuming (nobody else could host it); the others joined and it served \
+              them for 35 s, then it was paused again, removed, and the next oldest started a \
+              margin later while it was still paused. The checker held the instance to the \
+              first pause's deadline (fixed in the checker: an instance whose process is paused \
+              is judged by that pause, and after a resume from the latest resume)",
+    },
 ];
 
 /// Runs the case; why it failed, with the command that reproduces it.

@@ -14,6 +14,8 @@
 //! An exempt instance is not free to run on: once its process resumes, its manager notices the
 //! freeze within one retry interval and stops it, so it may exist beside a counted instance for
 //! at most that interval plus the longest stop after the resume (`InstanceView::stale_until`).
+//! (A manager alone in its view keeps the instance: nothing else could host it. If the process is
+//! paused again later, that pause's rules apply, and the deadline counts from the latest resume.)
 //!
 //! The same holds for an instance whose process is paused, however briefly, at the moment the
 //! other instance starts. The other started after the removal margin it gave this host to stop;
@@ -160,11 +162,18 @@ pub(crate) fn split(world: &dyn WorldView, a: usize, b: usize) -> bool {
 /// An instance exempt for a pause that has ended, still there past its `stale_until` beside an
 /// instance that counts (on another host, not in another live cluster): its host acted on its
 /// stale view for longer than the manager's check after a freeze allows.
+///
+/// Only while its process runs, and counting from its latest resume: a process paused again is
+/// judged by the rules of that pause. Its manager may have kept the instance through the earlier
+/// resume (alone in its view, nobody else could host it), and the instance may then have served
+/// the cluster for a long time before the second pause, during which the others removed the host
+/// and started theirs once the margin ran out (seed 10404635 at N = 4).
 fn stale_beside(world: &dyn WorldView, running: &[(usize, InstanceView)]) -> Option<String> {
     let now = world.now();
     (0..world.slots()).find_map(|s| {
-        let i = world.singleton(s)?;
-        let until = i.stale_until.filter(|u| now > *u)?;
+        let i = world.singleton(s).filter(|i| !i.paused)?;
+        let stale = i.stale_until?;
+        let until = Some(stale.max(i.resume_grace_until.unwrap_or(stale))).filter(|u| now > *u)?;
         let (other, _) = running
             .iter()
             .find(|(o, oi)| *o != s && !(may_split(&i, oi) && split(world, s, *o)))?;

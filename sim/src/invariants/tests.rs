@@ -625,6 +625,29 @@ fn s17_fires_when_an_instance_runs_on_past_its_hosts_check_after_a_long_pause() 
 }
 
 #[test]
+fn s17_judges_an_instance_paused_again_after_a_long_pause_by_its_latest_pause() {
+    // a's process was frozen past the margin and resumed at 0 s (stale_until 2 s); its manager
+    // kept the instance, alone in its view. Paused again from 3 s, it was removed by the others,
+    // and b started at 5 s: the second pause excuses the overlap while it lasts, and after the
+    // resume at 6 s for the resume's grace (until 8 s), not the first pause's deadline.
+    let kept = InstanceView {
+        long_pause_from: Some(Duration::ZERO),
+        stale_until: Some(Duration::from_secs(2)),
+        ..instance(a(), 0)
+    };
+    let paused_again = InstanceView { paused: true, ..kept.clone() };
+    let resumed = InstanceView { resume_grace_until: Some(Duration::from_secs(8)), ..kept.clone() };
+    let mut worlds: Vec<Vec<Option<InstanceView>>> = vec![vec![Some(kept.clone()), None]; 3];
+    worlds.extend(vec![vec![Some(paused_again.clone()), None]; 2]);
+    worlds.push(vec![Some(paused_again), Some(instance(b(), 5))]);
+    worlds.extend(vec![vec![Some(resumed.clone()), Some(instance(b(), 5))]; 3]);
+    assert_eq!(s17_over(worlds.clone()), Ok(()), "until 8 s it may");
+    worlds.push(vec![Some(resumed), Some(instance(b(), 5))]);
+    let err = s17_over(worlds).unwrap_err();
+    assert!(err.contains("still ran at 9.000 s beside the instance on slot 1"), "{err}");
+}
+
+#[test]
 fn s17_excuses_an_instance_whose_process_was_paused_when_the_other_started() {
     // a's process froze before b started at 1 s (for less than the margin: no long pause), resumed
     // at 2 s with its grace until 3 s, and its instance was gone by 3 s.
