@@ -116,6 +116,7 @@ struct View {
 /// nothing until a removal margin later, and stops an instance running here when another member
 /// could host it (while the instance runs, the manager asks to be woken every retry interval so
 /// that a freeze is noticed).
+///
 /// Once this node is leaving (Leaving or Exiting in its own view), the manager hosts for at most
 /// [`leave_allowance`](Self::leave_allowance) more and then shuts down: the others may remove a
 /// leaving node that was cut off without downing it.
@@ -159,7 +160,7 @@ pub struct SingletonManager {
     /// After such a freeze, nothing starts here before this instant: the node's own membership
     /// must have had a removal margin of running time to tell it whether it was downed meanwhile.
     hold_until: Option<Instant>,
-    /// Set when this node first sees itself Leaving: by then the manager shuts down (see
+    /// Set when this node first sees itself Leaving or Exiting: by then the manager shuts down (see
     /// [`SingletonManager::leave_allowance`]).
     leave_deadline: Option<Instant>,
 }
@@ -462,9 +463,9 @@ impl SingletonManager {
     /// Exiting and removes it as an unreachable Exiting member, without a Down, and the new oldest
     /// starts a removal margin later; the node, hearing nothing, would still see itself Leaving
     /// and the oldest, and no resolver downs a node the others never found unreachable before it
-    /// left. The leader moves a member to Exiting only once every reachable member has seen it
-    /// Leaving, the member itself included, so the removal comes after the moment this node saw
-    /// itself Leaving: stopping by the allowance, and ending by force a hand-over timeout later,
+    /// left. The leader moves a member to Exiting only on convergence, which needs every member
+    /// that is neither Down nor Exiting to have seen it Leaving, this one included, so the removal
+    /// comes after the moment this node saw itself Leaving: stopping by the allowance, and ending by force a hand-over timeout later,
     /// ends the instance before any other node may start, with half the margin to spare for
     /// clocks that run at slightly different rates. `docs/singleton.md` tells the whole case.
     pub fn leave_allowance(&self) -> Duration {
