@@ -126,6 +126,7 @@ impl Node {
             settings.singleton.clone(),
             settings.singleton.removal_margin(&c.core),
         );
+        let data = crate::data::Data::start(&settings.data, &messaging, &control)?;
         let sharding = crate::sharding::Sharding::new(
             messaging.clone(),
             control.clone(),
@@ -133,8 +134,8 @@ impl Node {
             settings.sharding.clone(),
             c.core.roles.clone(),
             settings.singleton.removal_margin(&c.core),
+            data.clone(),
         );
-        let data = crate::data::Data::start(&settings.data, &messaging, &control)?;
         tracing::info!(node = %self_node.address, uid = %self_node.uid, listen = %local, "cluster node started");
 
         let management = if settings.management.enabled {

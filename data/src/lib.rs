@@ -14,6 +14,7 @@
 //! Layout:
 //! - `version.rs`: actors, dots, version vectors and the versions of a key (a DVV set);
 //! - `crdt/`: the CRDT values (counters, flag, register, set, map);
+//! - `fenced.rs`: fenced values, written by one writer at a time;
 //! - `object.rs`: keys, values (bytes, CRDT, tombstone), what a read returns, refusals;
 //! - `ring.rs`: the consistent-hash ring and preference lists;
 //! - `config.rs`: settings and consistency levels;
@@ -109,6 +110,7 @@
 
 pub mod config;
 pub mod crdt;
+pub mod fenced;
 pub mod message;
 pub mod object;
 pub mod ring;

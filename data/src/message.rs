@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Level;
 use crate::crdt::CrdtOp;
+use crate::fenced::{FenceOp, Fenced};
 use crate::object::{Key, Object, Read, Refused, Value};
 use crate::ring::Span;
 use crate::version::VersionVector;
@@ -45,14 +46,51 @@ pub enum Request {
         /// How many replicas must hold it.
         w: Level,
     },
+    /// Read the fenced value under `key` from `r` of the key's own replicas (no stand-in
+    /// counts), so that the read meets every fenced write acknowledged at a level with it
+    /// (`docs/data.md`, "Fenced values").
+    FencedRead {
+        /// The key.
+        key: Key,
+        /// How many of its replicas must answer.
+        r: Level,
+    },
+    /// Claim or write the fenced value under `key` (an empty one when absent): refused when a
+    /// newer writer has claimed it; done when `w` of the key's own replicas hold it, and
+    /// answered with a read of the fenced value those replicas hold then, merged.
+    FencedWrite {
+        /// The key.
+        key: Key,
+        /// The claim or write.
+        op: FenceOp,
+        /// How many of its replicas must hold it.
+        w: Level,
+    },
 }
 
 impl Request {
     /// The key it is about.
     pub fn key(&self) -> &Key {
         match self {
-            Self::Get { key, .. } | Self::Put { key, .. } | Self::Update { key, .. } => key,
+            Self::Get { key, .. }
+            | Self::Put { key, .. }
+            | Self::Update { key, .. }
+            | Self::FencedRead { key, .. }
+            | Self::FencedWrite { key, .. } => key,
         }
+    }
+
+    /// The level it needs.
+    pub fn level(&self) -> Level {
+        match self {
+            Self::Get { r, .. } | Self::FencedRead { r, .. } => *r,
+            Self::Put { w, .. } | Self::Update { w, .. } | Self::FencedWrite { w, .. } => *w,
+        }
+    }
+
+    /// Whether only the key's own replicas may count towards its level.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Self::FencedRead { .. } | Self::FencedWrite { .. })
     }
 }
 
@@ -191,6 +229,14 @@ pub enum Message {
         /// The outcome.
         result: Result<Reply, DataError>,
     },
+    /// Replica → coordinator of a fenced write: the write is durable, and this is the fenced
+    /// value the replica now holds (or why not).
+    FencedAck {
+        /// The coordinator's request.
+        req: u64,
+        /// What it holds.
+        result: Result<Fenced, DataError>,
+    },
 }
 
 impl Message {
@@ -209,6 +255,7 @@ impl Message {
             Self::Reap { .. } => "Reap",
             Self::Forward { .. } => "Forward",
             Self::ForwardReply { .. } => "ForwardReply",
+            Self::FencedAck { .. } => "FencedAck",
         }
     }
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::crdt::Crdt;
+use crate::fenced::{FenceRefusal, Fenced};
 use crate::version::{VersionVector, Versions};
 
 /// A key: UTF-8, non-empty, at most [`DataConfig::max_key_bytes`](crate::DataConfig) long.
@@ -54,6 +55,9 @@ pub enum Value {
     Crdt(Crdt),
     /// A delete: no value, but a version that supersedes what the delete saw.
     Tombstone,
+    /// A fenced value: one writer at a time, a superseded writer's writes refused (written only
+    /// by [`Request::FencedWrite`](crate::Request::FencedWrite)).
+    Fenced(Fenced),
 }
 
 impl Value {
@@ -63,6 +67,7 @@ impl Value {
             Self::Bytes(b) => b.len(),
             Self::Crdt(c) => postcard_size(c),
             Self::Tombstone => 0,
+            Self::Fenced(f) => postcard_size(f),
         }
     }
 }
@@ -85,7 +90,8 @@ pub struct Read {
 }
 
 impl Read {
-    /// The read of `object`: tombstones dropped, CRDTs of one kind merged.
+    /// The read of `object`: tombstones dropped, CRDTs of one kind merged, fenced values
+    /// merged.
     pub fn of(object: &Object) -> Self {
         let mut values: Vec<Value> = Vec::new();
         for (_, v) in object.values() {
@@ -100,6 +106,16 @@ impl Read {
                         Some(m) => {
                             let _ = m.merge(c);
                         }
+                        None => values.push(v.clone()),
+                    }
+                }
+                Value::Fenced(f) => {
+                    let same = values.iter_mut().find_map(|x| match x {
+                        Value::Fenced(m) => Some(m),
+                        _ => None,
+                    });
+                    match same {
+                        Some(m) => m.merge(f),
                         None => values.push(v.clone()),
                     }
                 }
@@ -168,4 +184,7 @@ pub enum Refused {
         /// What the store has.
         replicas: usize,
     },
+    /// A fenced operation of a superseded writer.
+    #[error(transparent)]
+    Fenced(#[from] FenceRefusal),
 }

@@ -33,6 +33,7 @@ use convoke_membership::{Address, Member, UniqueAddress};
 
 use crate::config::{DataConfig, Level};
 use crate::crdt::CrdtKind;
+use crate::fenced::{FenceOp, Fenced};
 use crate::message::{DataError, Message, Reply, Request};
 use crate::object::{Key, Object, Read, Refused, Value};
 use crate::ring::Ring;
@@ -102,8 +103,15 @@ enum Flight {
     /// Forwarded to a replica that coordinates it.
     Forwarded,
     /// A write this node coordinates: the targets (replicas or fallbacks, this node among
-    /// them) that have not answered, how many hold it, and the context to reply with.
-    Write { needed: usize, waiting: BTreeSet<Address>, acks: usize, context: VersionVector },
+    /// them) that have not answered, how many hold it, and the context to reply with; for a
+    /// fenced write, the fenced values the acknowledging replicas hold, merged.
+    Write {
+        needed: usize,
+        waiting: BTreeSet<Address>,
+        acks: usize,
+        context: VersionVector,
+        fenced: Option<Fenced>,
+    },
     /// A read this node coordinates.
     Read {
         key: Key,
@@ -127,8 +135,17 @@ enum Flight {
 /// An answer this replica owes once its staged writes are durable.
 #[derive(Debug)]
 enum Owed {
-    Ack { to: UniqueAddress, req: u64 },
-    OwnCopy { req: u64, me: Address },
+    /// A write's acknowledgement; with the fenced value the replica holds, for a fenced write.
+    Ack {
+        to: UniqueAddress,
+        req: u64,
+        held: Option<Fenced>,
+    },
+    OwnCopy {
+        req: u64,
+        me: Address,
+        held: Option<Fenced>,
+    },
 }
 
 /// The store's machine on one node (see the module docs for the call protocol).
@@ -277,7 +294,16 @@ impl<S: Storage> Store<S> {
                     }
                 }
             }
-            Message::WriteAck { req, result } => self.write_acked(&from.address, req, result, now),
+            Message::WriteAck { req, result } => {
+                self.write_acked(&from.address, req, result, None, now);
+            }
+            Message::FencedAck { req, result } => {
+                let (result, held) = match result {
+                    Ok(held) => (Ok(()), Some(held)),
+                    Err(e) => (Err(e), None),
+                };
+                self.write_acked(&from.address, req, result, held, now);
+            }
             Message::Read { req, key } => {
                 let object = self.held(&key).unwrap_or_else(|e| {
                     // A replica that cannot read counts as one that holds nothing; the read
@@ -349,10 +375,16 @@ impl<S: Storage> Store<S> {
         self.staged = false;
         for owed in std::mem::take(&mut self.owed) {
             match owed {
-                Owed::Ack { to, req } => {
+                Owed::Ack { to, req, held: None } => {
                     self.send(to, Message::WriteAck { req, result: result.clone() });
                 }
-                Owed::OwnCopy { req, me } => self.write_acked(&me, req, result.clone(), now),
+                Owed::Ack { to, req, held: Some(held) } => {
+                    let result = result.clone().map(|()| held);
+                    self.send(to, Message::FencedAck { req, result });
+                }
+                Owed::OwnCopy { req, me, held } => {
+                    self.write_acked(&me, req, result.clone(), held, now);
+                }
             }
         }
     }
@@ -412,17 +444,15 @@ impl<S: Storage> Store<S> {
     fn check(&self, request: &Request) -> Result<(), Refused> {
         let key = request.key();
         Key::new(key.as_str(), self.config.max_key_bytes)?;
-        let level = match request {
-            Request::Get { r, .. } => *r,
-            Request::Put { value, w, .. } => {
-                let bytes = value.size();
-                if bytes > self.config.max_value_bytes {
-                    return Err(Refused::ValueTooLarge { bytes, max: self.config.max_value_bytes });
-                }
-                *w
-            }
-            Request::Update { w, .. } => *w,
+        let bytes = match request {
+            Request::Put { value, .. } => value.size(),
+            Request::FencedWrite { op: FenceOp::Write { bytes, .. }, .. } => bytes.len(),
+            _ => 0,
         };
+        if bytes > self.config.max_value_bytes {
+            return Err(Refused::ValueTooLarge { bytes, max: self.config.max_value_bytes });
+        }
+        let level = request.level();
         if let Level::Count(c) = level
             && usize::from(c) > self.config.replicas
         {
@@ -436,11 +466,7 @@ impl<S: Storage> Store<S> {
     }
 
     fn needed(&self, request: &Request) -> usize {
-        let level = match request {
-            Request::Get { r, .. } => *r,
-            Request::Put { w, .. } | Request::Update { w, .. } => *w,
-        };
-        level.required(self.config.replicas)
+        request.level().required(self.config.replicas)
     }
 
     /// The targets of a request on `replicas`: each reachable replica, and for each unreachable
@@ -466,13 +492,29 @@ impl<S: Storage> Store<S> {
     fn coordinate(&mut self, origin: Origin, request: Request, replicas: &[Address], now: Instant) {
         let needed = self.needed(&request);
         let key = request.key().clone();
-        let targets = self.targets(&key, replicas);
+        let targets = if request.is_fenced() {
+            // Only the key's own replicas: a stand-in's answer or acknowledgement would let a
+            // fenced read miss a write, or a superseded write pass (docs/data.md).
+            replicas.iter().filter(|a| self.reachable(a)).map(|a| (a.clone(), None)).collect()
+        } else {
+            self.targets(&key, replicas)
+        };
         if targets.len() < needed {
             let reachable = targets.len();
             return self.finish(origin, Err(DataError::Unavailable { needed, reachable }));
         }
         match request {
-            Request::Get { .. } => self.coordinate_read(origin, key, needed, &targets, now),
+            Request::Get { .. } | Request::FencedRead { .. } => {
+                self.coordinate_read(origin, key, needed, &targets, now);
+            }
+            Request::FencedWrite { op, .. } => {
+                self.coordinate_write(origin, key, needed, &targets, now, |_, object| {
+                    let mut fenced = current_fenced(&object)?;
+                    fenced.apply(op)?;
+                    let context = object.context();
+                    Ok((Value::Fenced(fenced), context, object))
+                });
+            }
             Request::Put { value, context, .. } => {
                 self.coordinate_write(origin, key, needed, &targets, now, |_, object| {
                     Ok((value, context, object))
@@ -541,9 +583,11 @@ impl<S: Storage> Store<S> {
             };
             self.send(node, message);
         }
-        self.owed.push(Owed::OwnCopy { req, me });
+        let held = fenced_of(&object);
+        let fenced = held.is_some().then(Fenced::default);
+        self.owed.push(Owed::OwnCopy { req, me, held });
         let waiting = targets.iter().map(|(a, _)| a.clone()).collect();
-        let flight = Flight::Write { needed, waiting, acks: 0, context };
+        let flight = Flight::Write { needed, waiting, acks: 0, context, fenced };
         self.pending.insert(req, self.pending_for(origin, flight, now));
         self.arm_requests();
     }
@@ -629,18 +673,36 @@ impl<S: Storage> Store<S> {
                 .send(from.clone(), refused(DataError::Storage("malformed versions".into())));
         }
         let stored = match hint {
-            None => self
-                .merge_local(key, object)
-                .map(|_| ())
-                .map_err(|e| DataError::Storage(e.to_string())),
+            None => self.fence_check(key, object).and_then(|()| {
+                self.merge_local(key, object)
+                    .map(|_| ())
+                    .map_err(|e| DataError::Storage(e.to_string()))
+            }),
             Some(replica) => self.hold(replica, key, object),
+        };
+        // A replica of a fenced write answers with the fenced value it now holds, which is
+        // what it held when it took the write in merged with it.
+        let held = match (&stored, hint) {
+            (Ok(()), None) => fenced_of(object)
+                .and_then(|_| self.storage.get(key).ok().flatten().as_ref().and_then(fenced_of)),
+            _ => None,
         };
         match stored {
             Ok(()) => {
                 self.staged = true;
-                self.owed.push(Owed::Ack { to: from.clone(), req });
+                self.owed.push(Owed::Ack { to: from.clone(), req, held });
             }
             Err(e) => self.send(from.clone(), refused(e)),
+        }
+    }
+
+    /// Refuses a write of a fenced value made under a ballot below this replica's promise.
+    fn fence_check(&mut self, key: &Key, object: &Object) -> Result<(), DataError> {
+        let Some(incoming) = fenced_of(object) else { return Ok(()) };
+        let local = self.storage.get(key).map_err(|e| DataError::Storage(e.to_string()))?;
+        match local.as_ref().and_then(fenced_of).and_then(|held| held.refuses(&incoming)) {
+            Some(refusal) => Err(DataError::Refused(refusal.into())),
+            None => Ok(()),
         }
     }
 
@@ -669,17 +731,28 @@ impl<S: Storage> Store<S> {
         from: &Address,
         req: u64,
         result: Result<(), DataError>,
+        held: Option<Fenced>,
         now: Instant,
     ) {
         let Some(p) = self.pending.get_mut(&req) else { return };
         let outcome = match &mut p.state {
-            Flight::Write { needed, waiting, acks, context } => {
+            Flight::Write { needed, waiting, acks, context, fenced } => {
                 if !waiting.remove(from) {
                     return;
                 }
                 *acks += usize::from(result.is_ok());
+                if let (Some(merged), Some(held), true) = (fenced.as_mut(), &held, result.is_ok()) {
+                    merged.merge(held);
+                }
                 if *acks >= *needed {
-                    Some(Ok(Reply::Written(context.clone())))
+                    Some(Ok(match fenced {
+                        // A fenced write answers with what its quorum holds (docs/data.md).
+                        Some(f) => Reply::Read(Read {
+                            values: vec![Value::Fenced(f.clone())],
+                            context: context.clone(),
+                        }),
+                        None => Reply::Written(context.clone()),
+                    }))
                 } else if *acks + waiting.len() < *needed {
                     // Too few targets are left to answer for it to succeed.
                     Some(Err(result.err().unwrap_or(DataError::Unavailable {
@@ -911,6 +984,12 @@ fn current_crdt(object: &Object, kind: CrdtKind) -> Result<crate::crdt::Crdt, Re
                     kind.name()
                 )));
             }
+            Value::Fenced(_) => {
+                return Err(Refused::Kind(format!(
+                    "the key holds a fenced value (an entity's state), not a {}",
+                    kind.name()
+                )));
+            }
             _ => {
                 return Err(Refused::Kind(format!(
                     "the key holds bytes, not a {}; delete it first",
@@ -923,6 +1002,43 @@ fn current_crdt(object: &Object, kind: CrdtKind) -> Result<crate::crdt::Crdt, Re
 }
 
 /// The key a message is about, when it is about one.
+/// The fenced value of `object` (its fenced siblings merged), if it holds one.
+fn fenced_of(object: &Object) -> Option<Fenced> {
+    let mut found: Option<Fenced> = None;
+    for (_, v) in object.values() {
+        if let Value::Fenced(f) = v {
+            match &mut found {
+                Some(m) => m.merge(f),
+                None => found = Some(f.clone()),
+            }
+        }
+    }
+    found
+}
+
+/// The fenced value to apply an operation to: the current one, an empty one when the key is
+/// absent or deleted; refused when the key holds another kind of value.
+fn current_fenced(object: &Object) -> Result<Fenced, Refused> {
+    let mut fenced = Fenced::default();
+    for v in Read::of(object).values {
+        match v {
+            Value::Fenced(f) => fenced.merge(&f),
+            Value::Crdt(c) => {
+                return Err(Refused::Kind(format!(
+                    "the key holds a {}, not a fenced value",
+                    c.kind().name()
+                )));
+            }
+            _ => {
+                return Err(Refused::Kind(
+                    "the key holds bytes, not a fenced value; delete it first".to_owned(),
+                ));
+            }
+        }
+    }
+    Ok(fenced)
+}
+
 fn message_key(m: &Message) -> Option<&Key> {
     match m {
         Message::Write { key, .. }

@@ -14,6 +14,7 @@ mod storage;
 use std::time::Duration;
 
 pub use convoke_data::crdt::{Crdt, CrdtKind, CrdtOp};
+pub use convoke_data::fenced::{Ballot, FenceOp, FenceRefusal, Fenced};
 pub use convoke_data::version::VersionVector;
 use convoke_data::{Key, Reply, Request};
 pub use convoke_data::{Level, Read, Value};
@@ -42,6 +43,18 @@ pub enum DataError {
     /// A typed value could not be encoded or decoded as JSON.
     #[error("the value is not the expected JSON: {0}")]
     Json(String),
+}
+
+impl DataError {
+    /// Why a fenced claim or write was refused, when a newer writer holds the key.
+    pub fn fence_refusal(&self) -> Option<&FenceRefusal> {
+        match self {
+            Self::Store(convoke_data::DataError::Refused(convoke_data::Refused::Fenced(r))) => {
+                Some(r)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Why the store could not start.
@@ -245,6 +258,48 @@ impl Data {
         match self.call(request).await? {
             Reply::Written(ctx) => Ok(ctx),
             Reply::Read(_) => Err(DataError::NotRunning),
+        }
+    }
+
+    /// Reads the fenced value under `key` (`None` when the key holds none) from a quorum of the
+    /// key's own replicas, so that it meets every fenced write acknowledged before it
+    /// (`docs/data.md`, "Fenced values"). Entity state is kept this way
+    /// ([`crate::sharding::EntityContext::state`]).
+    ///
+    /// # Errors
+    /// See [`DataError`]; [`DataError::Json`] never. Unavailable when fewer than a quorum of
+    /// the key's replicas are reachable (stand-ins do not count).
+    pub async fn fenced_read(&self, key: &str) -> Result<Option<Fenced>, DataError> {
+        let request = Request::FencedRead { key: self.key(key)?, r: Level::Quorum };
+        match self.call(request).await? {
+            Reply::Read(read) => Ok(read.values.into_iter().find_map(|v| match v {
+                Value::Fenced(f) => Some(f),
+                _ => None,
+            })),
+            Reply::Written(_) => Err(DataError::NotRunning),
+        }
+    }
+
+    /// Claims or writes the fenced value under `key` at a quorum of the key's own replicas;
+    /// returns the fenced value those replicas hold once they have taken it in, merged. A
+    /// claim's answer is therefore what the new writer starts from: it holds every write
+    /// acknowledged to an older writer, even one acknowledged after the claim.
+    ///
+    /// # Errors
+    /// See [`DataError`]; a claim or write of a superseded writer is refused with
+    /// [`convoke_data::Refused::Fenced`] (see [`DataError::fence_refusal`]).
+    pub async fn fenced_write(&self, key: &str, op: FenceOp) -> Result<Fenced, DataError> {
+        let request = Request::FencedWrite { key: self.key(key)?, op, w: Level::Quorum };
+        match self.call(request).await? {
+            Reply::Read(read) => Ok(read
+                .values
+                .into_iter()
+                .find_map(|v| match v {
+                    Value::Fenced(f) => Some(f),
+                    _ => None,
+                })
+                .unwrap_or_default()),
+            Reply::Written(_) => Err(DataError::NotRunning),
         }
     }
 

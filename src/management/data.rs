@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use convoke_data::crdt::Crdt;
+use convoke_data::fenced::Fenced;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, AppState};
@@ -132,6 +133,21 @@ fn crdt_json(c: &Crdt) -> serde_json::Value {
     serde_json::json!({ "type": c.kind().name(), "value": value })
 }
 
+/// A fenced value (an entity's state) as JSON: `{"type": "fenced", "value": {"promise",
+/// "ballot", "seq", "state"}}`, the state a `Sibling`, null when none was written.
+fn fenced_json(f: &Fenced) -> serde_json::Value {
+    let state = f.state.as_ref();
+    serde_json::json!({
+        "type": "fenced",
+        "value": {
+            "promise": f.promise.to_string(),
+            "ballot": state.map(|w| w.ballot.to_string()),
+            "seq": state.map(|w| w.seq),
+            "state": state.map(|w| sibling(&w.bytes)),
+        }
+    })
+}
+
 fn sibling(bytes: &[u8]) -> Sibling {
     Sibling {
         base64: base64::engine::general_purpose::STANDARD.encode(bytes),
@@ -158,6 +174,7 @@ pub(super) async fn get_key(
             ([(header::CONTENT_TYPE, "application/octet-stream")], b.clone()).into_response()
         }
         [Value::Crdt(c)] => Json(crdt_json(c)).into_response(),
+        [Value::Fenced(f)] => Json(fenced_json(f)).into_response(),
         many => {
             let siblings = many
                 .iter()
@@ -165,6 +182,7 @@ pub(super) async fn get_key(
                     Value::Bytes(b) => sibling(b),
                     Value::Crdt(c) => sibling(crdt_json(c).to_string().as_bytes()),
                     Value::Tombstone => sibling(&[]),
+                    Value::Fenced(f) => sibling(fenced_json(f).to_string().as_bytes()),
                 })
                 .collect();
             let body = Siblings { siblings, context: context_token(&read.context) };

@@ -14,6 +14,7 @@
 //! message; it handles one message at a time in a task of its own.
 
 mod region;
+mod state;
 #[doc(hidden)]
 pub use convoke_sharding::wire;
 
@@ -36,6 +37,7 @@ use crate::singleton::Singletons;
 
 pub use self::region::{RegionReport, ShardStats};
 use self::region::{Request, Spawner};
+pub use self::state::StateError;
 use self::wire::WireFailure;
 
 /// A sharded entity: created by its type's factory on its first message, it handles its
@@ -54,12 +56,13 @@ pub trait Entity: Send + 'static {
     ) -> impl Future<Output = Self::Reply> + Send;
 }
 
-/// What an entity knows of itself while it handles a message.
+/// What an entity knows of itself while it handles a message, and its state in the store.
 #[derive(Debug)]
 pub struct EntityContext {
     entity_id: Arc<str>,
     shard_id: ShardId,
     passivate: bool,
+    state: state::EntityState,
 }
 
 impl EntityContext {
@@ -77,6 +80,39 @@ impl EntityContext {
     /// meanwhile wait and start it again.
     pub fn passivate(&mut self) {
         self.passivate = true;
+    }
+
+    /// The entity's state, kept in the replicated store under `entity/<type>/<id>` (the
+    /// node needs `data.enabled`): read on first use in this incarnation, `S::default()` when
+    /// none was ever stored. Whichever node the entity runs on, it finds the state its last
+    /// incarnation stored (`docs/sharding-design.md`, "Entities with state").
+    ///
+    /// # Errors
+    /// [`StateError::Data`] when the store cannot be read (not running, too few replicas),
+    /// [`StateError::Type`] when the stored state is not an `S`, [`StateError::Fenced`] when
+    /// another incarnation holds the state.
+    pub async fn state<S>(&mut self) -> Result<&S, StateError>
+    where
+        S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
+    {
+        self.state.get::<S>().await
+    }
+
+    /// Stores `state` as the entity's state at a quorum of its replicas, and returns once it is
+    /// durable there: reply only after it, and an acknowledged change is never lost. The write
+    /// is fenced: if another incarnation of the entity has claimed the state since this one
+    /// read it, nothing is written, [`StateError::Fenced`] is returned and the entity is
+    /// stopped once this message is handled, rather than write over a newer state.
+    ///
+    /// # Errors
+    /// As [`EntityContext::state`]; [`StateError::Data`] also when the write did not reach a
+    /// quorum in time (it may have reached some replicas; the state this incarnation reads
+    /// stays the last one stored).
+    pub async fn persist<S>(&mut self, state: S) -> Result<(), StateError>
+    where
+        S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
+    {
+        self.state.persist(state).await
     }
 }
 
@@ -163,6 +199,7 @@ struct Inner {
     settings: ShardingSettings,
     roles: BTreeSet<String>,
     removal_margin: Duration,
+    data: crate::data::Data,
     types: Mutex<BTreeMap<String, TypeHandle>>,
 }
 
@@ -186,6 +223,7 @@ impl Sharding {
         settings: ShardingSettings,
         roles: BTreeSet<String>,
         removal_margin: Duration,
+        data: crate::data::Data,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -195,6 +233,7 @@ impl Sharding {
                 settings,
                 roles,
                 removal_margin,
+                data,
                 types: Mutex::new(BTreeMap::new()),
             }),
         }
@@ -246,7 +285,12 @@ impl Sharding {
         }
         let hosting = role.is_none_or(|r| inner.roles.contains(r));
         let config = inner.settings.config_for(type_name, role, inner.removal_margin);
-        let spawner: Spawner = region::spawner::<E, F>(Arc::new(factory));
+        let store = state::StateStore {
+            data: inner.data.clone(),
+            type_name: type_name.into(),
+            holder: inner.messaging.self_node().uid.get(),
+        };
+        let spawner: Spawner = region::spawner::<E, F>(Arc::new(factory), store);
         let started = region::start(
             config,
             hosting,

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::state::{EntityState, StateStore};
 use super::{Entity, EntityContext, ShardingError};
 use crate::control::{Control, Snapshot};
 use crate::messaging::{Endpoint, EndpointKey, Messaging, Replier};
@@ -187,14 +188,14 @@ pub(super) fn stats_key(type_name: &str) -> EndpointKey<(), Vec<ShardStats>> {
 }
 
 /// A spawner making entities of type `E` with `factory`.
-pub(super) fn spawner<E, F>(factory: Arc<F>) -> Spawner
+pub(super) fn spawner<E, F>(factory: Arc<F>, store: StateStore) -> Spawner
 where
     E: Entity,
     F: Fn(&str) -> E + Send + Sync + 'static,
 {
     Arc::new(move |task: EntityTask| {
         let factory = factory.clone();
-        tokio::spawn(run_entity(factory, task));
+        tokio::spawn(run_entity(factory, task, store.clone()));
     })
 }
 
@@ -214,7 +215,7 @@ impl Drop for StoppedGuard {
 
 /// Runs one entity: made by the factory here, off the region task (a slow or panicking factory
 /// delays or fails only this entity), then fed its mailbox until the region drops the sender.
-async fn run_entity<E, F>(factory: Arc<F>, task: EntityTask)
+async fn run_entity<E, F>(factory: Arc<F>, task: EntityTask, store: StateStore)
 where
     E: Entity,
     F: Fn(&str) -> E + Send + Sync + 'static,
@@ -225,7 +226,13 @@ where
     let failure = match std::panic::catch_unwind(AssertUnwindSafe(|| factory(&id))) {
         Ok(entity) => {
             let fence = Fence { gate: &gate, abandoned: &abandoned };
-            serve_entity(entity, &id, &shard, &mut mailbox, &replies, &events, fence).await
+            let ctx = EntityContext {
+                entity_id: id.clone(),
+                shard_id: shard.clone(),
+                passivate: false,
+                state: EntityState::new(store, id.clone()),
+            };
+            serve_entity(entity, ctx, &mut mailbox, &replies, &events, fence).await
         }
         Err(_) => {
             tracing::error!(entity = %id, shard = %shard, "the entity factory panicked");
@@ -249,15 +256,13 @@ struct Fence<'a> {
 /// Feeds `entity` its messages; returns why it ended (answered to what is still queued).
 async fn serve_entity<E: Entity>(
     mut entity: E,
-    id: &EntityId,
-    shard: &ShardId,
+    mut ctx: EntityContext,
     mailbox: &mut mpsc::Receiver<Box<Envelope>>,
     replies: &Replies,
     events: &mpsc::UnboundedSender<Event>,
     fence: Fence<'_>,
 ) -> String {
-    let mut ctx =
-        EntityContext { entity_id: id.clone(), shard_id: shard.clone(), passivate: false };
+    let (id, shard) = (ctx.entity_id.clone(), ctx.shard_id.clone());
     while let Some(envelope) = mailbox.recv().await {
         fence.gate.pass().await;
         if fence.abandoned.load(Ordering::Acquire) {
@@ -282,7 +287,9 @@ async fn serve_entity<E: Entity>(
         let encoded = postcard::to_stdvec(&reply)
             .map_err(|e| WireFailure::EntityFailed(format!("cannot encode its reply: {e}")));
         replies.send(envelope.reply, encoded);
-        if ctx.passivate {
+        // An entity fenced out of its state stops as a passivated one does: what comes
+        // meanwhile waits and starts a new incarnation, which reads the newer state.
+        if ctx.passivate || ctx.state.fenced {
             ctx.passivate = false;
             let _ = events.send(Event::Passivate(shard.clone(), id.clone()));
         }

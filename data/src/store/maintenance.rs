@@ -267,7 +267,7 @@ impl<S: Storage> Store<S> {
             }
         }
         self.staged = true;
-        self.owed.push(super::Owed::Ack { to: from.clone(), req });
+        self.owed.push(super::Owed::Ack { to: from.clone(), req, held: None });
     }
 
     fn send_to(&mut self, to: &Address, message: Message) {

@@ -10,6 +10,7 @@ use convoke_membership::{MemberStatus, Uid};
 
 use super::*;
 use crate::crdt::{Crdt, CrdtOp};
+use crate::fenced::{Ballot, FenceOp, Fenced};
 use crate::message::{decode, encode};
 use crate::storage::MemoryStorage;
 
@@ -26,6 +27,9 @@ struct Net {
     no_sync: BTreeSet<usize>,
     /// Messages delivered, by name.
     sent: BTreeMap<&'static str, usize>,
+    /// Links (from, to) whose messages are parked until [`Net::release`].
+    stalled: BTreeSet<(usize, usize)>,
+    parked: VecDeque<(usize, usize, Vec<u8>)>,
 }
 
 fn node(i: usize) -> UniqueAddress {
@@ -72,6 +76,8 @@ impl Net {
             cut: BTreeSet::new(),
             no_sync: BTreeSet::new(),
             sent: BTreeMap::new(),
+            stalled: BTreeSet::new(),
+            parked: VecDeque::new(),
         };
         net.views();
         net
@@ -143,6 +149,10 @@ impl Net {
             }
             let Some((from, to, bytes)) = self.queue.pop_front() else { break };
             if self.cut.contains(&from) || self.cut.contains(&to) {
+                continue;
+            }
+            if self.stalled.contains(&(from, to)) {
+                self.parked.push_back((from, to, bytes));
                 continue;
             }
             let message = decode(&bytes).expect("decodes");
@@ -590,4 +600,177 @@ fn a_tombstone_every_replica_holds_is_reaped_and_the_value_it_deleted_never_come
     net.settle();
     assert!(net.get(0, "k").is_empty());
     assert_eq!(net.held(2, "k").map(|r| r.values.len()), Some(0));
+}
+
+fn ballot(round: u64, holder: u64) -> Ballot {
+    Ballot { round, holder }
+}
+
+fn fenced_write(ballot: Ballot, seq: u64, bytes: &[u8]) -> FenceOp {
+    FenceOp::Write { ballot, seq, bytes: bytes.to_vec() }
+}
+
+impl Net {
+    /// A fenced claim or write at `at`, run to its answer.
+    fn fence(&mut self, at: usize, key: &str, op: FenceOp) -> Result<Reply, DataError> {
+        let id = self.request(at, Request::FencedWrite { key: k(key), op, w: Level::Quorum });
+        self.settle();
+        self.reply(at, id).clone()
+    }
+
+    /// A fenced read at `at`: the fenced value, if the key holds one.
+    fn fenced_read(&mut self, at: usize, key: &str) -> Result<Option<Fenced>, DataError> {
+        let id = self.request(at, Request::FencedRead { key: k(key), r: Level::Quorum });
+        self.settle();
+        let read = match self.reply(at, id).clone()? {
+            Reply::Read(read) => read,
+            other => panic!("a read, not {other:?}"),
+        };
+        Ok(read.values.into_iter().find_map(|v| match v {
+            Value::Fenced(f) => Some(f),
+            _ => None,
+        }))
+    }
+
+    fn state_at(&mut self, at: usize, key: &str) -> Option<Vec<u8>> {
+        self.fenced_read(at, key).expect("read").and_then(|f| f.state).map(|s| s.bytes)
+    }
+}
+
+#[test]
+fn a_writer_that_claimed_a_key_writes_it_until_a_newer_claim_refuses_its_writes() {
+    let mut net = Net::new(5);
+    assert_eq!(net.fenced_read(0, "e").expect("read"), None);
+    net.fence(0, "e", FenceOp::Claim(ballot(1, 1))).expect("the first claim");
+    net.fence(0, "e", fenced_write(ballot(1, 1), 1, b"a1")).expect("the claimant writes");
+    // A new writer on another node reads the promise, claims above it, and reads the state.
+    let seen = net.fenced_read(3, "e").expect("read").expect("a fenced value");
+    assert_eq!(seen.promise, ballot(1, 1));
+    net.fence(3, "e", FenceOp::Claim(seen.promise.next(2))).expect("a newer claim");
+    assert_eq!(net.state_at(3, "e"), Some(b"a1".to_vec()));
+    // The old writer's next write is refused, wherever it is coordinated.
+    for at in 0..5 {
+        match net.fence(at, "e", fenced_write(ballot(1, 1), 2, b"a2")) {
+            Err(DataError::Refused(Refused::Fenced(f))) => assert_eq!(f.promise, ballot(2, 2)),
+            other => panic!("a fenced refusal at {at}, not {other:?}"),
+        }
+    }
+    // A second claim of the same round by another writer is refused too.
+    assert!(net.fence(1, "e", FenceOp::Claim(ballot(2, 1))).is_err());
+    net.fence(3, "e", fenced_write(ballot(2, 2), 1, b"b1")).expect("the new writer writes");
+    for at in 0..5 {
+        assert_eq!(net.state_at(at, "e"), Some(b"b1".to_vec()), "read at {at}");
+    }
+}
+
+#[test]
+fn a_superseded_write_refused_by_the_replicas_that_took_the_claim_fails_and_never_forks_the_key() {
+    let mut net = Net::new(5);
+    let [r0, r1, r2] = net.replicas("e")[..] else { panic!("three replicas") };
+    net.fence(r0, "e", FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    net.fence(r0, "e", fenced_write(ballot(1, 1), 1, b"a1")).expect("written");
+    // The old writer's replica is cut off while a new writer claims on the other two.
+    net.cut.insert(r0);
+    net.views();
+    net.fence(r1, "e", FenceOp::Claim(ballot(2, 2))).expect("claimed by a quorum without r0");
+    net.cut.clear();
+    net.views();
+    // Coordinated on r0, which has not seen the claim: r0 takes it in, r1 and r2 refuse it.
+    match net.fence(r0, "e", fenced_write(ballot(1, 1), 2, b"a2")) {
+        Err(DataError::Refused(Refused::Fenced(f))) => {
+            assert_eq!((f.promise, f.ballot), (ballot(2, 2), ballot(1, 1)));
+        }
+        other => panic!("a fenced refusal, not {other:?}"),
+    }
+    for i in [r1, r2] {
+        let held = net.held(i, "e").expect("held");
+        assert_eq!(held.values.len(), 1);
+    }
+    // The new writer's first state supersedes the stray one wherever they meet.
+    net.fence(r2, "e", fenced_write(ballot(2, 2), 1, b"b1")).expect("written");
+    for at in 0..5 {
+        assert_eq!(net.state_at(at, "e"), Some(b"b1".to_vec()), "read at {at}");
+    }
+}
+
+#[test]
+fn fenced_requests_count_only_the_keys_own_replicas_where_plain_ones_use_stand_ins() {
+    let mut net = Net::new(5);
+    let replicas = net.replicas("e");
+    net.fence(replicas[0], "e", FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    net.cut.extend([replicas[1], replicas[2]]);
+    net.views();
+    let at = replicas[0];
+    // A plain write reaches its level through stand-ins for the two cut-off replicas.
+    net.put(at, "plain", b"v", VersionVector::new());
+    // A fenced one cannot, nor can a fenced read.
+    let unavailable = DataError::Unavailable { needed: 2, reachable: 1 };
+    let w = net.fence(at, "e", fenced_write(ballot(1, 1), 1, b"a1"));
+    assert_eq!(w.err(), Some(unavailable.clone()));
+    let r = net.fenced_read(at, "e");
+    assert_eq!(r.err(), Some(unavailable));
+}
+
+#[test]
+fn a_fenced_write_onto_another_kind_of_value_and_an_update_onto_a_fenced_one_are_refused() {
+    let mut net = Net::new(3);
+    net.put(0, "bytes", b"v", VersionVector::new());
+    match net.fence(1, "bytes", FenceOp::Claim(ballot(1, 1))) {
+        Err(DataError::Refused(Refused::Kind(why))) => assert!(why.contains("bytes"), "{why}"),
+        other => panic!("refused, not {other:?}"),
+    }
+    net.fence(0, "e", FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    let id = net.request(
+        2,
+        Request::Update { key: k("e"), op: CrdtOp::Increment(1), now_ms: 0, w: Level::Quorum },
+    );
+    net.settle();
+    match net.reply(2, id) {
+        Err(DataError::Refused(Refused::Kind(why))) => assert!(why.contains("fenced"), "{why}"),
+        other => panic!("refused, not {other:?}"),
+    }
+}
+
+#[test]
+fn a_claim_answers_with_what_its_quorum_held_so_an_old_write_acknowledged_after_it_is_not_missed() {
+    let mut net = Net::new(3);
+    let (a, b, c) = (0, 1, 2);
+    net.fence(b, "e", FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    net.fence(b, "e", fenced_write(ballot(1, 1), 1, b"a1")).expect("written");
+    // The old writer's next write is taken in by b, its coordinator; its copies to a and c
+    // are slow.
+    net.stalled.extend([(b, a), (b, c)]);
+    let old = net.request(
+        b,
+        Request::FencedWrite {
+            key: k("e"),
+            op: fenced_write(ballot(1, 1), 2, b"a2"),
+            w: Level::Quorum,
+        },
+    );
+    net.settle();
+    assert!(!net.replies.contains_key(&(b, old)), "one acknowledgement of two");
+    // A new writer claims through a and b only (its claim to c is slow too; what b sends a
+    // from now on is not).
+    net.stalled.remove(&(b, a));
+    net.stalled.insert((a, c));
+    let claimed = match net.fence(a, "e", FenceOp::Claim(ballot(2, 2))) {
+        Ok(Reply::Read(read)) => match read.values.as_slice() {
+            [Value::Fenced(f)] => f.clone(),
+            other => panic!("a fenced value, not {other:?}"),
+        },
+        other => panic!("claimed, not {other:?}"),
+    };
+    // c takes the old write in before the claim and acknowledges it: the old write succeeds
+    // after the claim, and the claim's answer has it already, from b.
+    net.stalled.clear();
+    let parked = std::mem::take(&mut net.parked);
+    let (to_c, rest): (VecDeque<_>, VecDeque<_>) =
+        parked.into_iter().partition(|m| (m.0, m.1) == (b, c));
+    net.queue.extend(to_c);
+    net.queue.extend(rest);
+    net.settle();
+    assert!(matches!(net.reply(b, old), Ok(Reply::Read(_))), "{:?}", net.reply(b, old));
+    assert_eq!(claimed.state.map(|w| (w.seq, w.bytes)), Some((2, b"a2".to_vec())));
+    assert_eq!(claimed.promise, ballot(2, 2));
 }

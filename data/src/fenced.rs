@@ -1,0 +1,154 @@
+//! Fenced values: state with one writer at a time, where a write from a writer that has been
+//! superseded is refused instead of merged (see `docs/data.md`, "Fenced values").
+//!
+//! A writer first *claims* the key with a ballot higher than any the key has promised; from
+//! then on each replica that has taken the claim in refuses the writes of lower ballots. The
+//! writer then reads the key and writes its states under its ballot, each with the next
+//! sequence number. Claims, reads and writes all go to a quorum of the key's own replicas (never
+//! to stand-ins), so a claim and any write acknowledged before it share a replica: the
+//! claimant's read finds every acknowledged write, and a write of an older ballot that reaches
+//! a quorum only after the claim is refused by at least one replica and fails.
+//!
+//! Replicas merge fenced values like CRDTs: the highest promise and the state of the highest
+//! (ballot, sequence) win, so a write refused by some replicas and taken in by others never
+//! forks the key; a later writer's state supersedes it.
+
+use serde::{Deserialize, Serialize};
+
+/// The ballot of a writer: a round, then the writer's id to tell apart two writers that chose
+/// the same round. Higher ballots supersede lower ones.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Ballot {
+    /// The round; a new writer takes one more than the highest promised.
+    pub round: u64,
+    /// The writer's id (a node's uid at run time).
+    pub holder: u64,
+}
+
+impl Ballot {
+    /// The ballot after `self` for writer `holder`.
+    pub fn next(self, holder: u64) -> Self {
+        Self { round: self.round.saturating_add(1), holder }
+    }
+}
+
+impl std::fmt::Display for Ballot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:x}", self.round, self.holder)
+    }
+}
+
+/// A state written under a ballot.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Written {
+    /// The ballot of its writer.
+    pub ballot: Ballot,
+    /// Its writer's sequence number, from 1.
+    pub seq: u64,
+    /// The state.
+    pub bytes: Vec<u8>,
+}
+
+/// A fenced value as a replica holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fenced {
+    /// The highest ballot claimed; writes of lower ballots are refused.
+    pub promise: Ballot,
+    /// The latest state, if any was written.
+    pub state: Option<Written>,
+}
+
+/// What a writer does to a fenced value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FenceOp {
+    /// Claims the key for `ballot`, which must be above the promise.
+    Claim(Ballot),
+    /// Writes `bytes` as state number `seq` of `ballot`, which must be at least the promise.
+    Write {
+        /// The writer's ballot.
+        ballot: Ballot,
+        /// Its sequence number, above the one of the writer's previous state.
+        seq: u64,
+        /// The state.
+        bytes: Vec<u8>,
+    },
+}
+
+impl FenceOp {
+    /// The ballot it is made under.
+    pub fn ballot(&self) -> Ballot {
+        match self {
+            Self::Claim(b) | Self::Write { ballot: b, .. } => *b,
+        }
+    }
+}
+
+/// Why a fenced operation was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error(
+    "the key is fenced: it promised ballot {promise} and this {what} is of ballot {ballot} \
+     (a newer writer holds it)"
+)]
+pub struct FenceRefusal {
+    /// The replica's promise.
+    pub promise: Ballot,
+    /// The operation's ballot.
+    pub ballot: Ballot,
+    /// "claim" or "write".
+    pub what: String,
+}
+
+impl Fenced {
+    /// Takes in another replica's value: the higher promise, the later state.
+    pub fn merge(&mut self, other: &Self) {
+        self.promise = self.promise.max(other.promise);
+        if other.state > self.state {
+            self.state.clone_from(&other.state);
+        }
+        if let Some(s) = &self.state {
+            self.promise = self.promise.max(s.ballot);
+        }
+    }
+
+    /// Applies `op`, or refuses it with nothing changed: a claim must be above the promise, a
+    /// write at least the promise and after the state held.
+    pub fn apply(&mut self, op: FenceOp) -> Result<(), FenceRefusal> {
+        let refuse = |what: &str, ballot| FenceRefusal {
+            promise: self.promise,
+            ballot,
+            what: what.to_owned(),
+        };
+        match op {
+            FenceOp::Claim(ballot) => {
+                if ballot <= self.promise {
+                    return Err(refuse("claim", ballot));
+                }
+                self.promise = ballot;
+            }
+            FenceOp::Write { ballot, seq, bytes } => {
+                let written = Written { ballot, seq, bytes };
+                if ballot < self.promise || self.state.as_ref().is_some_and(|s| *s >= written) {
+                    return Err(refuse("write", ballot));
+                }
+                self.promise = ballot;
+                self.state = Some(written);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a replica holding `self` must refuse a write whose value is `incoming`: the
+    /// incoming value's promise (the ballot of the operation that made it) is below this one.
+    pub fn refuses(&self, incoming: &Self) -> Option<FenceRefusal> {
+        (incoming.promise < self.promise).then(|| FenceRefusal {
+            promise: self.promise,
+            ballot: incoming.promise,
+            what: "write".to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

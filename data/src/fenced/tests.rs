@@ -1,0 +1,105 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn b(round: u64, holder: u64) -> Ballot {
+    Ballot { round, holder }
+}
+
+fn write(ballot: Ballot, seq: u64, bytes: &[u8]) -> FenceOp {
+    FenceOp::Write { ballot, seq, bytes: bytes.to_vec() }
+}
+
+#[test]
+fn a_claim_must_be_above_the_promise_and_a_write_at_least_the_promise() {
+    let mut f = Fenced::default();
+    f.apply(FenceOp::Claim(b(1, 7))).expect("the first claim");
+    f.apply(write(b(1, 7), 1, b"one")).expect("the claimant writes");
+    // The same ballot cannot claim again, nor a lower one.
+    let refused = f.apply(FenceOp::Claim(b(1, 7))).expect_err("not above the promise");
+    assert_eq!((refused.promise, refused.ballot), (b(1, 7), b(1, 7)));
+    assert!(f.apply(FenceOp::Claim(b(1, 3))).is_err());
+    // A newer writer claims; the older one's next write is refused and changes nothing.
+    f.apply(FenceOp::Claim(b(2, 3))).expect("a newer claim");
+    let before = f.clone();
+    let refused = f.apply(write(b(1, 7), 2, b"two")).expect_err("fenced");
+    assert!(refused.to_string().contains("promised ballot 2.3"), "{refused}");
+    assert_eq!(f, before);
+    // A writer's write that does not come after its previous one is refused too.
+    f.apply(write(b(2, 3), 1, b"new")).expect("the new writer writes");
+    assert!(f.apply(write(b(2, 3), 1, b"again")).is_err());
+    assert_eq!(f.state.as_ref().map(|s| s.bytes.as_slice()), Some(&b"new"[..]));
+}
+
+#[test]
+fn a_replica_refuses_a_value_made_under_a_ballot_below_its_promise() {
+    let mut replica = Fenced::default();
+    replica.apply(FenceOp::Claim(b(2, 1))).expect("claimed");
+    let mut old = Fenced::default();
+    old.apply(write(b(1, 9), 4, b"late")).expect("the old writer's own copy");
+    assert!(replica.refuses(&old).is_some());
+    let mut new = Fenced::default();
+    new.apply(write(b(2, 1), 1, b"fresh")).expect("the claimant's copy");
+    assert!(replica.refuses(&new).is_none());
+}
+
+#[test]
+fn a_state_taken_in_by_some_replicas_only_is_superseded_by_the_next_writer() {
+    // The old writer's write reached one replica; the new writer's state wins wherever they
+    // meet, whatever the order.
+    let mut stray = Fenced::default();
+    stray.apply(write(b(1, 9), 6, b"stray")).expect("written");
+    let mut newer = Fenced::default();
+    newer.apply(FenceOp::Claim(b(2, 1))).expect("claimed");
+    newer.apply(write(b(2, 1), 1, b"newer")).expect("written");
+    let mut a = stray.clone();
+    a.merge(&newer);
+    let mut c = newer.clone();
+    c.merge(&stray);
+    assert_eq!(a, c);
+    assert_eq!(a.state.map(|s| s.bytes), Some(b"newer".to_vec()));
+}
+
+fn ballot() -> impl Strategy<Value = Ballot> {
+    (0..4u64, 0..3u64).prop_map(|(round, holder)| Ballot { round, holder })
+}
+
+fn fenced() -> impl Strategy<Value = Fenced> {
+    let state = proptest::option::of((ballot(), 0..4u64, proptest::collection::vec(0..3u8, 0..2)))
+        .prop_map(|s| s.map(|(ballot, seq, bytes)| Written { ballot, seq, bytes }));
+    (ballot(), state).prop_map(|(promise, state)| {
+        let mut f = Fenced { promise, state };
+        // What replicas hold: the promise is never below the state's ballot.
+        f.merge(&Fenced::default());
+        f
+    })
+}
+
+proptest! {
+    #[test]
+    fn merge_is_commutative_associative_and_idempotent(x in fenced(), y in fenced(), z in fenced()) {
+        let mut xy = x.clone();
+        xy.merge(&y);
+        let mut yx = y.clone();
+        yx.merge(&x);
+        prop_assert_eq!(&xy, &yx);
+        let mut xy_z = xy.clone();
+        xy_z.merge(&z);
+        let mut yz = y.clone();
+        yz.merge(&z);
+        let mut x_yz = x.clone();
+        x_yz.merge(&yz);
+        prop_assert_eq!(&xy_z, &x_yz);
+        let mut xx = x.clone();
+        xx.merge(&x);
+        prop_assert_eq!(&xx, &x);
+    }
+
+    #[test]
+    fn a_merge_never_loses_the_later_state_nor_lowers_the_promise(x in fenced(), y in fenced()) {
+        let mut m = x.clone();
+        m.merge(&y);
+        prop_assert!(m.promise >= x.promise && m.promise >= y.promise);
+        prop_assert!(m.state >= x.state && m.state >= y.state);
+    }
+}

@@ -1,0 +1,184 @@
+//! An entity's state in the replicated store (`docs/sharding-design.md`, "Entities with state").
+//!
+//! The state of entity `id` of type `T` is the fenced value under key `entity/T/id`. An
+//! incarnation of the entity claims the key with a ballot above the key's promise (learnt from
+//! the refusal of a lower one) and starts from the state the claim's quorum held; each [`EntityContext::persist`](super::EntityContext::persist) writes the next
+//! state under that ballot at a quorum of the key's replicas before the handler goes on. Should
+//! another incarnation have claimed the key since (which the sharding prevents, so only after a
+//! freeze or a split the resolver has not settled yet), the write is refused and the entity is
+//! stopped instead of writing over the newer state.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::data::{Ballot, Data, DataError, FenceOp};
+
+/// How many claims an incarnation makes, each above the promise that refused the one before.
+const CLAIM_ATTEMPTS: usize = 5;
+
+/// Why an entity's state could not be read or written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The store refused or could not complete the read or write (the store not running,
+    /// too few replicas reachable, a timeout: see the inner error). A write that timed out
+    /// may still have reached some replicas; the state in memory stays the last one stored.
+    #[error("entity state: {0}")]
+    Data(#[from] DataError),
+    /// Another incarnation of the entity has claimed its state since this one did: nothing was
+    /// written, and the entity is stopped once this message is handled.
+    #[error("entity '{0}' is fenced: another incarnation holds its state; it is stopped")]
+    Fenced(String),
+    /// The stored state is not of the type asked for.
+    #[error("the stored state of entity '{entity}' is not a {expected}: {why}")]
+    Type {
+        /// The entity.
+        entity: String,
+        /// The type asked for.
+        expected: &'static str,
+        /// What did not fit.
+        why: String,
+    },
+}
+
+/// Where an entity keeps its state: the node's store, the key, the writer id.
+#[derive(Clone, Debug)]
+pub(super) struct StateStore {
+    pub(super) data: Data,
+    pub(super) type_name: Arc<str>,
+    /// This node's uid: the holder of the ballots its incarnations claim.
+    pub(super) holder: u64,
+}
+
+/// The state of one incarnation, once loaded.
+pub(super) struct Loaded {
+    ballot: Ballot,
+    /// The sequence number of the last write attempted (never used twice).
+    seq: u64,
+    value: Box<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded").field("ballot", &self.ballot).field("seq", &self.seq).finish()
+    }
+}
+
+/// An entity's state handle, kept in its context between messages.
+#[derive(Debug)]
+pub(super) struct EntityState {
+    store: StateStore,
+    key: String,
+    entity: Arc<str>,
+    loaded: Option<Loaded>,
+    /// Set when a write was refused: the entity stops after this message.
+    pub(super) fenced: bool,
+}
+
+impl EntityState {
+    pub(super) fn new(store: StateStore, entity: Arc<str>) -> Self {
+        let key = format!("entity/{}/{}", store.type_name, entity);
+        Self { store, key, entity, loaded: None, fenced: false }
+    }
+
+    fn fenced_error(&mut self) -> StateError {
+        self.fenced = true;
+        StateError::Fenced(self.entity.to_string())
+    }
+
+    fn type_error<S>(&self, why: impl ToString) -> StateError {
+        StateError::Type {
+            entity: self.entity.to_string(),
+            expected: std::any::type_name::<S>(),
+            why: why.to_string(),
+        }
+    }
+
+    /// Claims the key and reads the state, unless this incarnation already has.
+    async fn load<S>(&mut self) -> Result<(), StateError>
+    where
+        S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
+    {
+        if self.fenced {
+            return Err(StateError::Fenced(self.entity.to_string()));
+        }
+        if self.loaded.is_some() {
+            return Ok(());
+        }
+        let holder = self.store.holder;
+        let mut ballot = Ballot::default().next(holder);
+        for _ in 0..CLAIM_ATTEMPTS {
+            // The claim's answer is the state a quorum held when it took the claim in: every
+            // write acknowledged to an older incarnation is in it (docs/data.md).
+            let current =
+                match self.store.data.fenced_write(&self.key, FenceOp::Claim(ballot)).await {
+                    Ok(current) => current,
+                    // The key has promised a ballot at least this one: claim above it.
+                    Err(e) if e.fence_refusal().is_some() => {
+                        ballot = e.fence_refusal().map_or(ballot, |r| r.promise).next(holder);
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+            let value: S = match &current.state {
+                Some(w) => serde_json::from_slice(&w.bytes).map_err(|e| self.type_error::<S>(e))?,
+                None => S::default(),
+            };
+            tracing::debug!(entity = %self.entity, key = %self.key, %ballot, "entity state claimed");
+            self.loaded = Some(Loaded { ballot, seq: 0, value: Box::new(value) });
+            return Ok(());
+        }
+        Err(self.fenced_error())
+    }
+
+    /// The state, read on first use.
+    pub(super) async fn get<S>(&mut self) -> Result<&S, StateError>
+    where
+        S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
+    {
+        self.load::<S>().await?;
+        let loaded = self.loaded.as_ref().ok_or_else(|| self.type_error::<S>("not loaded"))?;
+        loaded
+            .value
+            .downcast_ref::<S>()
+            .ok_or_else(|| self.type_error::<S>("this entity keeps a state of another type"))
+    }
+
+    /// Writes `new` as the state; in memory only once stored.
+    pub(super) async fn persist<S>(&mut self, new: S) -> Result<(), StateError>
+    where
+        S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
+    {
+        self.load::<S>().await?;
+        let bytes = serde_json::to_vec(&new).map_err(|e| self.type_error::<S>(e))?;
+        let Some(loaded) = self.loaded.as_mut() else {
+            return Err(self.type_error::<S>("not loaded"));
+        };
+        if !loaded.value.is::<S>() {
+            return Err(self.type_error::<S>("this entity keeps a state of another type"));
+        }
+        // A number is never used twice, even after a write that failed: one that timed out
+        // may still reach replicas, and a later state must supersede it.
+        loaded.seq += 1;
+        let op = FenceOp::Write { ballot: loaded.ballot, seq: loaded.seq, bytes };
+        match self.store.data.fenced_write(&self.key, op).await {
+            Ok(_) => {
+                loaded.value = Box::new(new);
+                Ok(())
+            }
+            Err(e) if e.fence_refusal().is_some() => {
+                tracing::warn!(
+                    entity = %self.entity,
+                    key = %self.key,
+                    "another incarnation holds this entity's state; the write is refused and \
+                     the entity stops"
+                );
+                Err(self.fenced_error())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
