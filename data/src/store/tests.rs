@@ -774,3 +774,252 @@ fn a_claim_answers_with_what_its_quorum_held_so_an_old_write_acknowledged_after_
     assert_eq!(claimed.state.map(|w| (w.seq, w.bytes)), Some((2, b"a2".to_vec())));
     assert_eq!(claimed.promise, ballot(2, 2));
 }
+
+/// A writer of one fenced key, as an entity's incarnations are: claims, then writes its count
+/// plus one, again and again; a refused write ends the incarnation and the next one claims.
+#[derive(Debug)]
+struct FencedWriter {
+    at: usize,
+    holder: u64,
+    ballot: Ballot,
+    /// Whether its current ballot holds the key (a claim was answered).
+    claimed: bool,
+    seq: u64,
+    count: u64,
+    pending: Option<(RequestId, FenceOp)>,
+}
+
+/// A state as the writers see it: (ballot, seq, count).
+type Counted = (Ballot, u64, u64);
+
+/// What the writers were told.
+#[derive(Debug, Default)]
+struct FencedHistory {
+    /// Each answered claim: its ballot and the state it started from.
+    claims: Vec<(Ballot, Option<Counted>)>,
+    /// Each acknowledged write.
+    acked: Vec<Counted>,
+}
+
+fn count_of(f: &Fenced) -> Option<Counted> {
+    f.state.as_ref().map(|w| {
+        let count = u64::from_le_bytes(w.bytes.as_slice().try_into().expect("eight bytes"));
+        (w.ballot, w.seq, count)
+    })
+}
+
+impl Net {
+    /// Syncs and drains every store, queueing what they send; returns the replies.
+    fn pump(&mut self) -> Vec<(usize, RequestId, Result<Reply, DataError>)> {
+        let mut replies = Vec::new();
+        for i in 0..self.stores.len() {
+            if self.stores[i].needs_sync() {
+                self.stores[i].sync(self.now);
+            }
+            while let Some(out) = self.stores[i].poll_output() {
+                match out {
+                    Output::Send { to, message } => {
+                        let to = self.index(&to);
+                        self.queue.push_back((i, to, encode(&message)));
+                    }
+                    Output::Reply { id, result } => replies.push((i, id, result)),
+                    Output::Changed(_) => {}
+                }
+            }
+        }
+        replies
+    }
+
+    /// Delivers (or, when `drop`, loses) queued message `n`.
+    fn deliver(&mut self, n: usize, drop: bool) {
+        let Some((from, to, bytes)) = self.queue.remove(n) else { return };
+        if drop {
+            return;
+        }
+        let message = decode(&bytes).expect("decodes");
+        let (from, now) = (self.nodes[from].clone(), self.now);
+        self.stores[to].handle_message(&from, message, now);
+    }
+}
+
+/// Runs three fenced writers against one key of a four-node store, delivering the messages in
+/// the order `draws` picks (any order, some lost), and checks what they were told.
+fn run_fenced_writers(draws: &[u32]) -> FencedHistory {
+    let mut net = Net::new(4);
+    let mut writers: Vec<FencedWriter> = (0..3)
+        .map(|w| FencedWriter {
+            at: w,
+            holder: 10 + w as u64,
+            ballot: Ballot { round: 1, holder: 10 + w as u64 },
+            claimed: false,
+            seq: 0,
+            count: 0,
+            pending: None,
+        })
+        .collect();
+    let mut history = FencedHistory::default();
+    let mut draws = draws.iter().copied();
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        let draw = draws.next();
+        let mut replies = net.pump();
+        // Replies that came out of an `advance` (which settles).
+        replies
+            .extend(std::mem::take(&mut net.replies).into_iter().map(|((at, id), r)| (at, id, r)));
+        for (at, id, result) in replies {
+            let Some(w) = writers
+                .iter_mut()
+                .find(|w| w.at == at && w.pending.as_ref().is_some_and(|p| p.0 == id))
+            else {
+                continue;
+            };
+            let (_, op) = w.pending.take().expect("pending");
+            match (op, result) {
+                (FenceOp::Claim(b), Ok(Reply::Read(read))) => {
+                    let held = match read.values.as_slice() {
+                        [Value::Fenced(f)] => count_of(f),
+                        other => panic!("a fenced value, not {other:?}"),
+                    };
+                    history.claims.push((b, held));
+                    w.claimed = true;
+                    w.seq = 0;
+                    w.count = held.map_or(0, |h| h.2);
+                }
+                (FenceOp::Write { ballot, seq, .. }, Ok(_)) => {
+                    w.count += 1;
+                    history.acked.push((ballot, seq, w.count));
+                }
+                (_, Err(DataError::Refused(Refused::Fenced(r)))) => {
+                    // A newer writer holds the key: this incarnation ends; the next claims
+                    // above the promise that refused it.
+                    w.claimed = false;
+                    w.ballot = r.promise.max(w.ballot).next(w.holder);
+                }
+                (FenceOp::Claim(_), Err(_)) => w.ballot = w.ballot.next(w.holder),
+                (FenceOp::Write { .. }, Err(_)) => {}
+                (op, other) => panic!("{op:?}: {other:?}"),
+            }
+        }
+        let Some(draw) = draw else {
+            // The draws are spent: deliver the rest in order, let the requests time out.
+            if net.queue.is_empty() {
+                if writers.iter().all(|w| w.pending.is_none()) {
+                    return history;
+                }
+                assert!(steps < 1_000_000, "the requests never end: {writers:?}");
+                net.advance(Duration::from_secs(10));
+                continue;
+            }
+            net.deliver(0, false);
+            continue;
+        };
+        match draw % 8 {
+            // A writer that waits for nothing makes its next request.
+            0 | 1 => {
+                let w = &mut writers[(draw / 8) as usize % 3];
+                if w.pending.is_some() {
+                    continue;
+                }
+                let op = if w.claimed {
+                    w.seq += 1;
+                    let bytes = (w.count + 1).to_le_bytes().to_vec();
+                    FenceOp::Write { ballot: w.ballot, seq: w.seq, bytes }
+                } else {
+                    FenceOp::Claim(w.ballot)
+                };
+                let request =
+                    Request::FencedWrite { key: k("e"), op: op.clone(), w: Level::Quorum };
+                let id = net.request(w.at, request);
+                w.pending = Some((id, op));
+            }
+            // Time passes: requests whose answers were lost time out.
+            2 => net.advance(Duration::from_millis(u64::from(draw / 8 % 3000))),
+            // A queued message is delivered, one in sixteen lost.
+            _ => {
+                if !net.queue.is_empty() {
+                    let n = (draw / 8) as usize % net.queue.len();
+                    net.deliver(n, draw / 8 % 16 == 0);
+                }
+            }
+        }
+    }
+}
+
+fn check_fenced_history(h: &FencedHistory) -> Result<(), String> {
+    // No acknowledged write is lost: a claim starts from every write of a lower ballot that
+    // was acknowledged, whenever that was.
+    for (b, held) in &h.claims {
+        let start = held.map(|(hb, hs, _)| (hb, hs));
+        for (wb, ws, count) in &h.acked {
+            if wb < b && start < Some((*wb, *ws)) {
+                return Err(format!(
+                    "claim {b} started from {held:?}, missing write {wb} #{ws} (count {count})"
+                ));
+            }
+        }
+    }
+    // No fork: in the order of the writes, each acknowledged count is above the one before.
+    let mut acked = h.acked.clone();
+    acked.sort();
+    for pair in acked.windows(2) {
+        if pair[1].2 <= pair[0].2 {
+            return Err(format!("acknowledged writes fork: {:?} then {:?}", pair[0], pair[1]));
+        }
+    }
+    Ok(())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+    #[test]
+    fn fenced_writers_in_any_message_order_never_lose_an_acknowledged_write_nor_fork(
+        draws in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..600),
+    ) {
+        let history = run_fenced_writers(&draws);
+        if let Err(e) = check_fenced_history(&history) {
+            return Err(proptest::test_runner::TestCaseError::fail(e));
+        }
+    }
+}
+
+#[test]
+fn the_fenced_history_check_fails_on_a_lost_write_and_on_a_fork() {
+    let (b1, b2) = (ballot(1, 1), ballot(2, 2));
+    let lost =
+        FencedHistory { claims: vec![(b2, Some((b1, 1, 1)))], acked: vec![(b1, 1, 1), (b1, 2, 2)] };
+    assert!(check_fenced_history(&lost).is_err());
+    let fork = FencedHistory { claims: vec![], acked: vec![(b1, 1, 1), (b1, 2, 2), (b2, 1, 2)] };
+    assert!(check_fenced_history(&fork).unwrap_err().contains("fork"));
+    let fine = FencedHistory {
+        claims: vec![(b2, Some((b1, 2, 2)))],
+        acked: vec![(b1, 1, 1), (b1, 2, 2), (b2, 1, 3)],
+    };
+    assert_eq!(check_fenced_history(&fine), Ok(()));
+}
+
+#[test]
+fn fenced_writers_under_random_orders_do_contend() {
+    // The property above means something only if the writers take the key from each other.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        u32::try_from(state >> 32).expect("32 bits")
+    };
+    let (mut claims, mut acked, mut taken_over) = (0, 0, 0);
+    for _ in 0..40 {
+        let draws: Vec<u32> = (0..600).map(|_| next()).collect();
+        let h = run_fenced_writers(&draws);
+        check_fenced_history(&h).expect("the property");
+        claims += h.claims.len();
+        acked += h.acked.len();
+        taken_over += h
+            .claims
+            .iter()
+            .filter(|(b, held)| held.is_some_and(|(hb, _, _)| hb.holder != b.holder))
+            .count();
+    }
+    assert!(claims > 80 && acked > 200 && taken_over > 40, "{claims} {acked} {taken_over}");
+}
