@@ -3,12 +3,18 @@
 //! Every process starts a node with the same settings flags as `convoke run`, starts the sharded
 //! entity type "counter" and serves a small HTTP front on `--http-port`:
 //!
-//! - `POST /counters/{id}/increment` (optional `?by=N`) adds to counter `id` and answers
+//! - `POST /counters/{id}/increment` (optional `?by=N`; with `--store` also `&request=ID`: an
+//!   increment sent again with the same id after a failure is counted once) adds to counter `id` and answers
 //!   `{"id": ..., "value": ..., "node": ...}`, `node` being the member whose entity answered;
 //! - `GET /counters/{id}` answers the same without adding.
 //!
 //! Any process answers for any counter: the request goes to the node hosting the counter's shard.
-//! With `--data-dir DIR` (one directory shared by all processes, on one machine) a counter keeps
+//! With `--store` a counter keeps its value in the cluster's replicated store, as entity state
+//! (`EntityContext::state`/`persist`; README, "Entities with state"): each process has a data
+//! directory of its own (`--set data.enabled=true --set data.dir=...`), nothing is shared, and a
+//! counter keeps its value across moves, `kill -9` and restarts of every process, as long as a
+//! quorum of its replicas' disks remains (`data.replicas`). An increment is answered only once
+//! its new value is durable at a quorum. With `--data-dir DIR` (one directory shared by all processes, on one machine) a counter keeps
 //! its value in `DIR/<id>` and survives moves, crashes and restarts. The sharding runs a counter
 //! in one process at a time; each message also reads and writes the file under an exclusive lock
 //! on `DIR/<id>.lock`, so that a write a frozen process had begun cannot land over a newer one
@@ -19,6 +25,21 @@
 //! lock, an increment `entity storing` before it writes the file, and `entity handled` once it is
 //! stored, all three under the lock. SIGTERM or Ctrl-C hands the shards
 //! off and leaves the cluster.
+//!
+//! ```text
+//! cargo run --release --example counter -- --http-port 8080 --store \
+//!     --set data.enabled=true --set data.dir=/tmp/counter-a \
+//!     --set cluster.port=25520 --set management.port=8558 \
+//!     --set 'cluster.seed_nodes=["convoke://convoke@127.0.0.1:25520"]'
+//! cargo run --release --example counter -- --http-port 8081 --store \
+//!     --set data.enabled=true --set data.dir=/tmp/counter-b \
+//!     --set cluster.port=25521 --set management.port=8559 \
+//!     --set 'cluster.seed_nodes=["convoke://convoke@127.0.0.1:25520"]'
+//! curl -s -X POST localhost:8081/counters/apples/increment
+//! curl -s localhost:8558/data/keys/entity/counter/apples
+//! ```
+//!
+//! With a shared directory instead:
 //!
 //! ```text
 //! cargo run --release --example counter -- --http-port 8080 --data-dir /tmp/counters \
@@ -62,25 +83,44 @@ struct Args {
     #[arg(long, default_value_t = 8080)]
     http_port: u16,
     /// A directory shared by every process where counters keep their values.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "store")]
     data_dir: Option<PathBuf>,
+    /// Keep counters in the replicated store (needs `data.enabled` and a `data.dir` of this
+    /// process's own).
+    #[arg(long)]
+    store: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Op {
-    Add(u64),
+    /// Adds to the counter; with `--store`, at most once per request id.
+    Add(u64, Option<String>),
     Get,
 }
+
+/// A counter's state in the store: its value and the ids of its latest increments, so that an
+/// increment sent again after a failure (its outcome unknown) is not counted twice.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Stored {
+    value: u64,
+    #[serde(default)]
+    recent: std::collections::VecDeque<String>,
+}
+
+/// How many increment ids a counter remembers.
+const RECENT_REQUESTS: usize = 64;
 
 /// The counter's value and the member hosting it, or why it could not be stored.
 type Answer = Result<(u64, String), String>;
 
 struct Counter {
     id: String,
-    /// The value, in memory only (no `--data-dir`).
+    /// The value, in memory only (neither `--data-dir` nor `--store`).
     value: u64,
     /// `DIR/<id>` and its lock file `DIR/<id>.lock`.
     files: Option<(PathBuf, PathBuf)>,
+    /// Whether the value is the entity's state in the replicated store (`--store`).
+    store: bool,
     node: String,
 }
 
@@ -88,11 +128,39 @@ struct Counter {
 const LOCK_RETRY: (Duration, Duration) = (Duration::from_millis(2), Duration::from_millis(50));
 
 impl Counter {
-    fn new(id: &str, dir: Option<&Path>, node: String) -> Self {
+    fn new(id: &str, dir: Option<&Path>, store: bool, node: String) -> Self {
         // Ids become file names: the front lets only a safe alphabet through.
         let files = dir.map(|d| (d.join(id), d.join(format!("{id}.lock"))));
         tracing::info!(entity = %id, "entity started");
-        Self { id: id.to_owned(), value: 0, files, node }
+        Self { id: id.to_owned(), value: 0, files, store, node }
+    }
+
+    /// Applies `op` to the entity's state in the replicated store: the value is read when the
+    /// entity starts, and an increment is answered only once the new value is durable at a
+    /// quorum of its replicas.
+    async fn apply_in_store(&self, op: &Op, ctx: &mut EntityContext) -> Result<u64, String> {
+        let current = ctx.state::<Stored>().await.map_err(|e| e.to_string())?.clone();
+        let value = match op {
+            // Already counted: a retry of an increment whose answer was lost.
+            Op::Add(_, Some(request)) if current.recent.contains(request) => current.value,
+            Op::Add(n, request) => {
+                let mut next = current;
+                next.value = next.value.saturating_add(*n);
+                if let Some(r) = request {
+                    next.recent.push_back(r.clone());
+                    if next.recent.len() > RECENT_REQUESTS {
+                        next.recent.pop_front();
+                    }
+                }
+                let value = next.value;
+                ctx.persist(next).await.map_err(|e| e.to_string())?;
+                value
+            }
+            Op::Get => current.value,
+        };
+        let kind = if matches!(op, Op::Add(..)) { "add" } else { "get" };
+        tracing::debug!(entity = %self.id, op = kind, value, "entity handled");
+        Ok(value)
     }
 
     /// Takes the counter's file lock (`flock`, exclusive), waiting while another process holds
@@ -148,7 +216,7 @@ impl Counter {
         tracing::debug!(entity = %self.id, "entity locked");
         let current = self.read(file).await?;
         let value = match op {
-            Op::Add(n) => {
+            Op::Add(n, _) => {
                 let value = current.saturating_add(*n);
                 tracing::debug!(entity = %self.id, value, "entity storing");
                 // Answered only once stored: a success reply is never lost with the process.
@@ -158,7 +226,7 @@ impl Counter {
             Op::Get => current,
         };
         // Logged while the lock is held: no other process can be handling this counter now.
-        let kind = if matches!(op, Op::Add(_)) { "add" } else { "get" };
+        let kind = if matches!(op, Op::Add(..)) { "add" } else { "get" };
         tracing::debug!(entity = %self.id, op = kind, value, "entity handled");
         Ok(value)
     }
@@ -168,14 +236,15 @@ impl Entity for Counter {
     type Message = Op;
     type Reply = Answer;
 
-    async fn handle(&mut self, op: Op, _ctx: &mut EntityContext) -> Answer {
+    async fn handle(&mut self, op: Op, ctx: &mut EntityContext) -> Answer {
         let value = match &self.files {
             Some((file, lock)) => self.apply_stored(&op, file, lock).await?,
+            None if self.store => self.apply_in_store(&op, ctx).await?,
             None => {
-                if let Op::Add(n) = op {
+                if let Op::Add(n, _) = op {
                     self.value = self.value.saturating_add(n);
                 }
-                let kind = if matches!(op, Op::Add(_)) { "add" } else { "get" };
+                let kind = if matches!(op, Op::Add(..)) { "add" } else { "get" };
                 tracing::debug!(entity = %self.id, op = kind, value = self.value, "entity handled");
                 self.value
             }
@@ -205,6 +274,8 @@ struct Reply {
 #[derive(Deserialize)]
 struct By {
     by: Option<u64>,
+    /// An id for the increment (`--store`): sent again, it is counted once.
+    request: Option<String>,
 }
 
 type HttpResult = Result<Json<Reply>, (StatusCode, Json<serde_json::Value>)>;
@@ -241,7 +312,15 @@ async fn increment(
     UrlPath(id): UrlPath<String>,
     Query(by): Query<By>,
 ) -> HttpResult {
-    ask(&front, id, Op::Add(by.by.unwrap_or(1))).await
+    if let Some(r) = &by.request
+        && !valid_id(r)
+    {
+        return Err(http_error(
+            StatusCode::BAD_REQUEST,
+            format!("request id {r:?}: expected 1 to 64 letters, digits, '-' or '_'"),
+        ));
+    }
+    ask(&front, id, Op::Add(by.by.unwrap_or(1), by.request)).await
 }
 
 async fn read(State(front): State<Front>, UrlPath(id): UrlPath<String>) -> HttpResult {
@@ -287,8 +366,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.store && !node.data().is_running() {
+        eprintln!("counter: --store needs the replicated store: --set data.enabled=true");
+        return ExitCode::from(2);
+    }
     let (dir, me) = (args.data_dir.clone(), node.self_address().to_string());
-    let factory = move |id: &str| Counter::new(id, dir.as_deref(), me.clone());
+    let store = args.store;
+    let factory = move |id: &str| Counter::new(id, dir.as_deref(), store, me.clone());
     let counters = match node.sharding().start("counter", None, factory) {
         Ok(c) => c,
         Err(e) => {
