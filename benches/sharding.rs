@@ -20,11 +20,14 @@ use std::time::{Duration, Instant};
 use convoke::Node;
 use convoke::messaging::EndpointKey;
 use convoke::sharding::{Entity, EntityContext, EntityRef};
-use tokio::sync::Semaphore;
 
 // The live tests' settings: 200 ms gossip and heartbeats, port 0, management off.
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+#[path = "common/figures.rs"]
+mod figures;
+use figures::{median, percentile, rate, us};
 
 const RUNS: usize = 5;
 const ECHO: EndpointKey<Vec<u8>, Vec<u8>> = EndpointKey::new("bench-echo");
@@ -46,21 +49,6 @@ impl Entity for Echo {
     async fn handle(&mut self, message: Vec<u8>, _ctx: &mut EntityContext) -> Vec<u8> {
         message
     }
-}
-
-fn median<T: PartialOrd + Copy>(mut v: Vec<T>) -> T {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
-/// Microseconds.
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 fn settings(host: bool) -> convoke::settings::Settings {
@@ -94,35 +82,6 @@ where
     }
     v.sort();
     v
-}
-
-/// Asks per second over `RATE_WINDOW` with `IN_FLIGHT` at once.
-async fn rate<F, Fut>(ask: F) -> f64
-where
-    F: Fn(usize) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = ()> + Send,
-{
-    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
-    let start = Instant::now();
-    let mut done = 0usize;
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut i = 0;
-    while start.elapsed() < RATE_WINDOW {
-        let permit = permits.clone().acquire_owned().await.unwrap();
-        let ask = ask.clone();
-        tasks.spawn(async move {
-            ask(i).await;
-            drop(permit);
-        });
-        i += 1;
-        while tasks.try_join_next().is_some() {
-            done += 1;
-        }
-    }
-    while tasks.join_next().await.is_some() {
-        done += 1;
-    }
-    done as f64 / start.elapsed().as_secs_f64()
 }
 
 struct Figures {
@@ -165,8 +124,8 @@ async fn one_run(a: &Node, b: &Node, echo: &EntityRef<Echo>, run: usize) -> Figu
     };
     let m_lat = latencies(LATENCY_SAMPLES, direct.clone()).await;
     let s_lat = latencies(LATENCY_SAMPLES, one_entity).await;
-    let m_rate = rate(direct).await;
-    let s_rate = rate(sharded.clone()).await;
+    let m_rate = rate(IN_FLIGHT, RATE_WINDOW, direct).await;
+    let s_rate = rate(IN_FLIGHT, RATE_WINDOW, sharded.clone()).await;
     // New shards: ids never used before (the extractor makes each its own shard).
     let base = 1_000_000 + run * NEW_SHARDS;
     let mut first = Vec::new();

@@ -150,5 +150,56 @@ impl Fenced {
     }
 }
 
+/// A state as fenced writers that count their writes see it: (ballot, seq, count), the count
+/// being one more in each write than in the state its writer started from.
+pub type Counted = (Ballot, u64, u64);
+
+/// What fenced writers of one key were told, for a checker (the store's tests and the
+/// simulator keep one per key).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    /// Each answered claim: its ballot and the state it started from.
+    pub claims: Vec<(Ballot, Option<Counted>)>,
+    /// Each acknowledged write.
+    pub acked: Vec<Counted>,
+}
+
+/// How a [`History`] is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HistoryError {
+    /// A claim started from a state older than a write of a lower ballot that was acknowledged.
+    #[error("an acknowledged write was lost: {0}")]
+    Lost(String),
+    /// Two acknowledged writes do not follow one another.
+    #[error("acknowledged writes fork: {0}")]
+    Fork(String),
+}
+
+impl History {
+    /// Checks that no acknowledged write is lost (every claim starts from every write of a
+    /// lower ballot that was acknowledged, whenever that was) and that the state never forks
+    /// (in the order of (ballot, seq), each acknowledged count is above the one before).
+    pub fn check(&self) -> Result<(), HistoryError> {
+        for (b, held) in &self.claims {
+            let start = held.map(|(hb, hs, _)| (hb, hs));
+            for (wb, ws, count) in &self.acked {
+                if wb < b && start < Some((*wb, *ws)) {
+                    return Err(HistoryError::Lost(format!(
+                        "claim {b} started from {held:?}, before write {wb} #{ws} (count {count})"
+                    )));
+                }
+            }
+        }
+        let mut acked = self.acked.clone();
+        acked.sort();
+        for pair in acked.windows(2) {
+            if pair[1].2 <= pair[0].2 {
+                return Err(HistoryError::Fork(format!("{:?} then {:?}", pair[0], pair[1])));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests;

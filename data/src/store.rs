@@ -175,7 +175,13 @@ pub struct Store<S> {
     epoch: u64,
     /// When this node last exchanged anti-entropy digests with each peer.
     exchanged: BTreeMap<Address, Instant>,
+    /// The rings replaced within the last [`Store::ring_memory`], with when: a claim of a
+    /// fenced key also asks the key's replicas on them (docs/data.md, "Fenced values").
+    past_rings: VecDeque<(Instant, Ring)>,
 }
+
+/// The most past rings kept.
+const PAST_RINGS: usize = 8;
 
 impl<S: Storage> Store<S> {
     /// The store of node `me`, over `storage`, which may hold objects and hints from an earlier
@@ -214,6 +220,7 @@ impl<S: Storage> Store<S> {
             ae_next: 0,
             epoch: 0,
             exchanged: BTreeMap::new(),
+            past_rings: VecDeque::new(),
         })
     }
 
@@ -263,9 +270,24 @@ impl<S: Storage> Store<S> {
         &mut self,
         members: &[Member],
         unreachable: &BTreeSet<UniqueAddress>,
-        _now: Instant,
+        now: Instant,
     ) {
-        self.ring = Ring::of_members(members, self.config.role.as_deref(), self.config.vnodes);
+        let ring = Ring::of_members(members, self.config.role.as_deref(), self.config.vnodes);
+        if ring.members() != self.ring.members() {
+            let old = std::mem::replace(&mut self.ring, ring);
+            if !old.members().is_empty() {
+                self.past_rings.push_back((now, old));
+            }
+        }
+        let memory = self.ring_memory();
+        while self.past_rings.len() > PAST_RINGS
+            || self
+                .past_rings
+                .front()
+                .is_some_and(|(at, _)| now.saturating_duration_since(*at) > memory)
+        {
+            self.past_rings.pop_front();
+        }
         self.nodes = members.iter().map(|m| (m.address().clone(), m.node().clone())).collect();
         self.unreachable = unreachable.iter().map(|n| n.address.clone()).collect();
     }
@@ -436,6 +458,25 @@ impl<S: Storage> Store<S> {
         self.arm_requests();
     }
 
+    /// How long a replaced ring is remembered: the time anti-entropy takes to compare every arc
+    /// of a node twice, after which the key's current replicas hold what the old ones held.
+    fn ring_memory(&self) -> std::time::Duration {
+        let arcs = self.config.replicas as u32 * self.config.vnodes.max(1);
+        let rounds = arcs.div_ceil(self.config.arcs_per_round.max(1) as u32);
+        self.config.anti_entropy_interval * (2 * rounds)
+    }
+
+    /// The targets of a claim of fenced `key`: every reachable replica of the key on the
+    /// current ring and on the rings remembered, so that a write acknowledged by replicas the
+    /// ring has since moved the key away from is still found.
+    fn claim_targets(&self, key: &Key, replicas: &[Address]) -> Vec<(Address, Option<Address>)> {
+        let mut all: BTreeSet<Address> = replicas.iter().cloned().collect();
+        for (_, ring) in &self.past_rings {
+            all.extend(ring.replicas(key.as_bytes(), self.config.replicas).into_iter().cloned());
+        }
+        all.into_iter().filter(|a| self.reachable(a)).map(|a| (a, None)).collect()
+    }
+
     fn pending_for(&self, origin: Origin, state: Flight, now: Instant) -> Pending {
         Pending { origin, deadline: now + self.config.request_timeout, state }
     }
@@ -490,7 +531,7 @@ impl<S: Storage> Store<S> {
     }
 
     fn coordinate(&mut self, origin: Origin, request: Request, replicas: &[Address], now: Instant) {
-        let needed = self.needed(&request);
+        let mut needed = self.needed(&request);
         let key = request.key().clone();
         let targets = if request.is_fenced() {
             // Only the key's own replicas: a stand-in's answer or acknowledgement would let a
@@ -503,6 +544,15 @@ impl<S: Storage> Store<S> {
             let reachable = targets.len();
             return self.finish(origin, Err(DataError::Unavailable { needed, reachable }));
         }
+        let targets = if let Request::FencedWrite { op: FenceOp::Claim(_), .. } = &request {
+            // A claim waits for every reachable replica of the key, past ones too: its answer
+            // must hold every write acknowledged to an older writer (docs/data.md).
+            let all = self.claim_targets(&key, replicas);
+            needed = all.len();
+            all
+        } else {
+            targets
+        };
         match request {
             Request::Get { .. } | Request::FencedRead { .. } => {
                 self.coordinate_read(origin, key, needed, &targets, now);

@@ -10,7 +10,7 @@ use convoke_membership::{MemberStatus, Uid};
 
 use super::*;
 use crate::crdt::{Crdt, CrdtOp};
-use crate::fenced::{Ballot, FenceOp, Fenced};
+use crate::fenced::{Ballot, Counted, FenceOp, Fenced, History, HistoryError};
 use crate::message::{decode, encode};
 use crate::storage::MemoryStorage;
 
@@ -130,22 +130,8 @@ impl Net {
     /// Syncs, drains and delivers until nothing moves.
     fn settle(&mut self) {
         loop {
-            for i in 0..self.stores.len() {
-                if self.stores[i].needs_sync() && !self.no_sync.contains(&i) {
-                    self.stores[i].sync(self.now);
-                }
-                while let Some(out) = self.stores[i].poll_output() {
-                    match out {
-                        Output::Send { to, message } => {
-                            let to = self.index(&to);
-                            self.queue.push_back((i, to, encode(&message)));
-                        }
-                        Output::Reply { id, result } => {
-                            assert!(self.replies.insert((i, id), result).is_none(), "one reply");
-                        }
-                        Output::Changed(_) => {}
-                    }
-                }
+            for (i, id, result) in self.pump() {
+                assert!(self.replies.insert((i, id), result).is_none(), "one reply");
             }
             let Some((from, to, bytes)) = self.queue.pop_front() else { break };
             if self.cut.contains(&from) || self.cut.contains(&to) {
@@ -732,7 +718,8 @@ fn a_fenced_write_onto_another_kind_of_value_and_an_update_onto_a_fenced_one_are
 }
 
 #[test]
-fn a_claim_answers_with_what_its_quorum_held_so_an_old_write_acknowledged_after_it_is_not_missed() {
+fn a_claim_waits_for_every_reachable_replica_and_its_answer_holds_an_old_write_acknowledged_after_it()
+ {
     let mut net = Net::new(3);
     let (a, b, c) = (0, 1, 2);
     net.fence(b, "e", FenceOp::Claim(ballot(1, 1))).expect("claimed");
@@ -750,19 +737,18 @@ fn a_claim_answers_with_what_its_quorum_held_so_an_old_write_acknowledged_after_
     );
     net.settle();
     assert!(!net.replies.contains_key(&(b, old)), "one acknowledgement of two");
-    // A new writer claims through a and b only (its claim to c is slow too; what b sends a
-    // from now on is not).
+    // A new writer claims; a and b answer (what b sends a is no longer slow), c's copy of the
+    // claim is slow: the claim waits for it although a quorum has answered.
     net.stalled.remove(&(b, a));
     net.stalled.insert((a, c));
-    let claimed = match net.fence(a, "e", FenceOp::Claim(ballot(2, 2))) {
-        Ok(Reply::Read(read)) => match read.values.as_slice() {
-            [Value::Fenced(f)] => f.clone(),
-            other => panic!("a fenced value, not {other:?}"),
-        },
-        other => panic!("claimed, not {other:?}"),
-    };
+    let claim = net.request(
+        a,
+        Request::FencedWrite { key: k("e"), op: FenceOp::Claim(ballot(2, 2)), w: Level::Quorum },
+    );
+    net.settle();
+    assert!(!net.replies.contains_key(&(a, claim)), "the claim waits for c");
     // c takes the old write in before the claim and acknowledges it: the old write succeeds
-    // after the claim, and the claim's answer has it already, from b.
+    // after two replicas have promised the new ballot, and the claim's answer holds it.
     net.stalled.clear();
     let parked = std::mem::take(&mut net.parked);
     let (to_c, rest): (VecDeque<_>, VecDeque<_>) =
@@ -771,8 +757,72 @@ fn a_claim_answers_with_what_its_quorum_held_so_an_old_write_acknowledged_after_
     net.queue.extend(rest);
     net.settle();
     assert!(matches!(net.reply(b, old), Ok(Reply::Read(_))), "{:?}", net.reply(b, old));
+    let claimed = match net.reply(a, claim) {
+        Ok(Reply::Read(read)) => match read.values.as_slice() {
+            [Value::Fenced(f)] => f.clone(),
+            other => panic!("a fenced value, not {other:?}"),
+        },
+        other => panic!("claimed, not {other:?}"),
+    };
     assert_eq!(claimed.state.map(|w| (w.seq, w.bytes)), Some((2, b"a2".to_vec())));
     assert_eq!(claimed.promise, ballot(2, 2));
+}
+
+/// The key's replicas on a ring of `members` nodes of the net (by index), for `key`.
+fn replicas_among(net: &Net, members: &[usize], key: &str) -> Vec<usize> {
+    let vnodes = net.stores[0].config().vnodes;
+    let ring = Ring::new(members.iter().map(|i| node(*i).address), vnodes);
+    ring.replicas(key.as_bytes(), 3)
+        .into_iter()
+        .map(|a| (0..8).find(|i| node(*i).address == *a).expect("a node"))
+        .collect()
+}
+
+#[test]
+fn a_claim_after_the_ring_moved_the_key_finds_a_write_held_by_a_replica_it_moved_away_from() {
+    // A key whose replicas on nodes 0..4 include one that node 4's joining moves it away from.
+    let mut net = Net::new(4);
+    let (key, old, new) = (0..1000)
+        .map(|i| format!("e{i}"))
+        .find_map(|key| {
+            let old = replicas_among(&net, &[0, 1, 2, 3], &key);
+            let new = replicas_among(&net, &[0, 1, 2, 3, 4], &key);
+            (new.contains(&4) && old.iter().filter(|r| new.contains(r)).count() == 2)
+                .then_some((key, old, new))
+        })
+        .expect("such a key");
+    let gone = *old.iter().find(|r| !new.contains(r)).expect("moved away");
+    let kept: Vec<usize> = old.iter().copied().filter(|r| *r != gone).collect();
+    net.fence(gone, &key, FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    // A write acknowledged by `gone` and kept[0] only (kept[1] cut off meanwhile).
+    net.cut.insert(kept[1]);
+    net.views();
+    net.fence(gone, &key, fenced_write(ballot(1, 1), 1, b"a1")).expect("written");
+    net.cut.clear();
+    net.views();
+    // Node 4 joins, the key moves away from `gone`; kept[0], the other holder, is cut off.
+    net.add_node();
+    net.cut.insert(kept[0]);
+    net.views();
+    // A quorum of the key's current replicas (kept[1] and node 4) holds nothing: the claim
+    // also asks `gone`, a replica of the key on the ring before.
+    let at = kept[1];
+    let claimed = match net.fence(at, &key, FenceOp::Claim(ballot(2, 2))) {
+        Ok(Reply::Read(read)) => match read.values.as_slice() {
+            [Value::Fenced(f)] => f.clone(),
+            other => panic!("a fenced value, not {other:?}"),
+        },
+        other => panic!("claimed, not {other:?}"),
+    };
+    assert_eq!(claimed.state.map(|w| w.bytes), Some(b"a1".to_vec()));
+    // Once the ring has been remembered long enough, the claim asks the current replicas only.
+    net.advance(Duration::from_secs(3600));
+    net.views();
+    let claimed = match net.fence(at, &key, FenceOp::Claim(ballot(3, 2))) {
+        Ok(Reply::Read(read)) => read,
+        other => panic!("claimed, not {other:?}"),
+    };
+    assert_eq!(claimed.values.len(), 1);
 }
 
 /// A writer of one fenced key, as an entity's incarnations are: claims, then writes its count
@@ -789,18 +839,6 @@ struct FencedWriter {
     pending: Option<(RequestId, FenceOp)>,
 }
 
-/// A state as the writers see it: (ballot, seq, count).
-type Counted = (Ballot, u64, u64);
-
-/// What the writers were told.
-#[derive(Debug, Default)]
-struct FencedHistory {
-    /// Each answered claim: its ballot and the state it started from.
-    claims: Vec<(Ballot, Option<Counted>)>,
-    /// Each acknowledged write.
-    acked: Vec<Counted>,
-}
-
 fn count_of(f: &Fenced) -> Option<Counted> {
     f.state.as_ref().map(|w| {
         let count = u64::from_le_bytes(w.bytes.as_slice().try_into().expect("eight bytes"));
@@ -813,7 +851,7 @@ impl Net {
     fn pump(&mut self) -> Vec<(usize, RequestId, Result<Reply, DataError>)> {
         let mut replies = Vec::new();
         for i in 0..self.stores.len() {
-            if self.stores[i].needs_sync() {
+            if self.stores[i].needs_sync() && !self.no_sync.contains(&i) {
                 self.stores[i].sync(self.now);
             }
             while let Some(out) = self.stores[i].poll_output() {
@@ -844,7 +882,7 @@ impl Net {
 
 /// Runs three fenced writers against one key of a four-node store, delivering the messages in
 /// the order `draws` picks (any order, some lost), and checks what they were told.
-fn run_fenced_writers(draws: &[u32]) -> FencedHistory {
+fn run_fenced_writers(draws: &[u32]) -> History {
     let mut net = Net::new(4);
     let mut writers: Vec<FencedWriter> = (0..3)
         .map(|w| FencedWriter {
@@ -857,7 +895,7 @@ fn run_fenced_writers(draws: &[u32]) -> FencedHistory {
             pending: None,
         })
         .collect();
-    let mut history = FencedHistory::default();
+    let mut history = History::default();
     let mut draws = draws.iter().copied();
     let mut steps = 0;
     loop {
@@ -946,30 +984,6 @@ fn run_fenced_writers(draws: &[u32]) -> FencedHistory {
     }
 }
 
-fn check_fenced_history(h: &FencedHistory) -> Result<(), String> {
-    // No acknowledged write is lost: a claim starts from every write of a lower ballot that
-    // was acknowledged, whenever that was.
-    for (b, held) in &h.claims {
-        let start = held.map(|(hb, hs, _)| (hb, hs));
-        for (wb, ws, count) in &h.acked {
-            if wb < b && start < Some((*wb, *ws)) {
-                return Err(format!(
-                    "claim {b} started from {held:?}, missing write {wb} #{ws} (count {count})"
-                ));
-            }
-        }
-    }
-    // No fork: in the order of the writes, each acknowledged count is above the one before.
-    let mut acked = h.acked.clone();
-    acked.sort();
-    for pair in acked.windows(2) {
-        if pair[1].2 <= pair[0].2 {
-            return Err(format!("acknowledged writes fork: {:?} then {:?}", pair[0], pair[1]));
-        }
-    }
-    Ok(())
-}
-
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
     #[test]
@@ -977,8 +991,8 @@ proptest::proptest! {
         draws in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..600),
     ) {
         let history = run_fenced_writers(&draws);
-        if let Err(e) = check_fenced_history(&history) {
-            return Err(proptest::test_runner::TestCaseError::fail(e));
+        if let Err(e) = history.check() {
+            return Err(proptest::test_runner::TestCaseError::fail(e.to_string()));
         }
     }
 }
@@ -987,15 +1001,15 @@ proptest::proptest! {
 fn the_fenced_history_check_fails_on_a_lost_write_and_on_a_fork() {
     let (b1, b2) = (ballot(1, 1), ballot(2, 2));
     let lost =
-        FencedHistory { claims: vec![(b2, Some((b1, 1, 1)))], acked: vec![(b1, 1, 1), (b1, 2, 2)] };
-    assert!(check_fenced_history(&lost).is_err());
-    let fork = FencedHistory { claims: vec![], acked: vec![(b1, 1, 1), (b1, 2, 2), (b2, 1, 2)] };
-    assert!(check_fenced_history(&fork).unwrap_err().contains("fork"));
-    let fine = FencedHistory {
+        History { claims: vec![(b2, Some((b1, 1, 1)))], acked: vec![(b1, 1, 1), (b1, 2, 2)] };
+    assert!(matches!(lost.check(), Err(HistoryError::Lost(_))));
+    let fork = History { claims: vec![], acked: vec![(b1, 1, 1), (b1, 2, 2), (b2, 1, 2)] };
+    assert!(matches!(fork.check(), Err(HistoryError::Fork(_))));
+    let fine = History {
         claims: vec![(b2, Some((b1, 2, 2)))],
         acked: vec![(b1, 1, 1), (b1, 2, 2), (b2, 1, 3)],
     };
-    assert_eq!(check_fenced_history(&fine), Ok(()));
+    assert_eq!(fine.check(), Ok(()));
 }
 
 #[test]
@@ -1012,7 +1026,7 @@ fn fenced_writers_under_random_orders_do_contend() {
     for _ in 0..40 {
         let draws: Vec<u32> = (0..600).map(|_| next()).collect();
         let h = run_fenced_writers(&draws);
-        check_fenced_history(&h).expect("the property");
+        h.check().expect("the property");
         claims += h.claims.len();
         acked += h.acked.len();
         taken_over += h
