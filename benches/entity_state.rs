@@ -25,7 +25,7 @@ mod support;
 
 #[path = "common/figures.rs"]
 mod figures;
-use figures::{median, percentile, rate, us};
+use figures::{latencies, median, percentile, rate, us};
 
 const RUNS: usize = 5;
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -96,21 +96,6 @@ async fn start(dirs: &[tempfile::TempDir], ports: &[u16]) -> Cluster {
     Cluster { nodes, plain, stored }
 }
 
-async fn latencies<F, Fut>(n: usize, ask: F) -> Vec<Duration>
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        ask().await;
-        v.push(t.elapsed());
-    }
-    v.sort();
-    v
-}
-
 struct Figures {
     rate: (f64, f64),
     p50: (Duration, Duration),
@@ -136,11 +121,11 @@ async fn one_run(c: &Cluster, run: usize) -> Figures {
     };
     let r_plain = rate(IN_FLIGHT, RATE_WINDOW, plain_ask).await;
     let r_stored = rate(IN_FLIGHT, RATE_WINDOW, stored_ask).await;
-    let l_plain = latencies(LATENCY_SAMPLES, || async {
+    let l_plain = latencies(LATENCY_SAMPLES, |_| async {
         c.plain.ask("one", &1, ASK_TIMEOUT).await.unwrap();
     })
     .await;
-    let l_stored = latencies(LATENCY_SAMPLES, || async {
+    let l_stored = latencies(LATENCY_SAMPLES, |_| async {
         c.stored.ask("one", &1, ASK_TIMEOUT).await.unwrap().unwrap();
     })
     .await;

@@ -27,7 +27,7 @@ mod support;
 
 #[path = "common/figures.rs"]
 mod figures;
-use figures::{median, percentile, rate, us};
+use figures::{latencies, median, percentile, rate, us};
 
 const RUNS: usize = 5;
 const ECHO: EndpointKey<Vec<u8>, Vec<u8>> = EndpointKey::new("bench-echo");
@@ -66,22 +66,6 @@ fn start_echo(node: &Node) -> EntityRef<Echo> {
     node.sharding()
         .start_with_extractor("echo", Some("host"), Arc::new(|id| id.to_owned()), |_| Echo)
         .unwrap()
-}
-
-/// Round trips of `n` sequential asks, sorted.
-async fn latencies<F, Fut>(n: usize, mut ask: F) -> Vec<Duration>
-where
-    F: FnMut(usize) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n {
-        let t = Instant::now();
-        ask(i).await;
-        v.push(t.elapsed());
-    }
-    v.sort();
-    v
 }
 
 struct Figures {

@@ -55,12 +55,7 @@ impl Entity for Counter {
 type Starts = Arc<Mutex<HashMap<String, usize>>>;
 
 fn settings(dir: &std::path::Path) -> Settings {
-    let mut s = fast_settings();
-    let sbr = &mut s.cluster.core.split_brain_resolver;
-    sbr.active_strategy = "keep-majority".into();
-    sbr.stable_after = Duration::from_secs(2);
-    s.singleton.hand_over_timeout = Duration::from_secs(2);
-    s.sharding.retry_interval = Duration::from_millis(500);
+    let mut s = support::fast_sharding_settings();
     s.sharding.number_of_shards = 12;
     s.data.enabled = true;
     s.data.dir = dir.to_path_buf();

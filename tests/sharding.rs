@@ -16,7 +16,6 @@ use convoke::node::ShutdownOutcome;
 use convoke::settings::Settings;
 use convoke::sharding::{Entity, EntityContext, EntityRef, ShardingError};
 use serde::{Deserialize, Serialize};
-use support::fast_settings;
 
 const ASK: Duration = Duration::from_secs(5);
 const T: Duration = Duration::from_secs(90);
@@ -108,12 +107,7 @@ fn start_counter(node: &Node, i: usize, registry: &Registry) -> EntityRef<Counte
 }
 
 fn settings() -> Settings {
-    let mut s = fast_settings();
-    let sbr = &mut s.cluster.core.split_brain_resolver;
-    sbr.active_strategy = "keep-majority".into();
-    sbr.stable_after = Duration::from_secs(2);
-    s.singleton.hand_over_timeout = Duration::from_secs(2);
-    s.sharding.retry_interval = Duration::from_millis(500);
+    let mut s = support::fast_sharding_settings();
     s.sharding.rebalance_interval = Duration::from_secs(2);
     s.sharding.number_of_shards = 30;
     s

@@ -1,4 +1,4 @@
-//! The figures the sharding benches share: medians, percentiles and an ask rate.
+//! The figures the sharding benches share: medians, percentiles, round trips and an ask rate.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +18,22 @@ pub(crate) fn us(d: Duration) -> f64 {
 pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
+}
+
+/// Round trips of `n` sequential asks, sorted.
+pub(crate) async fn latencies<F, Fut>(n: usize, mut ask: F) -> Vec<Duration>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        ask(i).await;
+        v.push(t.elapsed());
+    }
+    v.sort();
+    v
 }
 
 /// Asks per second over `window` with `in_flight` at once.

@@ -129,6 +129,14 @@ impl Read {
         Self { values, context: object.context() }
     }
 
+    /// The fenced value read, if the key holds one (fenced siblings come merged).
+    pub fn fenced(&self) -> Option<&Fenced> {
+        self.values.iter().find_map(|v| match v {
+            Value::Fenced(f) => Some(f),
+            _ => None,
+        })
+    }
+
     /// Whether the key is absent or deleted.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()

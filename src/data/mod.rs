@@ -272,10 +272,7 @@ impl Data {
     pub async fn fenced_read(&self, key: &str) -> Result<Option<Fenced>, DataError> {
         let request = Request::FencedRead { key: self.key(key)?, r: Level::Quorum };
         match self.call(request).await? {
-            Reply::Read(read) => Ok(read.values.into_iter().find_map(|v| match v {
-                Value::Fenced(f) => Some(f),
-                _ => None,
-            })),
+            Reply::Read(read) => Ok(read.fenced().cloned()),
             Reply::Written(_) => Err(DataError::NotRunning),
         }
     }
@@ -291,14 +288,7 @@ impl Data {
     pub async fn fenced_write(&self, key: &str, op: FenceOp) -> Result<Fenced, DataError> {
         let request = Request::FencedWrite { key: self.key(key)?, op, w: Level::Quorum };
         match self.call(request).await? {
-            Reply::Read(read) => Ok(read
-                .values
-                .into_iter()
-                .find_map(|v| match v {
-                    Value::Fenced(f) => Some(f),
-                    _ => None,
-                })
-                .unwrap_or_default()),
+            Reply::Read(read) => Ok(read.fenced().cloned().unwrap_or_default()),
             Reply::Written(_) => Err(DataError::NotRunning),
         }
     }

@@ -89,25 +89,30 @@ impl EntityState {
         StateError::Fenced(self.entity.to_string())
     }
 
-    fn type_error<S>(&self, why: impl ToString) -> StateError {
-        StateError::Type {
-            entity: self.entity.to_string(),
-            expected: std::any::type_name::<S>(),
-            why: why.to_string(),
-        }
-    }
-
-    /// Claims the key and reads the state, unless this incarnation already has.
-    async fn load<S>(&mut self) -> Result<(), StateError>
+    /// The state of this incarnation, claimed and read on first use; refused unless it is an
+    /// `S`.
+    async fn load<S>(&mut self) -> Result<&mut Loaded, StateError>
     where
         S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
     {
         if self.fenced {
             return Err(StateError::Fenced(self.entity.to_string()));
         }
-        if self.loaded.is_some() {
-            return Ok(());
+        if self.loaded.is_none() {
+            let loaded = self.claim::<S>().await?;
+            self.loaded = Some(loaded);
         }
+        match self.loaded.as_mut() {
+            Some(loaded) if loaded.value.is::<S>() => Ok(loaded),
+            _ => Err(type_error::<S>(&self.entity, "this entity keeps a state of another type")),
+        }
+    }
+
+    /// Claims the key with a ballot above its promise and reads the state the claim found.
+    async fn claim<S>(&mut self) -> Result<Loaded, StateError>
+    where
+        S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
+    {
         let holder = self.store.holder;
         let mut ballot = Ballot::default().next(holder);
         for _ in 0..CLAIM_ATTEMPTS {
@@ -116,20 +121,22 @@ impl EntityState {
             let current =
                 match self.store.data.fenced_write(&self.key, FenceOp::Claim(ballot)).await {
                     Ok(current) => current,
-                    // The key has promised a ballot at least this one: claim above it.
-                    Err(e) if e.fence_refusal().is_some() => {
-                        ballot = e.fence_refusal().map_or(ballot, |r| r.promise).next(holder);
-                        continue;
-                    }
-                    Err(e) => return Err(e.into()),
+                    Err(e) => match e.fence_refusal() {
+                        // The key has promised a ballot at least this one: claim above it.
+                        Some(refusal) => {
+                            ballot = refusal.promise.next(holder);
+                            continue;
+                        }
+                        None => return Err(e.into()),
+                    },
                 };
             let value: S = match &current.state {
-                Some(w) => serde_json::from_slice(&w.bytes).map_err(|e| self.type_error::<S>(e))?,
+                Some(w) => serde_json::from_slice(&w.bytes)
+                    .map_err(|e| type_error::<S>(&self.entity, e))?,
                 None => S::default(),
             };
             tracing::debug!(entity = %self.entity, key = %self.key, %ballot, "entity state claimed");
-            self.loaded = Some(Loaded { ballot, seq: 0, value: Box::new(value) });
-            return Ok(());
+            return Ok(Loaded { ballot, seq: 0, value: Box::new(value) });
         }
         Err(self.fenced_error())
     }
@@ -139,12 +146,9 @@ impl EntityState {
     where
         S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
     {
-        self.load::<S>().await?;
-        let loaded = self.loaded.as_ref().ok_or_else(|| self.type_error::<S>("not loaded"))?;
-        loaded
-            .value
-            .downcast_ref::<S>()
-            .ok_or_else(|| self.type_error::<S>("this entity keeps a state of another type"))
+        let entity = self.entity.clone();
+        let loaded = self.load::<S>().await?;
+        loaded.value.downcast_ref::<S>().ok_or_else(|| type_error::<S>(&entity, "not an S"))
     }
 
     /// Writes `new` as the state; in memory only once stored.
@@ -152,21 +156,17 @@ impl EntityState {
     where
         S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
     {
-        self.load::<S>().await?;
-        let bytes = serde_json::to_vec(&new).map_err(|e| self.type_error::<S>(e))?;
-        let Some(loaded) = self.loaded.as_mut() else {
-            return Err(self.type_error::<S>("not loaded"));
-        };
-        if !loaded.value.is::<S>() {
-            return Err(self.type_error::<S>("this entity keeps a state of another type"));
-        }
+        let bytes = serde_json::to_vec(&new).map_err(|e| type_error::<S>(&self.entity, e))?;
+        let loaded = self.load::<S>().await?;
         // A number is never used twice, even after a write that failed: one that timed out
         // may still reach replicas, and a later state must supersede it.
         loaded.seq += 1;
         let op = FenceOp::Write { ballot: loaded.ballot, seq: loaded.seq, bytes };
         match self.store.data.fenced_write(&self.key, op).await {
             Ok(_) => {
-                loaded.value = Box::new(new);
+                if let Some(loaded) = self.loaded.as_mut() {
+                    loaded.value = Box::new(new);
+                }
                 Ok(())
             }
             Err(e) if e.fence_refusal().is_some() => {
@@ -180,5 +180,13 @@ impl EntityState {
             }
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+fn type_error<S>(entity: &str, why: impl ToString) -> StateError {
+    StateError::Type {
+        entity: entity.to_owned(),
+        expected: std::any::type_name::<S>(),
+        why: why.to_string(),
     }
 }

@@ -64,6 +64,19 @@ pub fn fast_settings() -> Settings {
     s
 }
 
+/// The `fast_settings` for sharding tests: keep-majority after 2 s, a 2 s singleton hand-over
+/// timeout and a 500 ms sharding retry interval, so a crashed node's shards come back in
+/// seconds.
+pub fn fast_sharding_settings() -> Settings {
+    let mut s = fast_settings();
+    let sbr = &mut s.cluster.core.split_brain_resolver;
+    sbr.active_strategy = "keep-majority".into();
+    sbr.stable_after = Duration::from_secs(2);
+    s.singleton.hand_over_timeout = Duration::from_secs(2);
+    s.sharding.retry_interval = Duration::from_millis(500);
+    s
+}
+
 /// The `fast_settings` as `--set` arguments for the binary.
 pub fn fast_sets() -> Vec<String> {
     [

@@ -612,10 +612,7 @@ impl Net {
             Reply::Read(read) => read,
             other => panic!("a read, not {other:?}"),
         };
-        Ok(read.values.into_iter().find_map(|v| match v {
-            Value::Fenced(f) => Some(f),
-            _ => None,
-        }))
+        Ok(read.fenced().cloned())
     }
 
     fn state_at(&mut self, at: usize, key: &str) -> Option<Vec<u8>> {
