@@ -968,10 +968,13 @@ impl Coordinator {
         self.shutting_down.remove(region);
         let shards = self.proposed.remove_region(region);
         self.freed.extend(shards.iter().cloned());
+        // Remembered entities start without a message, so their shards are allocated again
+        // at once rather than on their next message.
+        let eager = self.config.remember_entities;
         for s in shards {
             self.handoffs.remove(&s);
             self.hosting.remove(&s);
-            self.queued.push(Effect::Settle { shard: s, eager: false });
+            self.queued.push(Effect::Settle { shard: s, eager });
         }
         let pending: Vec<ShardId> = self.handoffs.keys().cloned().collect();
         for s in pending {

@@ -85,6 +85,25 @@ pub enum HostOutput<R> {
     },
     /// Shard `0` starts here (for logs and checks: entities start on their first message).
     ShardStarted(ShardId),
+    /// Remembered entities only, right after [`HostOutput::ShardStarted`]: read the shard's
+    /// remembered entities from the store and pass them to [`Host::entities_loaded`].
+    LoadEntities(ShardId),
+    /// Remembered entities only: add `entity` to its shard's remembered set in the store.
+    /// Changes of one shard's set are to be applied in the order they come.
+    Remember {
+        /// Its shard.
+        shard: ShardId,
+        /// The entity.
+        entity: EntityId,
+    },
+    /// Remembered entities only: remove `entity` from its shard's remembered set (it was
+    /// passivated, or ended on its own).
+    Forget {
+        /// Its shard.
+        shard: ShardId,
+        /// The entity.
+        entity: EntityId,
+    },
     /// A shard stops every entity, for a handoff or because the node was found frozen.
     ShardHandingOff {
         /// The shard.
@@ -354,6 +373,39 @@ impl<R> Host<R> {
         self.drain(now);
     }
 
+    /// The remembered entities of `shard`, read from the store after
+    /// [`HostOutput::LoadEntities`]: those not running start. Ignored unless the shard is
+    /// hosted here and has not had its set yet.
+    pub fn entities_loaded(
+        &mut self,
+        shard: &ShardId,
+        ids: impl IntoIterator<Item = EntityId>,
+        now: Instant,
+    ) {
+        if let Some(s) = self.shards.get_mut(shard) {
+            s.start_remembered(ids, now);
+        }
+        self.drain_shard(shard);
+        self.drain(now);
+    }
+
+    /// The shards hosted here whose remembered set has not been read yet (the driver keeps
+    /// trying to read them).
+    pub fn shards_loading(&self) -> impl Iterator<Item = &ShardId> {
+        let remember = self.config.remember_entities;
+        self.shards.iter().filter(move |(_, s)| remember && !s.is_loaded()).map(|(id, _)| id)
+    }
+
+    /// The entities the shards hosted here remember, by shard (for checks).
+    pub fn remembered(&self) -> impl Iterator<Item = (&ShardId, &EntityId)> {
+        self.shards.iter().flat_map(|(id, s)| s.remembered().map(move |e| (id, e)))
+    }
+
+    /// The entities running (or stopping) here, by shard (for checks).
+    pub fn entities(&self) -> impl Iterator<Item = (&ShardId, &EntityId)> {
+        self.shards.iter().flat_map(|(id, s)| s.entity_ids().map(move |e| (id, e)))
+    }
+
     /// The entity has ended (asked to, or on its own).
     pub fn entity_stopped(&mut self, shard: &ShardId, entity: &EntityId, now: Instant) {
         if let Some(s) = self.shards.get_mut(shard) {
@@ -439,7 +491,7 @@ impl<R> Host<R> {
     /// often, so that an entity stops at most one tick late and a message costs no walk over
     /// every hosted shard.
     fn idle_tick(&self) -> Option<Duration> {
-        let d = self.config.passivate_idle_after?;
+        let d = self.config.idle_after()?;
         Some((d / 8).clamp(Duration::from_millis(10), Duration::from_secs(5)))
     }
 
@@ -537,7 +589,10 @@ impl<R> Host<R> {
             }
             RegionOutput::StartShard(shard) => {
                 self.shards.insert(shard.clone(), Shard::new(shard.clone(), &self.config));
-                self.outputs.push_back(HostOutput::ShardStarted(shard));
+                self.outputs.push_back(HostOutput::ShardStarted(shard.clone()));
+                if self.config.remember_entities {
+                    self.outputs.push_back(HostOutput::LoadEntities(shard));
+                }
             }
             RegionOutput::HandOffShard(shard) => {
                 let frozen = self.region.stopping_after_freeze(&shard);
@@ -591,6 +646,12 @@ impl<R> Host<R> {
                 }
                 ShardOutput::StopEntity(entity) => {
                     self.outputs.push_back(HostOutput::StopEntity { shard, entity });
+                }
+                ShardOutput::Remember(entity) => {
+                    self.outputs.push_back(HostOutput::Remember { shard, entity });
+                }
+                ShardOutput::Forget(entity) => {
+                    self.outputs.push_back(HostOutput::Forget { shard, entity });
                 }
                 ShardOutput::Dropped { msg, reason } => {
                     self.outputs.extend(answer(msg.reply, Err(failure(reason))));

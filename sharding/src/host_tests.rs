@@ -41,12 +41,25 @@ struct Nodes {
     frames: usize,
     /// Nodes whose frames cannot be sent (the transport refuses them).
     refused: BTreeSet<usize>,
+    /// The store's remembered entities, by shard (remembered entities only).
+    remembered: BTreeMap<ShardId, BTreeSet<EntityId>>,
 }
 
 impl Nodes {
     fn new(n: usize) -> Self {
+        Self::with(n, config())
+    }
+
+    /// Nodes whose entity type remembers its entities, in a store that answers at once.
+    fn remembering(n: usize) -> Self {
+        let mut c = config();
+        c.remember_entities = true;
+        Self::with(n, c)
+    }
+
+    fn with(n: usize, config: ShardingConfig) -> Self {
         let now = base();
-        let hosts = (0..n).map(|i| Host::new(config(), node(i), true)).collect();
+        let hosts = (0..n).map(|i| Host::new(config.clone(), node(i), true)).collect();
         let mut nodes = Self {
             hosts,
             statuses: vec![MemberStatus::Up; n],
@@ -56,6 +69,7 @@ impl Nodes {
             running: BTreeMap::new(),
             frames: 0,
             refused: BTreeSet::new(),
+            remembered: BTreeMap::new(),
         };
         nodes.members_changed();
         nodes.hosts[0].coordinator_up(now);
@@ -115,9 +129,24 @@ impl Nodes {
                 HostOutput::Reply { to, result } => {
                     self.answers.insert(to, (i, result));
                 }
+                HostOutput::LoadEntities(shard) => {
+                    let ids = self.remembered.get(&shard).cloned().unwrap_or_default();
+                    self.hosts[i].entities_loaded(&shard, ids, self.now);
+                }
+                HostOutput::Remember { shard, entity } => {
+                    self.remembered.entry(shard).or_default().insert(entity);
+                }
+                HostOutput::Forget { shard, entity } => {
+                    self.remembered.entry(shard).or_default().remove(&entity);
+                }
                 _ => {}
             }
         }
+    }
+
+    /// Every entity the store remembers.
+    fn remembered_entities(&self) -> BTreeSet<EntityId> {
+        self.remembered.values().flatten().cloned().collect()
     }
 
     /// Runs until nothing moves: every output carried out, every frame taken in, the timers
@@ -447,4 +476,58 @@ fn a_node_not_yet_welcomed_keeps_no_table_that_could_outrank_the_cluster_it_join
     for (id, e) in (100..).zip(&entities) {
         assert_eq!(nodes.answers.get(&id), Some(&(1, Ok(id.to_le_bytes().to_vec()))), "{e}");
     }
+}
+
+#[test]
+fn remembered_entities_start_without_a_message_where_their_shard_goes_after_their_node_is_removed()
+{
+    let mut nodes = Nodes::remembering(3);
+    let names: BTreeSet<EntityId> = (0..40).map(|i| EntityId::from(format!("e{i}"))).collect();
+    for (id, e) in (0_u64..).zip(&names) {
+        nodes.ask(0, e, id);
+    }
+    assert_eq!(nodes.remembered_entities(), names, "every entity started is remembered");
+    let on_2: Vec<EntityId> =
+        nodes.running.iter().filter(|(_, n)| **n == 2).map(|(e, _)| e.clone()).collect();
+    assert!(on_2.len() >= 2, "{on_2:?}");
+    // One of them asks to stop: it is forgotten.
+    let passivated = on_2[0].clone();
+    let shard = shard_for_entity(&passivated, 12);
+    nodes.hosts[2].passivate(&shard, &passivated, nodes.now);
+    nodes.settle();
+    assert!(!nodes.running.contains_key(&passivated));
+    assert!(!nodes.remembered_entities().contains(&passivated), "a passivated entity is forgotten");
+    // Node 2 crashes and is removed; its shards go elsewhere after the removal margin, and
+    // their remembered entities start there with no message sent.
+    let asked = nodes.answers.len();
+    nodes.statuses[2] = MemberStatus::Removed;
+    nodes.running.retain(|_, n| *n != 2);
+    nodes.members_changed();
+    nodes.settle();
+    // Time passes in steps, so that no host takes itself for frozen.
+    let until = nodes.now + config().removal_margin + Duration::from_secs(3);
+    while nodes.now < until {
+        nodes.now += Duration::from_millis(500);
+        nodes.settle();
+    }
+    for e in &on_2[1..] {
+        let at = nodes.running.get(e);
+        assert!(matches!(at, Some(0 | 1)), "{e} runs on {at:?}");
+    }
+    assert!(!nodes.running.contains_key(&passivated), "a forgotten entity waits for a message");
+    assert_eq!(nodes.running.len(), names.len() - 1);
+    assert_eq!(nodes.answers.len(), asked, "no message was needed");
+}
+
+#[test]
+fn entities_are_not_remembered_unless_the_type_asks_and_then_never_stop_for_being_idle() {
+    let mut nodes = Nodes::new(2);
+    nodes.ask(0, "a", 1);
+    assert!(nodes.remembered_entities().is_empty());
+    let mut c = config();
+    c.passivate_idle_after = Some(Duration::from_secs(1));
+    c.remember_entities = true;
+    assert_eq!(c.idle_after(), None);
+    c.remember_entities = false;
+    assert_eq!(c.idle_after(), Some(Duration::from_secs(1)));
 }

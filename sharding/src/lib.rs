@@ -168,6 +168,11 @@ pub struct ShardingConfig {
     /// go elsewhere (default 20 s; the runtime passes the singleton's removal margin): time for
     /// a node cut off by a partition to have downed itself and stopped its entities.
     pub removal_margin: Duration,
+    /// Keep each shard's running entities in the store and start them wherever the shard
+    /// starts next, without waiting for a message (default off). Entities are then never
+    /// passivated for being idle (`passivate_idle_after` is not used); one that asks to stop is
+    /// forgotten. See `docs/sharding-design.md`, "Remembered entities".
+    pub remember_entities: bool,
 }
 
 impl ShardingConfig {
@@ -187,7 +192,14 @@ impl ShardingConfig {
             rebalance_relative_limit: 0.1,
             min_regions: 1,
             removal_margin: convoke_singleton::DEFAULT_REMOVAL_MARGIN,
+            remember_entities: false,
         }
+    }
+
+    /// How long an entity may go without a message before it is stopped: `None` when
+    /// entities are remembered, which stop only when they ask to.
+    pub fn idle_after(&self) -> Option<Duration> {
+        if self.remember_entities { None } else { self.passivate_idle_after }
     }
 
     /// The allocation rule these settings ask for.

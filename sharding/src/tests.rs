@@ -281,6 +281,8 @@ impl Net {
                         self.nodes[i].shards.remove(&id);
                         self.nodes[i].region.shard_stopped(id.clone());
                     }
+                    // This model does not remember entities.
+                    ShardOutput::Remember(_) | ShardOutput::Forget(_) => {}
                 }
             }
         }
@@ -967,6 +969,83 @@ fn an_entity_that_passivates_itself_stops_and_the_handoff_waits_for_every_entity
     s.entity_stopped(&b, t0);
     assert_eq!(s.poll_output(), Some(ShardOutput::Stopped));
     assert!(s.is_stopped());
+}
+
+fn remembering_shard() -> Shard<u32> {
+    let mut c = config();
+    c.remember_entities = true;
+    c.passivate_idle_after = Some(Duration::from_secs(1));
+    Shard::new("1".into(), &c)
+}
+
+fn drain(s: &mut Shard<u32>) -> Vec<ShardOutput<u32>> {
+    std::iter::from_fn(|| s.poll_output()).collect()
+}
+
+#[test]
+fn a_remembering_shard_remembers_started_entities_forgets_passivated_ones_and_keeps_handed_off_ones()
+ {
+    let mut s = remembering_shard();
+    let t0 = base();
+    let (a, b, c): (EntityId, EntityId, EntityId) = ("a".into(), "b".into(), "c".into());
+    s.start_remembered([a.clone()], t0);
+    assert_eq!(drain(&mut s), [ShardOutput::StartEntity(a.clone())], "started, no message");
+    s.deliver(b.clone(), 1, t0);
+    s.deliver(c.clone(), 2, t0);
+    let outs = drain(&mut s);
+    assert_eq!(outs[0], ShardOutput::Remember(b.clone()));
+    assert!(outs.contains(&ShardOutput::Remember(c.clone())));
+    assert!(!outs.contains(&ShardOutput::Remember(a.clone())), "a is remembered already");
+    // Never idle-passivated.
+    s.handle_timeout(t0 + Duration::from_secs(3600));
+    assert_eq!(drain(&mut s), []);
+    // b passivates, but a message waits for it: it starts again and stays remembered.
+    s.passivate(&b);
+    s.deliver(b.clone(), 3, t0);
+    s.entity_stopped(&b, t0);
+    assert_eq!(
+        drain(&mut s),
+        [
+            ShardOutput::StopEntity(b.clone()),
+            ShardOutput::StartEntity(b.clone()),
+            ShardOutput::Deliver { entity: b.clone(), msg: 3 }
+        ]
+    );
+    // c passivates with nothing waiting: forgotten.
+    s.passivate(&c);
+    s.entity_stopped(&c, t0);
+    assert_eq!(drain(&mut s), [ShardOutput::StopEntity(c.clone()), ShardOutput::Forget(c)]);
+    // A handoff stops a and b without forgetting them.
+    s.hand_off();
+    s.entity_stopped(&a, t0);
+    s.entity_stopped(&b, t0);
+    let outs = drain(&mut s);
+    assert!(outs.iter().all(|o| !matches!(o, ShardOutput::Forget(_))), "{outs:?}");
+    assert_eq!(outs.last(), Some(&ShardOutput::Stopped));
+    let left: Vec<&EntityId> = s.remembered().collect();
+    assert_eq!(left, [&a, &b]);
+}
+
+#[test]
+fn a_remembering_shard_forgets_an_entity_that_fails_and_skips_what_it_forgot_before_the_set_came() {
+    let mut s = remembering_shard();
+    let t0 = base();
+    let (a, b): (EntityId, EntityId) = ("a".into(), "b".into());
+    // a starts on a message before the remembered set is read, then passivates.
+    s.deliver(a.clone(), 1, t0);
+    s.passivate(&a);
+    s.entity_stopped(&a, t0);
+    assert_eq!(drain(&mut s).last(), Some(&ShardOutput::Forget(a.clone())));
+    // The set read before that forget still lists a: it is not started again.
+    s.start_remembered([a.clone(), b.clone()], t0);
+    assert_eq!(drain(&mut s), [ShardOutput::StartEntity(b.clone())]);
+    // A second answer to the read changes nothing.
+    s.start_remembered([a.clone()], t0);
+    assert_eq!(drain(&mut s), []);
+    // b ends on its own (it failed): it no longer runs, so it is forgotten.
+    s.entity_stopped(&b, t0);
+    assert_eq!(drain(&mut s), [ShardOutput::Forget(b)]);
+    assert!(s.is_loaded());
 }
 
 #[derive(Clone, Debug)]

@@ -44,7 +44,7 @@ pub use management::{
     ManagementSettings, TlsSettings, route_path,
 };
 pub use runtime::RuntimeSettings;
-pub use sharding::ShardingSettings;
+pub use sharding::{RememberEntities, ShardingSettings};
 pub use singleton::SingletonSettings;
 pub use sources::Sources;
 
@@ -116,6 +116,15 @@ impl Settings {
         self.singleton.validate()?;
         self.sharding.validate()?;
         self.data.validate()?;
+        if self.sharding.remember_entities.any() && !self.data.enabled {
+            let value = toml::Value::try_from(&self.sharding.remember_entities)
+                .map_or_else(|_| "true".to_owned(), |v| v.to_string());
+            return Err(SettingsError::new(
+                "sharding.remember_entities",
+                value,
+                "false while data.enabled is false: remembered entities are kept in the store",
+            ));
+        }
         self.runtime.validate()
     }
 

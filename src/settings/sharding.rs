@@ -37,6 +37,44 @@ pub struct ShardingSettings {
     pub rebalance_absolute_limit: u32,
     /// ... and at most this fraction of all shards.
     pub rebalance_relative_limit: f64,
+    /// Keep each shard's running entities in the store and start them wherever the shard
+    /// goes: `true` for every entity type, `false` for none, or a list of type names. Needs
+    /// `data.enabled`.
+    pub remember_entities: RememberEntities,
+}
+
+/// Which entity types remember their entities: all or none, or those named.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged, expecting = "true, false or a list of entity type names")]
+pub enum RememberEntities {
+    /// Every type (`true`) or none (`false`).
+    All(bool),
+    /// The types named.
+    Types(Vec<String>),
+}
+
+impl Default for RememberEntities {
+    fn default() -> Self {
+        Self::All(false)
+    }
+}
+
+impl RememberEntities {
+    /// Whether some entity type may remember its entities.
+    pub fn any(&self) -> bool {
+        match self {
+            Self::All(all) => *all,
+            Self::Types(types) => !types.is_empty(),
+        }
+    }
+
+    /// Whether entity type `type_name` remembers its entities.
+    pub fn covers(&self, type_name: &str) -> bool {
+        match self {
+            Self::All(all) => *all,
+            Self::Types(types) => types.iter().any(|t| t == type_name),
+        }
+    }
 }
 
 impl Default for ShardingSettings {
@@ -52,6 +90,7 @@ impl Default for ShardingSettings {
             rebalance_interval: c.rebalance_interval,
             rebalance_absolute_limit: c.rebalance_absolute_limit,
             rebalance_relative_limit: c.rebalance_relative_limit,
+            remember_entities: RememberEntities::default(),
         }
     }
 }
@@ -124,6 +163,7 @@ impl ShardingSettings {
         c.rebalance_absolute_limit = self.rebalance_absolute_limit;
         c.rebalance_relative_limit = self.rebalance_relative_limit;
         c.removal_margin = removal_margin;
+        c.remember_entities = self.remember_entities.covers(type_name);
         c
     }
 }

@@ -14,6 +14,7 @@
 //! message; it handles one message at a time in a task of its own.
 
 mod region;
+mod remember;
 mod state;
 #[doc(hidden)]
 pub use convoke_sharding::wire;
@@ -129,6 +130,13 @@ pub enum ShardingError {
     /// The type's coordinator singleton could not be started.
     #[error("cannot start the coordinator of entity type '{0}': {1}")]
     Coordinator(String, String),
+    /// The type remembers its entities (`sharding.remember_entities`) but the store does not
+    /// run here.
+    #[error(
+        "entity type '{0}' remembers its entities (sharding.remember_entities), which are kept in \
+         the store, but the store does not run on this node: set data.enabled = true"
+    )]
+    Remember(String),
     /// The message could not be encoded, or the reply decoded.
     #[error("cannot encode or decode: {0}")]
     Codec(String),
@@ -290,7 +298,10 @@ impl Sharding {
             type_name: type_name.into(),
             holder: inner.messaging.self_node().uid.get(),
         };
-        let spawner: Spawner = region::spawner::<E, F>(Arc::new(factory), store);
+        if config.remember_entities && hosting && !inner.data.is_running() {
+            return Err(ShardingError::Remember(type_name.to_owned()));
+        }
+        let spawner: Spawner = region::spawner::<E, F>(Arc::new(factory), store.clone());
         let started = region::start(
             config,
             hosting,
@@ -298,6 +309,7 @@ impl Sharding {
             inner.messaging.clone(),
             inner.control.clone(),
             spawner,
+            store,
         )?;
         if hosting {
             let coordinator = started.coordinator.clone();

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::remember::{Cmd, Remembrance};
 use super::state::{EntityState, StateStore};
 use super::{Entity, EntityContext, ShardingError};
 use crate::control::{Control, Snapshot};
@@ -141,6 +142,8 @@ pub(super) enum Event {
     Passivate(ShardId, EntityId),
     /// The entity's task has ended.
     Stopped(ShardId, EntityId),
+    /// The remembered entities of a shard that started here, read from the store.
+    Loaded(ShardId, Vec<EntityId>),
 }
 
 /// Sends entities' answers to their askers, where the host's [`answer`] says.
@@ -303,7 +306,8 @@ pub(super) struct Started {
     pub(super) coordinator: mpsc::Sender<CoordinatorCmd>,
 }
 
-/// Registers the type's endpoints and spawns its region task.
+/// Registers the type's endpoints and spawns its region task; `store` keeps the remembered
+/// entities, when the type remembers them.
 pub(super) fn start(
     config: ShardingConfig,
     hosting: bool,
@@ -311,6 +315,7 @@ pub(super) fn start(
     messaging: Messaging,
     control: Control,
     spawner: Spawner,
+    store: StateStore,
 ) -> Result<Started, ShardingError> {
     let key = frame_key(&config.type_name);
     let inbox = messaging.endpoint(&key, 4096)?;
@@ -319,7 +324,10 @@ pub(super) fn start(
     let (coordinator, coordinator_rx) = mpsc::channel(4);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let self_node = messaging.self_node().clone();
+    let remembrance = (config.remember_entities && hosting)
+        .then(|| Remembrance::start(store, config.retry_interval, events_tx.clone()));
     let task = Task {
+        remembrance,
         gate: Arc::new(Gate::new(config.retry_interval)),
         host: Host::new(config.clone(), self_node, hosting),
         type_name: config.type_name,
@@ -346,6 +354,8 @@ struct EntityHandle {
 }
 
 struct Task {
+    /// Where the remembered entities are kept, when the type remembers them.
+    remembrance: Option<Remembrance>,
     type_name: String,
     host: Host<Asker>,
     gate: Arc<Gate>,
@@ -425,6 +435,7 @@ impl Task {
                         self.entities.remove(&(shard.clone(), entity.clone()));
                         self.host.entity_stopped(&shard, &entity, now());
                     }
+                    Event::Loaded(shard, ids) => self.host.entities_loaded(&shard, ids, now()),
                 },
                 () = sleep_until(wake) => self.host.handle_timeout(now()),
                 _ = sweep.tick() => {
@@ -547,6 +558,9 @@ impl Task {
             HostOutput::ShardStarted(shard) => {
                 tracing::debug!(%entity_type, %shard, "shard starts here");
             }
+            HostOutput::LoadEntities(shard) => self.remember(Cmd::Load(shard)),
+            HostOutput::Remember { shard, entity } => self.remember(Cmd::Add(shard, entity)),
+            HostOutput::Forget { shard, entity } => self.remember(Cmd::Remove(shard, entity)),
             HostOutput::ShardHandingOff { shard, frozen } => {
                 if frozen {
                     tracing::warn!(%entity_type, %shard, "this node was frozen; stopping the shard, failing what its entities hold");
@@ -560,6 +574,7 @@ impl Task {
             }
             HostOutput::ShardStopped(shard) => {
                 tracing::debug!(%entity_type, %shard, "shard stopped here");
+                self.remember(Cmd::Release(shard));
             }
             HostOutput::CoordinatorStarted(instance) => {
                 tracing::info!(%entity_type, instance, "shard coordinator starting here");
@@ -576,6 +591,14 @@ impl Task {
                     let _ = w.send(());
                 }
             }
+        }
+    }
+}
+
+impl Task {
+    fn remember(&self, cmd: Cmd) {
+        if let Some(r) = &self.remembrance {
+            r.send(cmd);
         }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::data::{Ballot, Data, DataError, FenceOp};
+use crate::data::{Ballot, Data, DataError, FenceOp, Fenced};
 
 /// How many claims an incarnation makes, each above the promise that refused the one before.
 const CLAIM_ATTEMPTS: usize = 5;
@@ -113,32 +113,18 @@ impl EntityState {
     where
         S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
     {
-        let holder = self.store.holder;
-        let mut ballot = Ballot::default().next(holder);
-        for _ in 0..CLAIM_ATTEMPTS {
-            // The claim's answer is the state a quorum held when it took the claim in: every
-            // write acknowledged to an older incarnation is in it (docs/data.md).
-            let current =
-                match self.store.data.fenced_write(&self.key, FenceOp::Claim(ballot)).await {
-                    Ok(current) => current,
-                    Err(e) => match e.fence_refusal() {
-                        // The key has promised a ballot at least this one: claim above it.
-                        Some(refusal) => {
-                            ballot = refusal.promise.next(holder);
-                            continue;
-                        }
-                        None => return Err(e.into()),
-                    },
-                };
-            let value: S = match &current.state {
-                Some(w) => serde_json::from_slice(&w.bytes)
-                    .map_err(|e| type_error::<S>(&self.entity, e))?,
-                None => S::default(),
-            };
-            tracing::debug!(entity = %self.entity, key = %self.key, %ballot, "entity state claimed");
-            return Ok(Loaded { ballot, seq: 0, value: Box::new(value) });
-        }
-        Err(self.fenced_error())
+        let Some((ballot, current)) = claim(&self.store.data, &self.key, self.store.holder).await?
+        else {
+            return Err(self.fenced_error());
+        };
+        let value: S = match &current.state {
+            Some(w) => {
+                serde_json::from_slice(&w.bytes).map_err(|e| type_error::<S>(&self.entity, e))?
+            }
+            None => S::default(),
+        };
+        tracing::debug!(entity = %self.entity, key = %self.key, %ballot, "entity state claimed");
+        Ok(Loaded { ballot, seq: 0, value: Box::new(value) })
     }
 
     /// The state, read on first use.
@@ -181,6 +167,29 @@ impl EntityState {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Claims fenced key `key` for writer `holder` with a ballot above its promise (learnt from the
+/// refusal of a lower one), and returns the ballot with what the key's replicas held. The answer
+/// holds every write acknowledged to an older writer (docs/data.md). `None`: outbid on every
+/// attempt.
+pub(super) async fn claim(
+    data: &Data,
+    key: &str,
+    holder: u64,
+) -> Result<Option<(Ballot, Fenced)>, DataError> {
+    let mut ballot = Ballot::default().next(holder);
+    for _ in 0..CLAIM_ATTEMPTS {
+        match data.fenced_write(key, FenceOp::Claim(ballot)).await {
+            Ok(current) => return Ok(Some((ballot, current))),
+            // The key has promised a ballot at least this one: claim above it.
+            Err(e) => match e.fence_refusal() {
+                Some(refusal) => ballot = refusal.promise.next(holder),
+                None => return Err(e),
+            },
+        }
+    }
+    Ok(None)
 }
 
 fn type_error<S>(entity: &str, why: impl ToString) -> StateError {

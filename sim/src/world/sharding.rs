@@ -138,6 +138,10 @@ impl Sim {
             }
             // Regions in the simulation never shut down gracefully.
             HostOutput::Stopped => {}
+            // The simulated entity type does not remember its entities.
+            HostOutput::LoadEntities(_)
+            | HostOutput::Remember { .. }
+            | HostOutput::Forget { .. } => {}
         }
     }
 

@@ -1,0 +1,276 @@
+//! Remembered entities in the store (`docs/sharding-design.md`, "Remembered entities").
+//!
+//! The host decides which entities a shard remembers ([`HostOutput::Remember`] and
+//! [`HostOutput::Forget`]) and when a shard that starts here needs its set
+//! ([`HostOutput::LoadEntities`]). This task keeps the set of each shard hosted here under the
+//! fenced key `remember/<type>/<shard>`: when the shard starts here it claims the key (so that a
+//! node that hosted the shard before can no longer write it) and hands the set the claim found to
+//! the region task; after changes it writes the whole set again under its ballot, one write at a
+//! time per shard, changes made during a write going into the next one.
+//!
+//! [`HostOutput::Remember`]: convoke_sharding::HostOutput::Remember
+//! [`HostOutput::Forget`]: convoke_sharding::HostOutput::Forget
+//! [`HostOutput::LoadEntities`]: convoke_sharding::HostOutput::LoadEntities
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use convoke_sharding::{EntityId, ShardId};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::mpsc;
+
+use super::region::Event;
+use super::state::{StateStore, claim};
+use crate::data::{Ballot, DataError, FenceOp, Fenced};
+
+/// What the region task asks of the remembered sets.
+#[derive(Debug)]
+pub(super) enum Cmd {
+    /// The shard starts here: claim and read its set.
+    Load(ShardId),
+    /// Add the entity to its shard's set.
+    Add(ShardId, EntityId),
+    /// Remove the entity from its shard's set.
+    Remove(ShardId, EntityId),
+    /// The shard no longer runs here: write what is left to write, then let go of it.
+    Release(ShardId),
+}
+
+/// The region task's handle of its remembered sets.
+#[derive(Clone, Debug)]
+pub(super) struct Remembrance {
+    tx: mpsc::UnboundedSender<Cmd>,
+}
+
+impl Remembrance {
+    /// Starts the task of type `store.type_name`'s sets; what it reads goes to `events`.
+    pub(super) fn start(
+        store: StateStore,
+        retry: Duration,
+        events: mpsc::UnboundedSender<Event>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = Sets { store, retry, events, sets: BTreeMap::new(), generation: 0 };
+        tokio::spawn(task.run(rx));
+        Self { tx }
+    }
+
+    pub(super) fn send(&self, cmd: Cmd) {
+        let _ = self.tx.send(cmd);
+    }
+}
+
+/// The key of shard `shard`'s remembered set.
+fn key(type_name: &str, shard: &ShardId) -> String {
+    format!("remember/{type_name}/{shard}")
+}
+
+/// One shard's set, while the shard runs here (or its last changes are being written).
+struct Set {
+    /// Tells this shard's run here apart from an earlier one, whose answers are ignored.
+    generation: u64,
+    key: String,
+    /// The ballot of the claim and the sequence number of the last write, once claimed.
+    claimed: Option<(Ballot, u64)>,
+    ids: BTreeSet<EntityId>,
+    /// Changes made before the claim answered: applied to the set it read.
+    early: Vec<(EntityId, bool)>,
+    /// The set changed since the last write began.
+    dirty: bool,
+    /// A claim, a write or the wait before a retry is under way.
+    busy: bool,
+    /// The shard stopped here: dropped once written.
+    released: bool,
+}
+
+/// What a finished claim, write or wait says.
+enum Done {
+    Claimed { shard: ShardId, generation: u64, result: Result<Option<(Ballot, Fenced)>, DataError> },
+    Written { shard: ShardId, generation: u64, result: Result<(), DataError> },
+    Retry { shard: ShardId, generation: u64 },
+}
+
+type Work = FuturesUnordered<Pin<Box<dyn Future<Output = Done> + Send>>>;
+
+struct Sets {
+    store: StateStore,
+    retry: Duration,
+    events: mpsc::UnboundedSender<Event>,
+    sets: BTreeMap<ShardId, Set>,
+    generation: u64,
+}
+
+impl Sets {
+    async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+        let mut work = Work::new();
+        loop {
+            tokio::select! {
+                cmd = cmds.recv() => match cmd {
+                    Some(cmd) => self.on_cmd(cmd, &mut work),
+                    None => break,
+                },
+                Some(done) = work.next(), if !work.is_empty() => self.on_done(done, &mut work),
+            }
+        }
+    }
+
+    fn on_cmd(&mut self, cmd: Cmd, work: &mut Work) {
+        match cmd {
+            Cmd::Load(shard) => {
+                self.generation += 1;
+                let set = Set {
+                    generation: self.generation,
+                    key: key(&self.store.type_name, &shard),
+                    claimed: None,
+                    ids: BTreeSet::new(),
+                    early: Vec::new(),
+                    dirty: false,
+                    busy: true,
+                    released: false,
+                };
+                self.claim(&shard, &set, work);
+                self.sets.insert(shard, set);
+            }
+            Cmd::Add(shard, id) => self.change(shard, id, true, work),
+            Cmd::Remove(shard, id) => self.change(shard, id, false, work),
+            Cmd::Release(shard) => {
+                let Some(set) = self.sets.get_mut(&shard) else { return };
+                set.released = true;
+                if set.claimed.is_none() || !(set.busy || set.dirty) {
+                    self.sets.remove(&shard);
+                }
+            }
+        }
+    }
+
+    fn change(&mut self, shard: ShardId, id: EntityId, add: bool, work: &mut Work) {
+        let Some(set) = self.sets.get_mut(&shard).filter(|s| !s.released) else { return };
+        if set.claimed.is_none() {
+            set.early.push((id, add));
+            return;
+        }
+        set.dirty |= if add { set.ids.insert(id) } else { set.ids.remove(&id) };
+        self.maybe_write(&shard, work);
+    }
+
+    fn on_done(&mut self, done: Done, work: &mut Work) {
+        let (shard, generation) = match &done {
+            Done::Claimed { shard, generation, .. }
+            | Done::Written { shard, generation, .. }
+            | Done::Retry { shard, generation } => (shard.clone(), *generation),
+        };
+        let type_name = self.store.type_name.clone();
+        let Some(set) = self.sets.get_mut(&shard).filter(|s| s.generation == generation) else {
+            return;
+        };
+        match done {
+            Done::Claimed { result: Ok(Some((ballot, current))), .. } => {
+                let stored = decode(&current, &type_name, &shard);
+                let _ = self
+                    .events
+                    .send(Event::Loaded(shard.clone(), stored.iter().cloned().collect()));
+                set.ids = stored;
+                for (id, add) in std::mem::take(&mut set.early) {
+                    set.dirty |= if add { set.ids.insert(id) } else { set.ids.remove(&id) };
+                }
+                set.claimed = Some((ballot, 0));
+                set.busy = false;
+                tracing::debug!(entity_type = %type_name, %shard, %ballot, entities = set.ids.len(), "remembered entities read");
+                self.maybe_write(&shard, work);
+            }
+            Done::Claimed { result, .. } => {
+                match result {
+                    Err(e) => {
+                        tracing::debug!(entity_type = %type_name, %shard, error = %e, "cannot read the shard's remembered entities yet")
+                    }
+                    Ok(_) => {
+                        tracing::debug!(entity_type = %type_name, %shard, "outbid claiming the shard's remembered entities; trying again")
+                    }
+                }
+                self.wait(&shard, generation, work);
+            }
+            Done::Written { result: Ok(()), .. } => {
+                set.busy = false;
+                if set.released && !set.dirty {
+                    self.sets.remove(&shard);
+                } else {
+                    self.maybe_write(&shard, work);
+                }
+            }
+            Done::Written { result: Err(e), .. } if e.fence_refusal().is_some() => {
+                tracing::warn!(entity_type = %type_name, %shard, "another node has claimed the shard's remembered entities; this one no longer writes them");
+                self.sets.remove(&shard);
+            }
+            Done::Written { result: Err(e), .. } => {
+                tracing::debug!(entity_type = %type_name, %shard, error = %e, "cannot write the shard's remembered entities yet");
+                set.dirty = true;
+                self.wait(&shard, generation, work);
+            }
+            Done::Retry { .. } => {
+                set.busy = false;
+                if set.claimed.is_none() {
+                    set.busy = true;
+                    let set = &self.sets[&shard];
+                    self.claim(&shard, set, work);
+                } else {
+                    self.maybe_write(&shard, work);
+                }
+            }
+        }
+    }
+
+    fn claim(&self, shard: &ShardId, set: &Set, work: &mut Work) {
+        let (data, key, holder) = (self.store.data.clone(), set.key.clone(), self.store.holder);
+        let (shard, generation) = (shard.clone(), set.generation);
+        work.push(Box::pin(async move {
+            let result = claim(&data, &key, holder).await;
+            Done::Claimed { shard, generation, result }
+        }));
+    }
+
+    /// Tries again after the retry interval.
+    fn wait(&self, shard: &ShardId, generation: u64, work: &mut Work) {
+        let (shard, retry) = (shard.clone(), self.retry);
+        work.push(Box::pin(async move {
+            tokio::time::sleep(retry).await;
+            Done::Retry { shard, generation }
+        }));
+    }
+
+    /// Writes the set if it changed and nothing else is under way for it.
+    fn maybe_write(&mut self, shard: &ShardId, work: &mut Work) {
+        let Some(set) = self.sets.get_mut(shard) else { return };
+        let Some((ballot, seq)) = set.claimed.as_mut() else { return };
+        if set.busy || !set.dirty {
+            return;
+        }
+        set.busy = true;
+        set.dirty = false;
+        // A number is never used twice: a write that failed may still reach a replica.
+        *seq += 1;
+        let ids: Vec<&str> = set.ids.iter().map(|id| &**id).collect();
+        let bytes = serde_json::to_vec(&ids).unwrap_or_default();
+        let op = FenceOp::Write { ballot: *ballot, seq: *seq, bytes };
+        let (data, key) = (self.store.data.clone(), set.key.clone());
+        let (shard, generation) = (shard.clone(), set.generation);
+        work.push(Box::pin(async move {
+            let result = data.fenced_write(&key, op).await.map(drop);
+            Done::Written { shard, generation, result }
+        }));
+    }
+}
+
+/// The entity ids a claim found: a JSON list of strings (none when nothing was written).
+fn decode(current: &Fenced, type_name: &str, shard: &ShardId) -> BTreeSet<EntityId> {
+    let Some(written) = &current.state else { return BTreeSet::new() };
+    match serde_json::from_slice::<Vec<String>>(&written.bytes) {
+        Ok(ids) => ids.into_iter().map(EntityId::from).collect(),
+        Err(e) => {
+            tracing::error!(entity_type = %type_name, %shard, error = %e, "the shard's remembered entities are not a list of ids; starting none");
+            BTreeSet::new()
+        }
+    }
+}
