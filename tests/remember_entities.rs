@@ -1,7 +1,8 @@
 //! Remembered entities on a real cluster (nodes in one process over TCP, each with its own data
 //! directory, `sharding.remember_entities = true`): the entities a crashed node ran start on the
-//! survivors without a message, and one that passivated itself does not; settings that
-//! remember entities without the store are refused, naming the setting.
+//! survivors without a message, and one that passivated itself does not; after every node is
+//! stopped and started again on its address and directory, the entities start again without a
+//! message; settings that remember entities without the store are refused, naming the setting.
 
 mod support;
 
@@ -64,7 +65,12 @@ impl Entity for Tracked {
 }
 
 fn settings(dir: &std::path::Path) -> Settings {
+    settings_on(dir, 0)
+}
+
+fn settings_on(dir: &std::path::Path, port: u16) -> Settings {
     let mut s = support::fast_sharding_settings();
+    s.cluster.port = port;
     s.sharding.number_of_shards = 12;
     s.sharding.remember_entities = RememberEntities::Types(vec!["tracked".to_owned()]);
     s.data.enabled = true;
@@ -112,6 +118,9 @@ async fn until(running: &Running, what: &str, done: impl Fn(&BTreeMap<String, us
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_entities_of_a_crashed_node_start_on_the_survivors_without_a_message() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init(); // DEBUG
     let _live = support::live().await;
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes = Vec::new();
@@ -167,6 +176,71 @@ async fn the_entities_of_a_crashed_node_start_on_the_survivors_without_a_message
         if i != crashed {
             n.stop().await;
         }
+    }
+}
+
+/// Starts a node on each directory (and port, 0 for any), joins them and starts the type;
+/// returns the nodes and the first node's handle of the type.
+async fn start(
+    dirs: &[tempfile::TempDir],
+    ports: &[u16],
+    running: &Running,
+) -> (Vec<Node>, EntityRef<Tracked>) {
+    let mut nodes = Vec::new();
+    for (d, p) in dirs.iter().zip(ports) {
+        nodes.push(Node::start(&settings_on(d.path(), *p)).await.expect("a node starts"));
+    }
+    join_through_first(&nodes).await;
+    let mut refs = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let running = running.clone();
+        let factory = move |id: &str| Tracked::new(id, i, &running);
+        refs.push(n.sharding().start("tracked", None, factory).unwrap());
+    }
+    (nodes, refs.swap_remove(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_full_restart_the_remembered_entities_start_without_a_message() {
+    let _live = support::live().await;
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let running = Running::default();
+    let (nodes, r) = start(&dirs, &[0, 0, 0], &running).await;
+    let ids: BTreeSet<String> = (0..60).map(|k| format!("t-{k}")).collect();
+    for id in &ids {
+        ask_until(&r, id, || Cmd::Hello).await;
+    }
+    // Every shard's set is written (the entities' adds are written after they start).
+    let shards: BTreeSet<String> = ids.iter().map(|id| r.shard_of(id)).collect();
+    for shard in &shards {
+        let key = format!("remember/tracked/{shard}");
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let stored = remembered(&nodes[0], &key).await;
+            if stored.iter().filter(|id| ids.contains(*id)).count()
+                == ids.iter().filter(|id| r.shard_of(id) == *shard).count()
+            {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{key} holds only {stored:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let ports: Vec<u16> = nodes.iter().map(|n| n.self_address().port()).collect();
+    for n in &nodes {
+        n.stop().await;
+        n.data().stopped().await;
+    }
+    drop((nodes, r));
+    until(&running, "stopped with their nodes", BTreeMap::is_empty).await;
+    // Started again on their addresses and directories, with no message sent.
+    let (nodes, _r) = start(&dirs, &ports, &running).await;
+    until(&running, "restarted after the full restart", |r| {
+        r.keys().cloned().collect::<BTreeSet<_>>() == ids
+    })
+    .await;
+    for n in &nodes {
+        n.stop().await;
     }
 }
 

@@ -389,6 +389,15 @@ impl<R> Host<R> {
         self.drain(now);
     }
 
+    /// Asks for the home of each of `shards` as a message would, so that those not allocated
+    /// start (the driver reads which shards remembered entities after a full-cluster restart).
+    pub fn wake(&mut self, shards: impl IntoIterator<Item = ShardId>, now: Instant) {
+        for shard in shards {
+            self.region.wake(shard, now);
+        }
+        self.drain(now);
+    }
+
     /// The shards hosted here whose remembered set has not been read yet (the driver keeps
     /// trying to read them).
     pub fn shards_loading(&self) -> impl Iterator<Item = &ShardId> {

@@ -531,3 +531,28 @@ fn entities_are_not_remembered_unless_the_type_asks_and_then_never_stop_for_bein
     c.remember_entities = false;
     assert_eq!(c.idle_after(), Some(Duration::from_secs(1)));
 }
+
+#[test]
+fn a_woken_shard_starts_with_its_remembered_entities_though_no_message_came() {
+    // A full-cluster restart: the store remembers entities of a shard the new coordinator's
+    // empty table does not know.
+    let mut nodes = Nodes::remembering(3);
+    let shard = shard_for_entity("e0", 12);
+    let ids: BTreeSet<EntityId> = (0..200)
+        .map(|k| format!("e{k}"))
+        .filter(|e| shard_for_entity(e, 12) == shard)
+        .map(EntityId::from)
+        .collect();
+    assert!(ids.len() >= 2);
+    nodes.remembered.insert(shard.clone(), ids.clone());
+    nodes.hosts[1].wake([shard.clone()], nodes.now);
+    nodes.settle();
+    assert_eq!(nodes.running.keys().cloned().collect::<BTreeSet<_>>(), ids);
+    assert!(nodes.answers.is_empty());
+    // Waking it again, anywhere, changes nothing.
+    for i in 0..3 {
+        nodes.hosts[i].wake([shard.clone()], nodes.now);
+    }
+    nodes.settle();
+    assert_eq!(nodes.running.len(), ids.len());
+}

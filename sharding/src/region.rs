@@ -354,6 +354,22 @@ impl<M> Region<M> {
         self.buffer(shard, msg, now);
     }
 
+    /// Asks the coordinator for `shard`'s home as a message for it would, without a message: a
+    /// shard allocated anew then starts (remembered entities after a full-cluster restart). The
+    /// shard waits with an empty buffer until its home is known.
+    pub fn wake(&mut self, shard: ShardId, now: Instant) {
+        self.observe(now);
+        if self.stopped || self.homes.contains_key(&shard) || self.buffers.contains_key(&shard) {
+            return;
+        }
+        self.buffers.insert(shard.clone(), VecDeque::new());
+        if self.registered {
+            self.tell_coordinator(CoordinatorMsg::GetShardHome(shard));
+        }
+        self.arm_retry(now);
+        self.watch(now);
+    }
+
     /// A message from the coordinator on node `from`.
     pub fn handle_message(&mut self, from: UniqueAddress, msg: RegionMsg, now: Instant) {
         self.observe(now);

@@ -18,7 +18,10 @@
 //!   settled (when the run has the sharding layer);
 //! - **L10** balanced shards: within [`sharding_bound`] of L8 holding, the coordinator's table
 //!   places every shard on a running process, and the shard counts of any two running regions
-//!   differ by at most one.
+//!   differ by at most one;
+//! - **L11** remembered entities run (with `--remember-entities`): at the end of the settled
+//!   window after L10 held, every shard's remembered set was read last by a running process, and
+//!   every entity in it runs there, though no message was sent to it since its shard moved.
 //!
 //! A process that starts after the membership settled (a restart scheduled before the heal)
 //! changes the membership again, and its region is rightly given shards by rebalancing: L1, L8
@@ -252,6 +255,32 @@ pub fn check_sharding_balance(sim: &Sim) -> Result<(), Unmet> {
         (Some(min), Some(max)) if max - min <= 1 => Ok(()),
         _ => Err(("L10", format!("shard counts per running region are {loads:?}"))),
     }
+}
+
+/// Checks L11 now: every non-empty remembered set was read last by the shard of a running
+/// process, and each of its entities runs in that process. Holds trivially unless the run's
+/// entity type remembers its entities.
+///
+/// # Errors
+/// The first set or entity that is not so.
+pub fn check_remembered(sim: &Sim) -> Result<(), Unmet> {
+    let Some(s) = sim.shardings().filter(|s| s.config().remember_entities) else { return Ok(()) };
+    for (shard, (owner, ids)) in s.remembered().iter().filter(|(_, (_, ids))| !ids.is_empty()) {
+        let Some(slot) = sim.running().find(|i| s.slot(*i).node.as_ref() == Some(owner)) else {
+            let n = ids.len();
+            let why = format!(
+                "shard {shard}'s {n} remembered entities were read last by {owner}, which no longer runs"
+            );
+            return Err(("L11", why));
+        };
+        if let Some(e) = ids.iter().find(|e| !s.slot(slot).entities.contains_key(*e)) {
+            let why = format!(
+                "entity {e} is remembered by shard {shard} of slot {slot}, but does not run there"
+            );
+            return Err(("L11", why));
+        }
+    }
+    Ok(())
 }
 
 /// How long after the singleton settles (L8 holds) L10 may take for sharding settings `config`

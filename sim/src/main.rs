@@ -126,6 +126,11 @@ enum Command {
         /// checks (D1 to D4).
         #[arg(long)]
         data: bool,
+        /// The entity type remembers its entities (in a modelled store of remembered sets that
+        /// fences a shard's earlier hosts once a new one reads it); some asks make their entity
+        /// passivate; L11 checks the remembered entities run once the shards are balanced.
+        #[arg(long)]
+        remember_entities: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -250,6 +255,7 @@ fn main() -> ExitCode {
             singleton_lease,
             bootstrap,
             data,
+            remember_entities,
             json,
         } => chaos(
             nodes,
@@ -264,6 +270,7 @@ fn main() -> ExitCode {
                 singleton_lease,
                 bootstrap,
                 data,
+                remember_entities,
             },
             json,
         ),
@@ -384,6 +391,7 @@ struct ChaosRun {
     singleton_lease: bool,
     bootstrap: bool,
     data: bool,
+    remember_entities: bool,
 }
 
 fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode {
@@ -397,6 +405,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         singleton_lease,
         bootstrap,
         data,
+        remember_entities,
     } = run;
     let list: Vec<u64> = (seeds.0..seeds.1).collect();
     let jobs = jobs
@@ -413,6 +422,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         o.singleton_lease = singleton_lease;
         o.bootstrap = bootstrap;
         o.data = data;
+        o.remember_entities = remember_entities;
         let mut r = run_seed(&o);
         if twice {
             let again = run_seed(&o);

@@ -20,6 +20,11 @@
 //! - A process that shuts down (downed, removed, left) or crashes takes its region, replica,
 //!   coordinator, shards and entities with it at once, and the asks it was still waiting for
 //!   end with it, as failures (a region that stops answers them so at run time).
+//! - With `--remember-entities`, the type remembers its entities. The store of remembered sets
+//!   is modelled, not run: a shard's set is read at once when the shard starts, and that read
+//!   fences the set against the shard's earlier hosts (as the runtime's claim of the set's fenced
+//!   key does), whose later changes are ignored. Every [`PASSIVATE_EVERY`]th ask makes its entity
+//!   passivate once answered, so that entities are forgotten too.
 //! - The load: every [`ASK_INTERVAL`] a running process, drawn from the layer's random stream,
 //!   asks one of [`ENTITIES`] entities. The entity answers over the network; a message the
 //!   region or shard drops is answered with a failure by the node that dropped it.
@@ -27,7 +32,7 @@
 //! Like the singleton layer, nothing here touches the membership core or its trace; its steps go
 //! into a trace hash of their own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
@@ -50,6 +55,9 @@ pub const ENTITIES: u32 = 300;
 pub const ASK_INTERVAL: Duration = Duration::from_millis(100);
 /// An ask sent while the cluster is settled must be answered, successfully, within this long.
 pub const ASK_BOUND: Duration = Duration::from_secs(5);
+/// With remembered entities: an ask whose number is a multiple of this makes its entity
+/// passivate once it has answered.
+pub const PASSIVATE_EVERY: u64 = 10;
 
 /// The sharding settings of a simulated cluster whose singleton runs with `singleton`: short
 /// intervals so that rebalancing and passivation happen within a run, and the singleton's
@@ -178,6 +186,10 @@ pub struct ShardingStats {
     pub entity_starts: u64,
     /// Entities stopped (passivated, or for a handoff).
     pub entity_stops: u64,
+    /// Remembered sets read by a shard that started (remembered entities only).
+    pub sets_loaded: u64,
+    /// Entities listed in the remembered sets read (each started then unless it ran already).
+    pub remembered_starts: u64,
     /// Sharding messages sent.
     pub messages: u64,
     /// Their encoded bytes.
@@ -195,6 +207,9 @@ pub struct Shardings {
     suspects: Vec<Suspect>,
     /// Entity starts whose holding process resumed within the margin, while its grace lasts.
     resumed: Vec<Resumed>,
+    /// The modelled store of remembered sets: per shard, the node whose shard read it last
+    /// (only its changes are taken) and the entities it holds.
+    remembered: BTreeMap<ShardId, (UniqueAddress, BTreeSet<EntityId>)>,
     /// What happened so far.
     pub stats: ShardingStats,
     trace: TraceHash,
@@ -211,6 +226,7 @@ impl Shardings {
             asks: BTreeMap::new(),
             suspects: Vec::new(),
             resumed: Vec::new(),
+            remembered: BTreeMap::new(),
             stats: ShardingStats::default(),
             trace: TraceHash::new(),
         }
@@ -219,6 +235,41 @@ impl Shardings {
     /// The entity type's settings.
     pub fn config(&self) -> &ShardingConfig {
         &self.config
+    }
+
+    /// Node `by`'s shard `shard` starts and reads its remembered set, which no earlier host of
+    /// the shard may change from now on.
+    pub(crate) fn load_remembered(&mut self, shard: &ShardId, by: &UniqueAddress) -> Vec<EntityId> {
+        self.stats.sets_loaded += 1;
+        let (owner, ids) =
+            self.remembered.entry(shard.clone()).or_insert_with(|| (by.clone(), BTreeSet::new()));
+        owner.clone_from(by);
+        ids.iter().cloned().collect()
+    }
+
+    /// Node `by` adds `entity` to (or removes it from) the remembered set of `shard`: taken
+    /// only from the node that read the set last.
+    pub(crate) fn change_remembered(
+        &mut self,
+        shard: &ShardId,
+        by: &UniqueAddress,
+        entity: EntityId,
+        add: bool,
+    ) {
+        let Some((owner, ids)) = self.remembered.get_mut(shard).filter(|(o, _)| o == by) else {
+            return;
+        };
+        debug_assert_eq!(owner, by);
+        if add {
+            ids.insert(entity);
+        } else {
+            ids.remove(&entity);
+        }
+    }
+
+    /// The remembered sets, by shard, with the node that read each last.
+    pub fn remembered(&self) -> &BTreeMap<ShardId, (UniqueAddress, BTreeSet<EntityId>)> {
+        &self.remembered
     }
 
     /// Slot `i`.

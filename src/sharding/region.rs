@@ -144,6 +144,8 @@ pub(super) enum Event {
     Stopped(ShardId, EntityId),
     /// The remembered entities of a shard that started here, read from the store.
     Loaded(ShardId, Vec<EntityId>),
+    /// Shards that have remembered entities, to be allocated if they are not.
+    Wake(Vec<ShardId>),
 }
 
 /// Sends entities' answers to their askers, where the host's [`answer`] says.
@@ -436,6 +438,7 @@ impl Task {
                         self.host.entity_stopped(&shard, &entity, now());
                     }
                     Event::Loaded(shard, ids) => self.host.entities_loaded(&shard, ids, now()),
+                    Event::Wake(shards) => self.host.wake(shards, now()),
                 },
                 () = sleep_until(wake) => self.host.handle_timeout(now()),
                 _ = sweep.tick() => {

@@ -8,6 +8,12 @@
 //! the region task; after changes it writes the whole set again under its ballot, one write at a
 //! time per shard, changes made during a write going into the next one.
 //!
+//! A shard whose set was written non-empty is also listed in the observed-remove set
+//! `remember/<type>`. When the region task starts, this task reads that list (until a read
+//! succeeds) and has the region wake each shard listed, so that after a full-cluster restart,
+//! when no coordinator knows the shards any more, they are allocated again and their remembered
+//! entities start without a message.
+//!
 //! [`HostOutput::Remember`]: convoke_sharding::HostOutput::Remember
 //! [`HostOutput::Forget`]: convoke_sharding::HostOutput::Forget
 //! [`HostOutput::LoadEntities`]: convoke_sharding::HostOutput::LoadEntities
@@ -24,7 +30,7 @@ use tokio::sync::mpsc;
 
 use super::region::Event;
 use super::state::{StateStore, claim};
-use crate::data::{Ballot, DataError, FenceOp, Fenced};
+use crate::data::{Ballot, Crdt, CrdtOp, Data, DataError, FenceOp, Fenced, Value};
 
 /// What the region task asks of the remembered sets.
 #[derive(Debug)]
@@ -53,7 +59,17 @@ impl Remembrance {
         events: mpsc::UnboundedSender<Event>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = Sets { store, retry, events, sets: BTreeMap::new(), generation: 0 };
+        let list = list_key(&store.type_name);
+        tokio::spawn(wake_listed(store.data.clone(), list.clone(), retry, events.clone()));
+        let task = Sets {
+            store,
+            list,
+            retry,
+            events,
+            sets: BTreeMap::new(),
+            listed: BTreeSet::new(),
+            generation: 0,
+        };
         tokio::spawn(task.run(rx));
         Self { tx }
     }
@@ -68,6 +84,48 @@ fn key(type_name: &str, shard: &ShardId) -> String {
     format!("remember/{type_name}/{shard}")
 }
 
+/// The key of the list of shards with remembered entities.
+fn list_key(type_name: &str) -> String {
+    format!("remember/{type_name}")
+}
+
+/// Reads the list of shards with remembered entities until a read succeeds, and has the region
+/// task wake them.
+async fn wake_listed(
+    data: Data,
+    list: String,
+    retry: Duration,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    loop {
+        match data.get(&list).await {
+            Ok(read) => {
+                let shards: Vec<ShardId> = read
+                    .values
+                    .iter()
+                    .filter_map(|v| match v {
+                        Value::Crdt(Crdt::OrSet(set)) => Some(set),
+                        _ => None,
+                    })
+                    .flat_map(|set| set.elements().map(ShardId::from))
+                    .collect();
+                if !shards.is_empty() {
+                    tracing::info!(key = %list, shards = shards.len(), "waking the shards with remembered entities");
+                }
+                let _ = events.send(Event::Wake(shards));
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(key = %list, error = %e, "cannot read the shards with remembered entities yet");
+                if events.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(retry).await;
+            }
+        }
+    }
+}
+
 /// One shard's set, while the shard runs here (or its last changes are being written).
 struct Set {
     /// Tells this shard's run here apart from an earlier one, whose answers are ignored.
@@ -78,6 +136,10 @@ struct Set {
     ids: BTreeSet<EntityId>,
     /// Changes made before the claim answered: applied to the set it read.
     early: Vec<(EntityId, bool)>,
+    /// The set of this shard's previous run here, with the ballot it was written under, when
+    /// that run still had changes to write as the shard started again: it replaces what the
+    /// claim read if nobody else wrote the key since.
+    carried: Option<(Ballot, BTreeSet<EntityId>)>,
     /// The set changed since the last write began.
     dirty: bool,
     /// A claim, a write or the wait before a retry is under way.
@@ -89,6 +151,7 @@ struct Set {
 /// What a finished claim, write or wait says.
 enum Done {
     Claimed { shard: ShardId, generation: u64, result: Result<Option<(Ballot, Fenced)>, DataError> },
+    Listed { shard: ShardId, result: Result<(), DataError> },
     Written { shard: ShardId, generation: u64, result: Result<(), DataError> },
     Retry { shard: ShardId, generation: u64 },
 }
@@ -97,9 +160,13 @@ type Work = FuturesUnordered<Pin<Box<dyn Future<Output = Done> + Send>>>;
 
 struct Sets {
     store: StateStore,
+    /// The key of the list of shards with remembered entities.
+    list: String,
     retry: Duration,
     events: mpsc::UnboundedSender<Event>,
     sets: BTreeMap<ShardId, Set>,
+    /// Shards listed (or being listed) in `list` by this task.
+    listed: BTreeSet<ShardId>,
     generation: u64,
 }
 
@@ -121,12 +188,22 @@ impl Sets {
         match cmd {
             Cmd::Load(shard) => {
                 self.generation += 1;
+                // A run of the shard here that stopped (a handoff, a freeze) with changes not
+                // yet written: they are not lost with it.
+                let (carried, early) = match self.sets.remove(&shard) {
+                    Some(old) => match old.claimed {
+                        Some((ballot, _)) => (Some((ballot, old.ids)), Vec::new()),
+                        None => (None, old.early),
+                    },
+                    None => (None, Vec::new()),
+                };
                 let set = Set {
                     generation: self.generation,
                     key: key(&self.store.type_name, &shard),
                     claimed: None,
                     ids: BTreeSet::new(),
-                    early: Vec::new(),
+                    early,
+                    carried,
                     dirty: false,
                     busy: true,
                     released: false,
@@ -139,7 +216,7 @@ impl Sets {
             Cmd::Release(shard) => {
                 let Some(set) = self.sets.get_mut(&shard) else { return };
                 set.released = true;
-                if set.claimed.is_none() || !(set.busy || set.dirty) {
+                if !(set.busy || set.dirty) {
                     self.sets.remove(&shard);
                 }
             }
@@ -158,6 +235,14 @@ impl Sets {
 
     fn on_done(&mut self, done: Done, work: &mut Work) {
         let (shard, generation) = match &done {
+            Done::Listed { shard, result } => {
+                if let Err(e) = result {
+                    // Listed again after its next write.
+                    tracing::debug!(%shard, error = %e, "cannot list the shard's remembered entities yet");
+                    self.listed.remove(shard);
+                }
+                return;
+            }
             Done::Claimed { shard, generation, .. }
             | Done::Written { shard, generation, .. }
             | Done::Retry { shard, generation } => (shard.clone(), *generation),
@@ -168,10 +253,19 @@ impl Sets {
         };
         match done {
             Done::Claimed { result: Ok(Some((ballot, current))), .. } => {
-                let stored = decode(&current, &type_name, &shard);
-                let _ = self
-                    .events
-                    .send(Event::Loaded(shard.clone(), stored.iter().cloned().collect()));
+                let mut stored = decode(&current, &type_name, &shard);
+                let written_by = current.state.as_ref().map(|w| w.ballot);
+                if let Some((ballot, ids)) = set.carried.take()
+                    && written_by.is_none_or(|b| b == ballot)
+                    && ids != stored
+                {
+                    stored = ids;
+                    set.dirty = true;
+                }
+                if !set.released {
+                    let ids = stored.iter().cloned().collect();
+                    let _ = self.events.send(Event::Loaded(shard.clone(), ids));
+                }
                 set.ids = stored;
                 for (id, add) in std::mem::take(&mut set.early) {
                     set.dirty |= if add { set.ids.insert(id) } else { set.ids.remove(&id) };
@@ -194,6 +288,15 @@ impl Sets {
             }
             Done::Written { result: Ok(()), .. } => {
                 set.busy = false;
+                if !set.ids.is_empty() && self.listed.insert(shard.clone()) {
+                    let (data, list) = (self.store.data.clone(), self.list.clone());
+                    let op = CrdtOp::Insert(shard.to_string());
+                    let shard = shard.clone();
+                    work.push(Box::pin(async move {
+                        let result = data.update(&list, op).await.map(drop);
+                        Done::Listed { shard, result }
+                    }));
+                }
                 if set.released && !set.dirty {
                     self.sets.remove(&shard);
                 } else {
@@ -208,6 +311,11 @@ impl Sets {
                 tracing::debug!(entity_type = %type_name, %shard, error = %e, "cannot write the shard's remembered entities yet");
                 set.dirty = true;
                 self.wait(&shard, generation, work);
+            }
+            Done::Listed { .. } => {}
+            Done::Retry { .. } if set.released && set.claimed.is_none() => {
+                // The shard stopped here before its set could be read: nothing to write.
+                self.sets.remove(&shard);
             }
             Done::Retry { .. } => {
                 set.busy = false;

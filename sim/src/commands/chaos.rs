@@ -81,6 +81,8 @@ pub struct ChaosOptions {
     pub bootstrap: bool,
     /// Run the replicated store, with its load and its checks (D1 to D4).
     pub data: bool,
+    /// The entity type remembers its entities; L11 checks they run once shards are balanced.
+    pub remember_entities: bool,
 }
 
 impl ChaosOptions {
@@ -97,6 +99,7 @@ impl ChaosOptions {
             singleton_lease: false,
             bootstrap: false,
             data: false,
+            remember_entities: false,
         }
     }
 }
@@ -200,8 +203,9 @@ pub fn reproduce(o: &ChaosOptions) -> String {
     let lease = if o.singleton_lease { " --singleton-lease" } else { "" };
     let bootstrap = if o.bootstrap { " --bootstrap" } else { "" };
     let data = if o.data { " --data" } else { "" };
+    let remember = if o.remember_entities { " --remember-entities" } else { "" };
     format!(
-        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}{lease}{bootstrap}{data}",
+        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}{lease}{bootstrap}{data}{remember}",
         o.nodes,
         o.seed,
         o.seed + 1,
@@ -259,7 +263,10 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         seed: o.seed,
         nodes: n,
         singleton: Some(singleton_config.clone()),
-        sharding: Some(sharding::config(&singleton_config)),
+        sharding: Some(convoke_sharding::ShardingConfig {
+            remember_entities: o.remember_entities,
+            ..sharding::config(&singleton_config)
+        }),
         data: o.data.then(crate::data::config),
         config,
         net: base_net.clone(),
@@ -661,7 +668,9 @@ fn settle_sharding(
                 .filter(|a| phases.iter().any(|p| a.sent_at >= p.settled && a.sent_at < p.until))
                 .count()
         });
-        let result = result.and_then(|()| liveness::check_asks(sim, &phases));
+        let result = result
+            .and_then(|()| liveness::check_remembered(sim))
+            .and_then(|()| liveness::check_asks(sim, &phases));
         if let Err((id, why)) = result {
             let v = liveness_violation(sim, id, why);
             sim.set_violation(v);

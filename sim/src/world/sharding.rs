@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use convoke_membership::gossip::Gossip;
 use convoke_membership::{Member, UniqueAddress};
 use convoke_sharding::wire::{self, Decoded, Frame};
-use convoke_sharding::{EntityId, Host, HostOutput, RegionMsg, answer, shard_for_entity};
+use convoke_sharding::{EntityId, Host, HostOutput, RegionMsg, ShardId, answer, shard_for_entity};
 
 use super::{Event, Sim, into_queue};
 use crate::delivery::ShardingInFlight;
 use crate::invariants::Violation;
 use crate::invariants::s17_one_singleton::split;
-use crate::sharding::{ASK_INTERVAL, EntityRun, SHARDS};
+use crate::sharding::{ASK_INTERVAL, EntityRun, PASSIVATE_EVERY, SHARDS};
 
 /// A frame's name and shard, for the step log.
 fn describe(frame: &Frame) -> String {
@@ -86,10 +86,23 @@ impl Sim {
                 self.note(|| format!("slot {slot} entity {entity} starts (shard {shard})"));
                 self.check_one_entity(slot, &entity);
             }
-            HostOutput::DeliverToEntity { payload, reply, .. } => {
-                // The entity answers at once, with what it was sent.
+            HostOutput::DeliverToEntity { shard, entity, payload, reply } => {
+                // The entity answers at once, with what it was sent; with remembered entities,
+                // every so many asks it passivates then.
+                let passivate = s.config().remember_entities
+                    && payload
+                        .as_slice()
+                        .try_into()
+                        .is_ok_and(|b| u64::from_le_bytes(b) % PASSIVATE_EVERY == 0);
                 if let Some(out) = answer(reply, Ok(payload)) {
                     self.host_output(slot, me, out);
+                }
+                if passivate {
+                    self.note(|| format!("slot {slot} entity {entity} passivates"));
+                    let host = self.shardings.as_mut().and_then(|s| s.slot_mut(slot).host.as_mut());
+                    if let Some(h) = host {
+                        h.passivate(&shard, &entity, local);
+                    }
                 }
             }
             HostOutput::StopEntity { shard, entity } => {
@@ -138,10 +151,22 @@ impl Sim {
             }
             // Regions in the simulation never shut down gracefully.
             HostOutput::Stopped => {}
-            // The simulated entity type does not remember its entities.
-            HostOutput::LoadEntities(_)
-            | HostOutput::Remember { .. }
-            | HostOutput::Forget { .. } => {}
+            HostOutput::LoadEntities(shard) => {
+                let ids = s.load_remembered(&shard, me);
+                let n = ids.len();
+                s.stats.remembered_starts += n as u64;
+                s.hash(now, slot, "load-entities");
+                if let Some(h) = s.slot_mut(slot).host.as_mut() {
+                    h.entities_loaded(&shard, ids, local);
+                }
+                self.note(|| format!("slot {slot} shard {shard} reads {n} remembered entities"));
+            }
+            HostOutput::Remember { shard, entity } => {
+                s.change_remembered(&shard, me, entity, true);
+            }
+            HostOutput::Forget { shard, entity } => {
+                s.change_remembered(&shard, me, entity, false);
+            }
         }
     }
 
@@ -241,9 +266,21 @@ impl Sim {
 
     /// A new incarnation `node` started in `slot`: its host starts, hosting.
     pub(super) fn sharding_started(&mut self, slot: usize, node: &UniqueAddress) {
+        let local = self.local_instant(slot);
         let Some(s) = self.shardings.as_mut() else { return };
         s.on_exit(slot);
-        let host = Host::new(s.config().clone(), node.clone(), true);
+        let mut host = Host::new(s.config().clone(), node.clone(), true);
+        if s.config().remember_entities {
+            // The runtime reads which shards have remembered entities as the type starts, and
+            // wakes them (read at once here).
+            let listed: Vec<ShardId> = s
+                .remembered()
+                .iter()
+                .filter(|(_, (_, ids))| !ids.is_empty())
+                .map(|(shard, _)| shard.clone())
+                .collect();
+            host.wake(listed, local);
+        }
         let ss = s.slot_mut(slot);
         ss.node = Some(node.clone());
         ss.host = Some(host);
