@@ -12,7 +12,9 @@
 //!   message sent: the shard's move plus the read of its remembered set and the entity starts;
 //!
 //! and the time to start the 10,000 entities of each type with one message each (64 in flight),
-//! where a remembered entity's start also changes its shard's set in the store.
+//! where a remembered entity's start also changes its shard's set in the store. Last, the two
+//! survivors are stopped and started again on their addresses and directories (a full restart):
+//! the time until every remembered entity runs again, with no message sent.
 //!
 //! `cargo bench --bench remember_entities` prints each run, then a Markdown table of the medians
 //! of 3 runs with the ratios.
@@ -70,8 +72,9 @@ fn factory(node: usize, running: &Running) -> impl Fn(&str) -> Tracked + Send + 
     }
 }
 
-fn settings(dir: &std::path::Path) -> convoke::settings::Settings {
+fn settings(dir: &std::path::Path, port: u16) -> convoke::settings::Settings {
     let mut s = support::fast_sharding_settings();
+    s.cluster.port = port;
     s.sharding.number_of_shards = SHARDS;
     s.sharding.passivate_idle_after = None;
     s.sharding.remember_entities = RememberEntities::Types(vec!["remembered".to_owned()]);
@@ -124,26 +127,40 @@ struct Figures {
     moved: (Duration, Duration),
     /// Remembered entities that moved.
     entities_moved: usize,
+    /// From the start of the restarted survivors until every remembered entity runs again.
+    restart: Duration,
+}
+
+/// Starts a node on each directory (and port, 0 for any) and joins them; starts both types.
+async fn start(
+    dirs: &[tempfile::TempDir],
+    ports: &[u16],
+    plain_running: &Running,
+    remembered_running: &Running,
+) -> (Vec<Node>, EntityRef<Tracked>, EntityRef<Tracked>) {
+    let mut nodes = Vec::new();
+    for (d, p) in dirs.iter().zip(ports) {
+        nodes.push(Node::start(&settings(d.path(), *p)).await.unwrap());
+    }
+    support::join_through_first(&nodes).await;
+    let mut refs = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let plain = n.sharding().start("plain", None, factory(i, plain_running)).unwrap();
+        let remembered =
+            n.sharding().start("remembered", None, factory(i, remembered_running)).unwrap();
+        refs.push((plain, remembered));
+    }
+    let (plain, remembered) = refs.swap_remove(0);
+    (nodes, plain, remembered)
 }
 
 async fn one_run() -> Figures {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut nodes = Vec::new();
-    for d in &dirs {
-        nodes.push(Node::start(&settings(d.path())).await.unwrap());
-    }
-    support::join_through_first(&nodes).await;
     let (plain_running, remembered_running) = (Running::default(), Running::default());
-    let mut refs = Vec::new();
-    for (i, n) in nodes.iter().enumerate() {
-        let plain = n.sharding().start("plain", None, factory(i, &plain_running)).unwrap();
-        let remembered =
-            n.sharding().start("remembered", None, factory(i, &remembered_running)).unwrap();
-        refs.push((plain, remembered));
-    }
-    let (plain, remembered) = refs.swap_remove(0);
+    let (nodes, plain, remembered) =
+        start(&dirs, &[0, 0, 0], &plain_running, &remembered_running).await;
     let entity_ids = ids(&plain);
-    let start = (start_all(&plain, &entity_ids).await, start_all(&remembered, &entity_ids).await);
+    let started = (start_all(&plain, &entity_ids).await, start_all(&remembered, &entity_ids).await);
     // Every entity runs; those of node 2 are to move.
     let on_2: Vec<String> = remembered_running
         .lock()
@@ -180,10 +197,25 @@ async fn one_run() -> Figures {
         t.elapsed()
     };
     let (_, p, r) = tokio::join!(shutdown, plain_moved, remembered_moved);
+    // A full restart of the two survivors.
+    let ports: Vec<u16> = nodes[..2].iter().map(|n| n.self_address().port()).collect();
     for n in &nodes[..2] {
         n.stop().await;
+        n.data().stopped().await;
     }
-    Figures { start, moved: (p, r), entities_moved: on_2.len() }
+    drop((nodes, plain, remembered));
+    until("every entity stopped", || remembered_running.lock().unwrap().is_empty()).await;
+    let t = Instant::now();
+    let (nodes, _, _) = start(&dirs[..2], &ports, &plain_running, &remembered_running).await;
+    until("remembered entities running after the restart", || {
+        remembered_running.lock().unwrap().len() == entity_ids.len()
+    })
+    .await;
+    let restart = t.elapsed();
+    for n in &nodes {
+        n.stop().await;
+    }
+    Figures { start: started, moved: (p, r), entities_moved: on_2.len(), restart }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -198,8 +230,9 @@ fn main() {
         for run in 0..RUNS {
             let f = one_run().await;
             eprintln!(
-                "run {run}: start {:?}/{:?}, moved {:?}/{:?} ({} remembered entities moved)",
-                f.start.0, f.start.1, f.moved.0, f.moved.1, f.entities_moved
+                "run {run}: start {:?}/{:?}, moved {:?}/{:?} ({} remembered entities moved), \
+                 full restart {:?}",
+                f.start.0, f.start.1, f.moved.0, f.moved.1, f.entities_moved, f.restart
             );
             runs.push(f);
         }
@@ -220,6 +253,11 @@ fn main() {
             "| graceful shutdown of 1 of 3 nodes: shards hosted again (plain) / its {moved:.0} \
              entities running again (remembered) | {m_plain:.2} s | {m_rem:.2} s | {:.2} |",
             m_rem / m_plain
+        );
+        println!(
+            "| full restart of the 2 remaining nodes: all 10,000 remembered entities running, no \
+             message sent | | {:.2} s | |",
+            med(|f| f.restart)
         );
     });
 }
