@@ -20,7 +20,6 @@
 //! of 3 runs with the ratios.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use convoke::Node;
@@ -30,6 +29,7 @@ use futures::StreamExt;
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+use support::running::{Running, RunsOn};
 
 const RUNS: usize = 3;
 const SHARDS: u32 = 100;
@@ -38,23 +38,9 @@ const IN_FLIGHT: usize = 64;
 const ASK_TIMEOUT: Duration = Duration::from_secs(30);
 const MOVE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Which node each running entity of a type runs on.
-type Running = Arc<Mutex<BTreeMap<String, usize>>>;
-
 /// An entity that says where it runs, from its start until it is dropped.
 struct Tracked {
-    id: String,
-    node: usize,
-    running: Running,
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        let mut running = self.running.lock().unwrap();
-        if running.get(&self.id) == Some(&self.node) {
-            running.remove(&self.id);
-        }
-    }
+    _runs: RunsOn,
 }
 
 impl Entity for Tracked {
@@ -66,10 +52,7 @@ impl Entity for Tracked {
 
 fn factory(node: usize, running: &Running) -> impl Fn(&str) -> Tracked + Send + Sync + 'static {
     let running = running.clone();
-    move |id: &str| {
-        running.lock().unwrap().insert(id.to_owned(), node);
-        Tracked { id: id.to_owned(), node, running: running.clone() }
-    }
+    move |id: &str| Tracked { _runs: RunsOn::start(id, node, &running).0 }
 }
 
 fn settings(dir: &std::path::Path, port: u16) -> convoke::settings::Settings {

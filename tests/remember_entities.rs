@@ -7,7 +7,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use convoke::Node;
@@ -15,6 +14,7 @@ use convoke::settings::{RememberEntities, Settings};
 use convoke::sharding::{Entity, EntityContext, EntityRef};
 use serde::{Deserialize, Serialize};
 use support::join_through_first;
+use support::running::{Running, RunsOn};
 
 const ASK: Duration = Duration::from_secs(10);
 const T: Duration = Duration::from_secs(90);
@@ -25,30 +25,14 @@ enum Cmd {
     Stop,
 }
 
-/// Which node each running entity runs on, kept by the entities themselves.
-type Running = Arc<Mutex<BTreeMap<String, usize>>>;
-
 /// An entity that says where it runs, from its start until it is dropped.
-struct Tracked {
-    id: String,
-    node: usize,
-    running: Running,
-}
+struct Tracked(RunsOn);
 
 impl Tracked {
     fn new(id: &str, node: usize, running: &Running) -> Self {
-        let previous = running.lock().unwrap().insert(id.to_owned(), node);
+        let (runs, previous) = RunsOn::start(id, node, running);
         assert_eq!(previous, None, "{id} started on node {node} while it runs on {previous:?}");
-        Self { id: id.to_owned(), node, running: running.clone() }
-    }
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        let mut running = self.running.lock().unwrap();
-        if running.get(&self.id) == Some(&self.node) {
-            running.remove(&self.id);
-        }
+        Self(runs)
     }
 }
 
@@ -60,7 +44,7 @@ impl Entity for Tracked {
         if let Cmd::Stop = cmd {
             ctx.passivate();
         }
-        self.node
+        self.0.node()
     }
 }
 

@@ -44,8 +44,8 @@ pub struct ShardingSettings {
 }
 
 /// Which entity types remember their entities: all or none, or those named.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged, expecting = "true, false or a list of entity type names")]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
 pub enum RememberEntities {
     /// Every type (`true`) or none (`false`).
     All(bool),
@@ -56,6 +56,35 @@ pub enum RememberEntities {
 impl Default for RememberEntities {
     fn default() -> Self {
         Self::All(false)
+    }
+}
+
+impl<'de> Deserialize<'de> for RememberEntities {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RememberEntities;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or a list of entity type names")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, all: bool) -> Result<Self::Value, E> {
+                Ok(RememberEntities::All(all))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut types = Vec::new();
+                while let Some(t) = seq.next_element::<String>()? {
+                    types.push(t);
+                }
+                Ok(RememberEntities::Types(types))
+            }
+        }
+        d.deserialize_any(Visitor)
     }
 }
 

@@ -432,3 +432,26 @@ fn worker_threads_default_to_one_and_are_read_from_every_layer() {
         Ok(())
     });
 }
+
+#[test]
+fn remember_entities_takes_a_flag_or_type_names_and_needs_the_store() {
+    let store = ["data.enabled=true", "data.dir=\"/tmp/convoke-data\""];
+    let all = load_sets(&[&store[..], &["sharding.remember_entities=true"]].concat()).unwrap();
+    assert!(all.sharding.remember_entities.covers("anything"));
+    let some =
+        load_sets(&[&store[..], &["sharding.remember_entities=[\"cart\"]"]].concat()).unwrap();
+    assert!(some.sharding.remember_entities.covers("cart"));
+    assert!(!some.sharding.remember_entities.covers("counter"));
+    assert_eq!(
+        some.sharding.config_for("cart", None, Duration::from_secs(1)).idle_after(),
+        None,
+        "remembered entities are never passivated for being idle"
+    );
+    assert!(!Settings::default().sharding.remember_entities.any());
+    let bad = load_sets(&["sharding.remember_entities=5"]).unwrap_err();
+    assert_eq!(bad.key, "sharding.remember_entities");
+    assert!(bad.expected.contains("true, false or a list of entity type names"), "{bad}");
+    let no_store = load_sets(&["sharding.remember_entities=true"]).unwrap_err();
+    assert_eq!(no_store.key, "sharding.remember_entities");
+    assert!(no_store.expected.contains("data.enabled"), "{no_store}");
+}

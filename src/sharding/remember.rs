@@ -110,7 +110,8 @@ async fn wake_listed(
                     .flat_map(|set| set.elements().map(ShardId::from))
                     .collect();
                 if !shards.is_empty() {
-                    tracing::info!(key = %list, shards = shards.len(), "waking the shards with remembered entities");
+                    let n = shards.len();
+                    tracing::info!(key = %list, shards = n, "waking the shards with remembered entities");
                 }
                 let _ = events.send(Event::Wake(shards));
                 return;
@@ -150,11 +151,14 @@ struct Set {
 
 /// What a finished claim, write or wait says.
 enum Done {
-    Claimed { shard: ShardId, generation: u64, result: Result<Option<(Ballot, Fenced)>, DataError> },
+    Claimed { shard: ShardId, generation: u64, result: Result<Claim, DataError> },
     Listed { shard: ShardId, result: Result<(), DataError> },
     Written { shard: ShardId, generation: u64, result: Result<(), DataError> },
     Retry { shard: ShardId, generation: u64 },
 }
+
+/// A claim's ballot and what it read; `None`: outbid on every try.
+type Claim = Option<(Ballot, Fenced)>;
 
 type Work = FuturesUnordered<Pin<Box<dyn Future<Output = Done> + Send>>>;
 
@@ -272,18 +276,15 @@ impl Sets {
                 }
                 set.claimed = Some((ballot, 0));
                 set.busy = false;
-                tracing::debug!(entity_type = %type_name, %shard, %ballot, entities = set.ids.len(), "remembered entities read");
+                let n = set.ids.len();
+                tracing::debug!(entity_type = %type_name, %shard, %ballot, entities = n, "remembered entities read");
                 self.maybe_write(&shard, work);
             }
             Done::Claimed { result, .. } => {
-                match result {
-                    Err(e) => {
-                        tracing::debug!(entity_type = %type_name, %shard, error = %e, "cannot read the shard's remembered entities yet")
-                    }
-                    Ok(_) => {
-                        tracing::debug!(entity_type = %type_name, %shard, "outbid claiming the shard's remembered entities; trying again")
-                    }
-                }
+                let why = result
+                    .err()
+                    .map_or_else(|| "outbid on every try".to_owned(), |e| e.to_string());
+                tracing::debug!(entity_type = %type_name, %shard, %why, "cannot read the shard's remembered entities yet");
                 self.wait(&shard, generation, work);
             }
             Done::Written { result: Ok(()), .. } => {
@@ -304,7 +305,15 @@ impl Sets {
                 }
             }
             Done::Written { result: Err(e), .. } if e.fence_refusal().is_some() => {
-                tracing::warn!(entity_type = %type_name, %shard, "another node has claimed the shard's remembered entities; this one no longer writes them");
+                // After a handoff, the last write of the old home may come after the new home's
+                // claim; otherwise the shard runs elsewhere too, which the sharding prevents.
+                let what = "another node has claimed the shard's remembered entities; this one \
+                            no longer writes them";
+                if set.released {
+                    tracing::debug!(entity_type = %type_name, %shard, "{what}");
+                } else {
+                    tracing::warn!(entity_type = %type_name, %shard, "{what}");
+                }
                 self.sets.remove(&shard);
             }
             Done::Written { result: Err(e), .. } => {
@@ -317,15 +326,13 @@ impl Sets {
                 // The shard stopped here before its set could be read: nothing to write.
                 self.sets.remove(&shard);
             }
+            // Still busy: the claim is made again.
+            Done::Retry { .. } if set.claimed.is_none() => {
+                self.claim(&shard, &self.sets[&shard], work)
+            }
             Done::Retry { .. } => {
                 set.busy = false;
-                if set.claimed.is_none() {
-                    set.busy = true;
-                    let set = &self.sets[&shard];
-                    self.claim(&shard, set, work);
-                } else {
-                    self.maybe_write(&shard, work);
-                }
+                self.maybe_write(&shard, work);
             }
         }
     }

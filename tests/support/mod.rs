@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod netns;
 pub mod process;
+pub mod running;
 
 use std::time::Duration;
 
