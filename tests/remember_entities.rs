@@ -102,9 +102,10 @@ async fn until(running: &Running, what: &str, done: impl Fn(&BTreeMap<String, us
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_entities_of_a_crashed_node_start_on_the_survivors_without_a_message() {
+    // RUST_LOG=convoke::sharding=debug shows the remembered sets' reads and writes.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .try_init(); // DEBUG
+        .try_init();
     let _live = support::live().await;
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes = Vec::new();
