@@ -398,23 +398,6 @@ impl<R> Host<R> {
         self.drain(now);
     }
 
-    /// The shards hosted here whose remembered set has not been read yet (the driver keeps
-    /// trying to read them).
-    pub fn shards_loading(&self) -> impl Iterator<Item = &ShardId> {
-        let remember = self.config.remember_entities;
-        self.shards.iter().filter(move |(_, s)| remember && !s.is_loaded()).map(|(id, _)| id)
-    }
-
-    /// The entities the shards hosted here remember, by shard (for checks).
-    pub fn remembered(&self) -> impl Iterator<Item = (&ShardId, &EntityId)> {
-        self.shards.iter().flat_map(|(id, s)| s.remembered().map(move |e| (id, e)))
-    }
-
-    /// The entities running (or stopping) here, by shard (for checks).
-    pub fn entities(&self) -> impl Iterator<Item = (&ShardId, &EntityId)> {
-        self.shards.iter().flat_map(|(id, s)| s.entity_ids().map(move |e| (id, e)))
-    }
-
     /// The entity has ended (asked to, or on its own).
     pub fn entity_stopped(&mut self, shard: &ShardId, entity: &EntityId, now: Instant) {
         if let Some(s) = self.shards.get_mut(shard) {

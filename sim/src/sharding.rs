@@ -256,10 +256,9 @@ impl Shardings {
         entity: EntityId,
         add: bool,
     ) {
-        let Some((owner, ids)) = self.remembered.get_mut(shard).filter(|(o, _)| o == by) else {
+        let Some((_, ids)) = self.remembered.get_mut(shard).filter(|(o, _)| o == by) else {
             return;
         };
-        debug_assert_eq!(owner, by);
         if add {
             ids.insert(entity);
         } else {

@@ -490,6 +490,13 @@ impl Task {
         }
     }
 
+    /// Passes `cmd` to the remembered sets, when the type remembers its entities.
+    fn remember(&self, cmd: Cmd) {
+        if let Some(r) = &self.remembrance {
+            r.send(cmd);
+        }
+    }
+
     fn shard_stats(&self) -> Vec<ShardStats> {
         // The host lists its shards in shard order.
         self.host
@@ -594,14 +601,6 @@ impl Task {
                     let _ = w.send(());
                 }
             }
-        }
-    }
-}
-
-impl Task {
-    fn remember(&self, cmd: Cmd) {
-        if let Some(r) = &self.remembrance {
-            r.send(cmd);
         }
     }
 }

@@ -149,6 +149,13 @@ struct Set {
     released: bool,
 }
 
+impl Set {
+    /// Adds or removes `id`; the set is to be written if that changed it.
+    fn apply(&mut self, id: EntityId, add: bool) {
+        self.dirty |= if add { self.ids.insert(id) } else { self.ids.remove(&id) };
+    }
+}
+
 /// What a finished claim, write or wait says.
 enum Done {
     Claimed { shard: ShardId, generation: u64, result: Result<Claim, DataError> },
@@ -233,7 +240,7 @@ impl Sets {
             set.early.push((id, add));
             return;
         }
-        set.dirty |= if add { set.ids.insert(id) } else { set.ids.remove(&id) };
+        set.apply(id, add);
         self.maybe_write(&shard, work);
     }
 
@@ -272,7 +279,7 @@ impl Sets {
                 }
                 set.ids = stored;
                 for (id, add) in std::mem::take(&mut set.early) {
-                    set.dirty |= if add { set.ids.insert(id) } else { set.ids.remove(&id) };
+                    set.apply(id, add);
                 }
                 set.claimed = Some((ballot, 0));
                 set.busy = false;
