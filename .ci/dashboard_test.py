@@ -76,7 +76,7 @@ def cluster_check(driver, data_dir):
     a = Node(["management.read_only=false"] + store("a"))
     a.join(a.address)
     b = Node([f'cluster.seed_nodes=["{a.address}"]'] + store("b"))
-    c = Node([f'cluster.seed_nodes=["{a.address}"]'] + store("c"))
+    c = Node([f'cluster.seed_nodes=["{a.address}"]', 'cluster.app_version="1.1.0"'] + store("c"))
     try:
         driver.get(a.url + "/dashboard")
         wait(driver, "three Up rows", lambda d: len(rows(d, '#members tbody tr[data-status="Up"]')) == 3)
@@ -84,6 +84,8 @@ def cluster_check(driver, data_dir):
         print("ok  no token asked for (no [management.auth])")
         wait(driver, "the store panel with three members on the ring", lambda d: "3 members on the ring" in d.find_element(By.ID, "data-figures").text)
         wait(driver, "an anti-entropy exchange with each of the two peers", lambda d: len(rows(d, "#anti-entropy tbody tr[data-peer]")) == 2)
+        wait(driver, "the newer app version of the third node", lambda d: [e.text for e in rows(d, f'#members tr[data-node="{c.address}"] td.version')] == ["1.1.0"])
+        print("ok  the third node's app version shown (1.1.0)")
         leaders = [e for e in rows(driver, "#members td.leader") if e.text.strip()]
         assert len(leaders) == 1, f"{len(leaders)} leader marks"
         print("ok  exactly one leader mark")

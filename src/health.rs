@@ -63,6 +63,15 @@ pub enum Unhealthy {
         /// The deadline.
         deadline: Duration,
     },
+    /// Entity types whose region has not been registered with a coordinator yet, singletons
+    /// whose manager does not know the oldest member yet (each list may be empty, not both).
+    #[error("{}", not_serving(sharding, singletons))]
+    NotServing {
+        /// The entity types.
+        sharding: Vec<String>,
+        /// The singletons.
+        singletons: Vec<String>,
+    },
     /// The driver did not answer a ping in time, or has stopped.
     #[error(
         "Health Check Failed: Check [cluster-driver] timed out after {} (the node's driver does not answer or has stopped)",
@@ -161,6 +170,24 @@ where
 
 fn list(l: &RwLock<Vec<(String, Check)>>) -> Vec<(String, Check)> {
     l.read().map(|v| v.clone()).unwrap_or_default()
+}
+
+/// The text of [`Unhealthy::NotServing`]: one sentence per failing check, each named.
+fn not_serving(sharding: &[String], singletons: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !sharding.is_empty() {
+        parts.push(format!(
+            "Check [sharding] not ok: the region of {} has not been registered with its coordinator yet (management.health_checks.sharding)",
+            sharding.join(", ")
+        ));
+    }
+    if !singletons.is_empty() {
+        parts.push(format!(
+            "Check [singletons] not ok: the manager of {} does not know the oldest member yet (management.health_checks.singletons)",
+            singletons.join(", ")
+        ));
+    }
+    format!("Not Healthy: {}", parts.join("; "))
 }
 
 /// A duration as Akka writes one in health-check messages: `1 second`, `500 milliseconds`.

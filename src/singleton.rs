@@ -17,7 +17,7 @@
 //! registers on its node, on the oldest member with the role, waiting (within its timeout, at
 //! most `singleton.proxy_buffer_size` asks at once) while there is none.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -44,6 +44,8 @@ use crate::settings::SingletonSettings;
 #[derive(Clone, Debug, Default)]
 pub struct Statuses {
     by_name: Arc<Mutex<BTreeMap<String, watch::Receiver<SingletonStatus>>>>,
+    /// Singletons whose manager has known the oldest member at least once.
+    knew_oldest: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Statuses {
@@ -51,6 +53,28 @@ impl Statuses {
     pub fn list(&self) -> Vec<SingletonStatus> {
         let by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
         by_name.values().map(|rx| rx.borrow().clone()).collect()
+    }
+
+    /// The singletons started on this node whose manager has never known the oldest member
+    /// with the singleton's role, by name: until it does, it cannot tell whether the instance
+    /// runs here or where to send. Once it has, the singleton is never listed again, so that
+    /// `/ready` does not fail while the oldest changes. The singleton readiness check
+    /// (`management.health_checks.singletons`).
+    pub fn without_oldest(&self) -> Vec<String> {
+        let by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut knew = self.knew_oldest.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut waiting = Vec::new();
+        for (name, rx) in by_name.iter() {
+            if knew.contains(name) {
+                continue;
+            }
+            if rx.borrow().oldest.is_some() {
+                knew.insert(name.clone());
+            } else {
+                waiting.push(name.clone());
+            }
+        }
+        waiting
     }
 }
 

@@ -146,6 +146,7 @@ async fn the_admin_cli_prints_tables_and_json_and_explains_errors() {
         assert!(out.contains(&n.self_address().to_string()), "{out}");
     }
     assert!(out.contains("(this node)") && out.contains('*'), "{out}");
+    assert!(out.contains("VERSION") && out.contains("0.0.0"), "the app version column: {out}");
     let (code, out, _) = run(&["members", "--url", &u, "-o", "json"]);
     assert_eq!(code, Some(0));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -153,7 +154,7 @@ async fn the_admin_cli_prints_tables_and_json_and_explains_errors() {
     let second = nodes[1].self_address().to_string();
     let (code, out, _) = run(&["member", &second, "--url", &u]);
     assert_eq!(code, Some(0));
-    assert!(out.contains("Up"), "{out}");
+    assert!(out.contains("Up") && out.contains("version 0.0.0"), "{out}");
     let (code, _, err) = run(&["member", "convoke@nowhere:1", "--url", &u]);
     assert_eq!(code, Some(3), "a missing member exits 3");
     assert!(err.contains("not found"), "{err}");

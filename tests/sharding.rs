@@ -344,3 +344,51 @@ async fn a_node_with_another_number_of_shards_is_refused_at_join() {
     assert_eq!(nodes[0].state().members.len(), 1);
     nodes[0].stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_waits_for_the_region_to_be_registered_and_the_singleton_to_know_the_oldest() {
+    let _live = support::live().await;
+    let mut s = settings();
+    s.management.enabled = true;
+    s.management.port = 0;
+    s.bootstrap.enabled = false;
+    let nodes = support::start_cluster(&s, 2).await;
+    let registry = Registry::default();
+    let client = reqwest::Client::new();
+    let ready = |i: usize| {
+        let url = format!("http://{}/ready", nodes[i].management_addr().unwrap());
+        let client = client.clone();
+        async move {
+            let answer = client.get(url).send().await.unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }
+    };
+    assert_eq!(ready(1).await, (200, "OK".to_owned()), "nothing started yet");
+    // The coordinator cannot read its table while the other member, a replica, has not
+    // started the type; a singleton whose role no member has has no oldest.
+    start_counter(&nodes[1], 1, &registry);
+    nodes[1].singletons().start("reports", Some("reporting"), |_| async {}).unwrap();
+    let (status, text) = ready(1).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(
+        text.contains("Check [sharding] not ok: the region of counter has not been registered")
+            && text.contains("Check [singletons] not ok: the manager of reports does not know"),
+        "both checks named: {text}"
+    );
+    start_counter(&nodes[0], 0, &registry);
+    let deadline = tokio::time::Instant::now() + T;
+    let text = loop {
+        let (status, text) = ready(1).await;
+        if !text.contains("[sharding]") {
+            assert_eq!(status, 503, "{text}");
+            break text;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the region never registered: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(text.contains("Check [singletons]"), "{text}");
+    assert_eq!(ready(0).await.0, 200, "node 0's region registered with the same coordinator");
+    for n in &nodes {
+        n.stop().await;
+    }
+}

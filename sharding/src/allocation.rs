@@ -9,11 +9,15 @@
 //!    one shard, at most as many as the shortfall and `limit(N)`.
 //!
 //! `limit(N) = max(1, min(floor(relative_limit · N), absolute_limit))`. A round starts only when
-//! the previous one has finished. After rounds settle, the shard counts of any two regions
+//! the previous one has finished (and, in the coordinator, only while every region runs the same
+//! application version: during a rolling update shards move only as old nodes leave). After rounds settle, the shard counts of any two regions
 //! differ by at most one (two regions at `optimal - 1` and `optimal + 0` differ by one; a region
 //! below `optimal - 1` triggers step 2).
 
+use std::cmp::Reverse;
+
 use convoke_membership::UniqueAddress;
+use convoke_membership::version::AppVersion;
 
 use super::ShardId;
 
@@ -26,13 +30,16 @@ pub struct RegionLoad<'a> {
     pub shards: &'a [ShardId],
     /// Its member is leaving (or otherwise on its way out): it is the last choice.
     pub leaving: bool,
+    /// Its member's `cluster.app_version`.
+    pub version: &'a AppVersion,
 }
 
-impl RegionLoad<'_> {
-    /// Smaller is better: a member that stays, then fewer shards, then the address (so the choice
-    /// does not depend on the order the regions came in).
-    fn suitability(&self) -> (bool, usize, &UniqueAddress) {
-        (self.leaving, self.shards.len(), self.region)
+impl<'a> RegionLoad<'a> {
+    /// Smaller is better: a member that stays, then the newest application version (a rolling
+    /// update sends new shards to the nodes that replace the old ones), then fewer shards, then
+    /// the address (so the choice does not depend on the order the regions came in).
+    fn suitability(&self) -> (bool, Reverse<&'a AppVersion>, usize, &'a UniqueAddress) {
+        (self.leaving, Reverse(self.version), self.shards.len(), self.region)
     }
 }
 
@@ -136,7 +143,11 @@ mod tests {
     }
 
     fn loads(t: &[(UniqueAddress, Vec<ShardId>)]) -> Vec<RegionLoad<'_>> {
-        t.iter().map(|(r, s)| RegionLoad { region: r, shards: s, leaving: false }).collect()
+        static VERSION: std::sync::LazyLock<AppVersion> =
+            std::sync::LazyLock::new(AppVersion::default);
+        t.iter()
+            .map(|(r, s)| RegionLoad { region: r, shards: s, leaving: false, version: &VERSION })
+            .collect()
     }
 
     /// Runs one round: removes the chosen shards and gives each to the least loaded region.
@@ -165,6 +176,31 @@ mod tests {
         l[1].leaving = true;
         assert_eq!(rule.allocate(&l), Some(&node(2)));
         assert_eq!(rule.allocate(&[]), None);
+    }
+
+    #[test]
+    fn a_new_shard_goes_to_the_newest_app_version_before_the_fewest_shards() {
+        let rule = LeastShardAllocation::new(20, 0.1);
+        let t = table(&[3, 1, 2]);
+        let (old, new, rc) = (
+            AppVersion::parse("1.2.3"),
+            AppVersion::parse("1.10.0"),
+            AppVersion::parse("1.10.0-RC1"),
+        );
+        let mut l = loads(&t);
+        l[0].version = &new;
+        l[1].version = &old;
+        l[2].version = &rc;
+        assert_eq!(rule.allocate(&l), Some(&node(0)), "1.10.0 is newer than 1.10.0-RC1 and 1.2.3");
+        l[2].version = &new;
+        assert_eq!(rule.allocate(&l), Some(&node(2)), "the fewer shards among the newest");
+        l[0].leaving = true;
+        l[2].leaving = true;
+        assert_eq!(
+            rule.allocate(&l),
+            Some(&node(1)),
+            "an old node that stays before new ones leaving"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::mem;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use convoke_membership::version::AppVersion;
 use convoke_membership::{Member, MemberStatus, UniqueAddress};
 
 use super::allocation::{LeastShardAllocation, RegionLoad};
@@ -166,6 +167,13 @@ pub struct Coordinator {
     unconfirmed: bool,
     /// Every member's status.
     members: BTreeMap<UniqueAddress, MemberStatus>,
+    /// The application version of every member of this data center with the role.
+    versions: BTreeMap<UniqueAddress, AppVersion>,
+    /// When each of those members was first seen Up here.
+    up_since: BTreeMap<UniqueAddress, Instant>,
+    /// Every one of those members that is Up runs the same version: no rolling update is under
+    /// way, rebalancing may start.
+    one_version: bool,
     /// Members that hold a replica.
     replicas: BTreeSet<UniqueAddress>,
     /// Nobody unreachable, joining or weakly up: rebalancing may start.
@@ -240,6 +248,9 @@ impl Coordinator {
             removed: BTreeMap::new(),
             unconfirmed: false,
             members: BTreeMap::new(),
+            versions: BTreeMap::new(),
+            up_since: BTreeMap::new(),
+            one_version: true,
             replicas: BTreeSet::new(),
             calm: false,
             timers: Timers::default(),
@@ -257,7 +268,7 @@ impl Coordinator {
             register_again: None,
             stopping: false,
         };
-        c.read_view(members, unreachable);
+        c.read_view(members, unreachable, now);
         c.departures.update(members, now, c.config.removal_margin);
         c.send_reads(now);
         c
@@ -323,7 +334,7 @@ impl Coordinator {
     ) {
         self.now = now;
         let replicas_before = self.replicas.clone();
-        self.read_view(members, unreachable);
+        self.read_view(members, unreachable, now);
         self.departures.update(members, now, self.config.removal_margin);
         if self.replicas != replicas_before && matches!(self.phase, Phase::Active) {
             // The table goes to the new replica set in full, so that a majority of it holds
@@ -478,7 +489,12 @@ impl Coordinator {
         self.after_input(now);
     }
 
-    fn read_view(&mut self, members: &[Member], unreachable: &BTreeSet<UniqueAddress>) {
+    fn read_view(
+        &mut self,
+        members: &[Member],
+        unreachable: &BTreeSet<UniqueAddress>,
+        now: Instant,
+    ) {
         use MemberStatus::*;
         self.dc = members
             .iter()
@@ -486,6 +502,13 @@ impl Coordinator {
             .map_or_else(|| "default".to_owned(), |m| m.data_center().to_owned());
         let ours: Vec<&Member> = members.iter().filter(|m| self.ours(m)).collect();
         self.members = members.iter().map(|m| (m.node().clone(), m.status())).collect();
+        self.versions = ours.iter().map(|m| (m.node().clone(), m.app_version().clone())).collect();
+        let up: Vec<&Member> = ours.iter().copied().filter(|m| m.status() == Up).collect();
+        self.up_since.retain(|n, _| up.iter().any(|m| m.node() == n));
+        for m in &up {
+            self.up_since.entry(m.node().clone()).or_insert(now);
+        }
+        self.one_version = up.windows(2).all(|w| w[0].app_version() == w[1].app_version());
         self.replicas = ours
             .iter()
             .filter(|m| {
@@ -871,10 +894,26 @@ impl Coordinator {
                     | MemberStatus::ReadyForShutdown => true,
                     _ => return None,
                 };
-                Some(RegionLoad { region: r, shards, leaving })
+                Some(RegionLoad { region: r, shards, leaving, version: self.versions.get(r)? })
             })
             .collect();
-        self.rule.allocate(&loads).cloned()
+        let chosen = self.rule.allocate(&loads)?;
+        let version = &self.versions[chosen];
+        (!self.newer_region_coming(version)).then(|| chosen.clone())
+    }
+
+    /// Whether a member newer than `version` is Up here and its region may register soon: a
+    /// new shard waits for it rather than go to a node that a rolling update is replacing. It
+    /// waits at most a removal margin after the member came Up, and not for a member that is
+    /// unreachable or whose region has stopped (a member of the role that never starts the
+    /// entity type does not hold allocation up for good).
+    fn newer_region_coming(&self, version: &AppVersion) -> bool {
+        self.up_since.iter().any(|(m, since)| {
+            self.versions.get(m).is_some_and(|v| v > version)
+                && !self.heard(m)
+                && !self.unreachable.contains(m)
+                && *since + self.config.removal_margin > self.now
+        })
     }
 
     fn settle(&mut self, shard: ShardId, eager: bool) {
@@ -995,6 +1034,7 @@ impl Coordinator {
             && self.handoffs.is_empty()
             && self.removed.is_empty()
             && self.calm
+            && self.one_version
             && !self.unconfirmed
             && self.may_allocate_unknown();
         if !quiet {
@@ -1006,7 +1046,10 @@ impl Coordinator {
             .filter(|(r, _)| {
                 !self.shutting_down.contains(*r) && self.members.get(*r) == Some(&MemberStatus::Up)
             })
-            .map(|(region, shards)| RegionLoad { region, shards, leaving: false })
+            .filter_map(|(region, shards)| {
+                let version = self.versions.get(region)?;
+                Some(RegionLoad { region, shards, leaving: false, version })
+            })
             .collect();
         for s in self.rule.rebalance(&loads) {
             self.start_handoff(s, now);

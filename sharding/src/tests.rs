@@ -53,6 +53,7 @@ struct TestNode {
     alive: bool,
     status: MemberStatus,
     up: u32,
+    version: AppVersion,
     replica: Replica,
     region: Region<Msg>,
     shards: BTreeMap<ShardId, Shard<Msg>>,
@@ -110,6 +111,7 @@ impl Net {
             alive: true,
             status: MemberStatus::Up,
             up,
+            version: AppVersion::default(),
             replica: Replica::new(),
             region: Region::new(self.config.clone(), node(i), true),
             shards: BTreeMap::new(),
@@ -130,13 +132,7 @@ impl Net {
             .enumerate()
             .filter(|(_, n)| n.status != MemberStatus::Removed)
             .map(|(i, n)| {
-                Member::from_parts(
-                    node(i),
-                    UpNumber(n.up),
-                    n.status,
-                    dc.clone(),
-                    AppVersion::default(),
-                )
+                Member::from_parts(node(i), UpNumber(n.up), n.status, dc.clone(), n.version.clone())
             })
             .collect()
     }
@@ -1263,6 +1259,78 @@ fn a_leaving_member_takes_no_part_in_rebalancing() {
     let after = net.coordinator().unwrap().status().version.unwrap().seq;
     assert_eq!(after, before, "the table was rewritten {} times", after - before);
     assert_eq!(net.counts(), counts);
+}
+
+/// Node `i`'s entities by shard, one entity for each of `shards`.
+fn entity_per_shard(shards: impl IntoIterator<Item = u32>) -> Vec<String> {
+    let all = entities(1000);
+    shards
+        .into_iter()
+        .map(|k| {
+            let shard = ShardId::new(k.to_string());
+            all.iter().find(|e| shard_for_entity(e, SHARDS) == shard).unwrap().clone()
+        })
+        .collect()
+}
+
+#[test]
+fn during_a_rolling_update_new_shards_go_to_the_new_version_and_nothing_is_rebalanced() {
+    let mut net = Net::new(3);
+    net.advance(Duration::from_secs(1));
+    for e in entity_per_shard(0..6) {
+        net.tell(0, &e);
+    }
+    assert_eq!(net.counts(), [2, 2, 2]);
+    let new = net.add_node();
+    net.nodes[new].version = AppVersion::parse("2.0.0");
+    net.membership_changed();
+    // A node of the same version would get shards by rebalancing within this time (see
+    // a_joining_node_gets_shards_by_rebalancing_and_counts_even_out).
+    net.advance(Duration::from_secs(60));
+    assert_eq!(net.counts(), [2, 2, 2, 0], "nothing moves while versions differ");
+    for (k, e) in entity_per_shard(6..12).iter().enumerate() {
+        net.tell(k % 3, e);
+    }
+    assert_eq!(net.counts(), [2, 2, 2, 6], "every new shard goes to the new version");
+    // An old node leaves: its shards drain to the new one, not to the other old ones.
+    let now = net.now;
+    net.nodes[0].region.graceful_shutdown(now);
+    net.pump();
+    net.advance(Duration::from_secs(5));
+    assert!(net.nodes[0].stopped);
+    assert_eq!(net.counts(), [2, 2, 8]);
+}
+
+#[test]
+fn a_new_shard_waits_for_the_region_of_a_newer_member_at_most_a_removal_margin() {
+    let mut net = Net::new(2);
+    net.advance(Duration::from_secs(1));
+    let [first, second] = entity_per_shard([0, 1]).try_into().unwrap();
+    // Up with a newer version, its region not started yet.
+    let new = net.add_node();
+    net.nodes[new].version = AppVersion::parse("1.0.1");
+    net.nodes[new].alive = false;
+    net.membership_changed();
+    let id = net.tell(0, &first);
+    net.advance(Duration::from_secs(5));
+    assert!(!net.delivered(id), "allocated to an old node while the new one starts");
+    net.nodes[new].alive = true;
+    net.membership_changed();
+    net.advance(Duration::from_secs(5));
+    assert!(net.delivered(id));
+    assert_eq!(net.home_of(&first), Some(new));
+
+    // A newer member whose region never registers holds allocation up for the margin only.
+    let silent = net.add_node();
+    net.nodes[silent].version = AppVersion::parse("1.0.2");
+    net.nodes[silent].alive = false;
+    net.membership_changed();
+    let id = net.tell(0, &second);
+    net.advance(Duration::from_secs(10));
+    assert!(!net.delivered(id));
+    net.advance(net.config.removal_margin);
+    assert!(net.delivered(id));
+    assert_eq!(net.home_of(&second), Some(new), "then the newest that registered");
 }
 
 fn member(i: usize, status: MemberStatus) -> Member {

@@ -56,6 +56,10 @@ pub struct ClusterMember {
     /// clients ignore as an unknown field.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub up_number: Option<u32>,
+    /// Its `cluster.app_version` (`1.2.3`, `1.2.3-RC1`): shard allocation prefers the newest.
+    /// Not in Akka's JSON; empty when read from a node that does not send it.
+    #[serde(default)]
+    pub app_version: String,
 }
 
 /// One unreachable member.
@@ -76,6 +80,7 @@ impl ClusterMember {
             status: m.status().name().to_owned(),
             roles: m.roles().iter().cloned().collect(),
             up_number: (m.up_number() != UpNumber::UNASSIGNED).then_some(m.up_number().0),
+            app_version: m.app_version().as_str().to_owned(),
         }
     }
 }

@@ -42,6 +42,17 @@ fn node(address: &str, uid: i64) -> UniqueAddress {
 }
 
 fn member(address: &str, uid: i64, up: u32, status: MemberStatus, roles: &[&str]) -> Member {
+    versioned(address, uid, up, status, roles, "0.0.0")
+}
+
+fn versioned(
+    address: &str,
+    uid: i64,
+    up: u32,
+    status: MemberStatus,
+    roles: &[&str],
+    version: &str,
+) -> Member {
     // Up-number 0 stands for "not assigned yet".
     let up = if up == 0 { UpNumber::UNASSIGNED } else { UpNumber(up) };
     Member::from_parts(
@@ -49,7 +60,7 @@ fn member(address: &str, uid: i64, up: u32, status: MemberStatus, roles: &[&str]
         up,
         status,
         roles.iter().map(|r| (*r).to_owned()).collect(),
-        AppVersion::default(),
+        AppVersion::parse(version),
     )
 }
 
@@ -150,7 +161,7 @@ fn msg(text: &str) -> Value {
 /// The state of the routes spec's "list of members with cluster leader and oldest" case.
 fn members_state() -> CurrentClusterState {
     let m1 = member(M1, 1, 1, MemberStatus::Up, &["dc-one"]);
-    let m2 = member(M2, 2, 0, MemberStatus::Joining, &["dc-one"]);
+    let m2 = versioned(M2, 2, 0, MemberStatus::Joining, &["dc-one"], "1.2.3-RC1");
     let m3 = member(M3, 2, 3, MemberStatus::Up, &["dc-one"]);
     CurrentClusterState {
         self_node: Some(m1.node().clone()),
@@ -195,9 +206,11 @@ async fn routes_spec_get_members_with_leader_oldest_unreachable_and_oldest_per_r
         json!({
             "selfNode": M1,
             "members": [
-                // upNumber is convoke's addition to Akka's member JSON.
-                { "node": M1, "nodeUid": "1", "status": "Up", "roles": ["dc-one"], "upNumber": 1 },
-                { "node": M2, "nodeUid": "2", "status": "Joining", "roles": ["dc-one"] },
+                // upNumber and appVersion are convoke's additions to Akka's member JSON.
+                { "node": M1, "nodeUid": "1", "status": "Up", "roles": ["dc-one"], "upNumber": 1,
+                  "appVersion": "0.0.0" },
+                { "node": M2, "nodeUid": "2", "status": "Joining", "roles": ["dc-one"],
+                  "appVersion": "1.2.3-RC1" },
             ],
             "unreachable": [{ "node": M3, "observedBy": [M1, M2] }],
             "leader": M1,
@@ -242,7 +255,8 @@ async fn routes_spec_get_member_by_full_or_short_address_including_ipv6() {
         assert_eq!(status, StatusCode::OK, "{given}: {text}");
         assert_eq!(
             json_of(&text),
-            json!({ "node": address, "nodeUid": "1", "status": "Joining", "roles": [] }),
+            json!({ "node": address, "nodeUid": "1", "status": "Joining", "roles": [],
+                    "appVersion": "0.0.0" }),
             "{given}"
         );
     }

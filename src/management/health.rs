@@ -27,7 +27,17 @@ pub(super) async fn ready(State(app): State<AppState>) -> impl IntoResponse {
             ready: ready.join(", "),
         }));
     }
-    let timeout = app.settings.health_checks.check_timeout;
+    let checks = &app.settings.health_checks;
+    let timeout = checks.check_timeout;
+    let sharding = match &app.node.sharding {
+        Some(s) if checks.sharding => s.unregistered(timeout).await,
+        _ => Vec::new(),
+    };
+    let singletons =
+        if checks.singletons { app.node.singletons.without_oldest() } else { Vec::new() };
+    if !sharding.is_empty() || !singletons.is_empty() {
+        return answer(Err(Unhealthy::NotServing { sharding, singletons }));
+    }
     answer(app.node.health.ready(timeout).await)
 }
 

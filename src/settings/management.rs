@@ -86,6 +86,12 @@ pub struct HealthCheckSettings {
     /// (`"off"`) never fails for this.
     #[serde(with = "text::off_or_duration")]
     pub join_deadline: Option<Duration>,
+    /// `/ready` fails until the region of every entity type started on this node has been
+    /// registered with its coordinator (which has then read its table).
+    pub sharding: bool,
+    /// `/ready` fails until the manager of every singleton started on this node knows the
+    /// oldest member with the singleton's role.
+    pub singletons: bool,
 }
 
 impl Default for HealthCheckSettings {
@@ -97,6 +103,8 @@ impl Default for HealthCheckSettings {
             startup_path: "/startup".into(),
             check_timeout: Duration::from_secs(1),
             join_deadline: Some(Duration::from_secs(5 * 60)),
+            sharding: true,
+            singletons: true,
         }
     }
 }

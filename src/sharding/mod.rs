@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -215,6 +216,8 @@ struct Inner {
 struct TypeHandle {
     requests: mpsc::Sender<Request>,
     hosting: bool,
+    /// The region has been registered with a coordinator at least once.
+    registered: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Sharding {
@@ -336,7 +339,11 @@ impl Sharding {
         }
         types.insert(
             type_name.to_owned(),
-            TypeHandle { requests: started.requests.clone(), hosting },
+            TypeHandle {
+                requests: started.requests.clone(),
+                hosting,
+                registered: Arc::new(AtomicBool::new(false)),
+            },
         );
         tracing::info!(
             entity_type = type_name,
@@ -366,6 +373,39 @@ impl Sharding {
         let (tx, rx) = oneshot::channel();
         requests.send(Request::Report(tx)).await.ok()?;
         rx.await.ok()
+    }
+
+    /// The entity types started on this node (proxies too) whose region has never had its
+    /// registration acknowledged by a coordinator — which answers only once it has read its
+    /// table — each region asked with `timeout`. Once a region has been registered its type is
+    /// never listed again, so that `/ready` does not fail on every node while the coordinator
+    /// moves. The sharding readiness check (`management.health_checks.sharding`).
+    pub async fn unregistered(&self, timeout: Duration) -> Vec<String> {
+        let waiting: Vec<(String, TypeHandle)> = {
+            let types = self.inner.types.lock().unwrap_or_else(PoisonError::into_inner);
+            types
+                .iter()
+                .filter(|(_, t)| !t.registered.load(Ordering::Relaxed))
+                .map(|(n, t)| (n.clone(), t.clone()))
+                .collect()
+        };
+        let asks = waiting.into_iter().map(|(name, handle)| async move {
+            let (tx, rx) = oneshot::channel();
+            let report = async {
+                handle.requests.send(Request::Report(tx)).await.ok()?;
+                rx.await.ok()
+            };
+            let registered = tokio::time::timeout(timeout, report)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.region.registered);
+            if registered {
+                handle.registered.store(true, Ordering::Relaxed);
+            }
+            (!registered).then_some(name)
+        });
+        futures::future::join_all(asks).await.into_iter().flatten().collect()
     }
 
     /// The shards of `type_name` hosted by each member (by its address), asked of every member

@@ -176,7 +176,14 @@ pub(crate) async fn call(
         Request::Members => members_table(&serde_json::from_str(&text).map_err(parse_error)?),
         Request::Member(_) => {
             let m: ClusterMember = serde_json::from_str(&text).map_err(parse_error)?;
-            format!("{}  {}  uid {}  roles {}\n", m.node, m.status, m.node_uid, m.roles.join(","))
+            format!(
+                "{}  {}  uid {}  version {}  roles {}\n",
+                m.node,
+                m.status,
+                m.node_uid,
+                m.app_version,
+                m.roles.join(",")
+            )
         }
         Request::Shards => {
             let keys: ShardEntityTypeKeys = serde_json::from_str(&text).map_err(parse_error)?;
@@ -286,13 +293,14 @@ fn column_width<'a>(header: &str, cells: impl Iterator<Item = &'a str>) -> usize
     cells.map(str::len).max().unwrap_or(0).max(header.len())
 }
 
-/// The members as a table: status, roles, leader and oldest marks, then unreachable members with
-/// their observers.
+/// The members as a table: status, leader and oldest marks, app version, roles, then
+/// unreachable members with their observers.
 pub(crate) fn members_table(m: &ClusterMembers) -> String {
     let width = column_width("ADDRESS", m.members.iter().map(|x| x.node.as_str()));
+    let version = column_width("VERSION", m.members.iter().map(|x| x.app_version.as_str()));
     let mut out = format!(
-        "{:<width$}  {:<20}  {:<6}  {:<6}  ROLES\n",
-        "ADDRESS", "STATUS", "LEADER", "OLDEST"
+        "{:<width$}  {:<20}  {:<6}  {:<6}  {:<version$}  ROLES\n",
+        "ADDRESS", "STATUS", "LEADER", "OLDEST", "VERSION"
     );
     for x in &m.members {
         let leader = if m.leader.as_deref() == Some(&x.node) { "*" } else { "" };
@@ -300,9 +308,10 @@ pub(crate) fn members_table(m: &ClusterMembers) -> String {
         let self_mark = if x.node == m.self_node { " (this node)" } else { "" };
         let _ = writeln!(
             out,
-            "{:<width$}  {:<20}  {leader:<6}  {oldest:<6}  {}{self_mark}",
+            "{:<width$}  {:<20}  {leader:<6}  {oldest:<6}  {:<version$}  {}{self_mark}",
             x.node,
             x.status,
+            x.app_version,
             x.roles.join(",")
         );
     }

@@ -91,6 +91,7 @@ function renderMembers(m) {
         el("td", { class: "addr" }, member.node),
         el("td", { class: "status status-" + member.status }, member.status + (unreachable.has(member.node) ? " (unreachable)" : "")),
         el("td", {}, member.roles.join(", ")),
+        el("td", { class: "version" }, member.appVersion ?? ""),
         el("td", {}, member.upNumber ?? ""),
         el("td", { class: "mark leader" }, member.node === m.leader ? "★" : ""),
         el("td", { class: "mark oldest" }, member.node === m.oldest ? "●" : ""),
