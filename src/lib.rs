@@ -89,6 +89,7 @@ pub mod management;
 pub mod messaging;
 pub mod metrics;
 pub mod node;
+mod rolling_update;
 pub mod runtime;
 pub mod settings;
 pub mod sharding;

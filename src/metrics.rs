@@ -27,12 +27,19 @@ pub struct RuntimeMetrics {
     /// The split-brain resolver's decisions that downed members, by decision and by whether
     /// this node was among the downed.
     pub sbr_decisions: Family<Vec<(String, String)>, Counter>,
+    /// Patches of this pod's deletion-cost annotation, by outcome (`ok`, the API server's
+    /// status code, or `unreachable`).
+    pub deletion_cost_patches: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for RuntimeMetrics {
     fn default() -> Self {
         let buckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
-        Self { heartbeat_rtt: Histogram::new(buckets), sbr_decisions: Family::default() }
+        Self {
+            heartbeat_rtt: Histogram::new(buckets),
+            sbr_decisions: Family::default(),
+            deletion_cost_patches: Family::default(),
+        }
     }
 }
 
@@ -115,6 +122,12 @@ impl Metrics {
         }
     }
 
+    /// Counts a patch of this pod's deletion-cost annotation by its outcome.
+    pub(crate) fn record_deletion_cost_patch(&self, outcome: &str) {
+        let l = labels(&[("outcome", outcome)]);
+        self.recorded.deletion_cost_patches.get_or_create(&l).inc();
+    }
+
     fn count_decision(&self, decision: &Decision, downs_self: bool) {
         // The decision's name without its parameters (`AcquireLeaseAndDownUnreachable(2s)`).
         let name = decision.to_string();
@@ -171,6 +184,11 @@ impl Metrics {
             "sbr_decisions",
             "Split-brain resolver decisions that downed members, by decision",
             self.recorded.sbr_decisions.clone(),
+        );
+        registry.register(
+            "pod_deletion_cost_patches",
+            "Patches of this pod's deletion-cost annotation, by outcome (ok, the API server's status, unreachable)",
+            self.recorded.deletion_cost_patches.clone(),
         );
         register_sharding(&mut registry, &scrape.regions);
         let running = gauge_family(

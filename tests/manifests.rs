@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use convoke::management::ROUTES;
-use convoke_discovery::kubernetes::{ENV_VARS, LEASE_VERBS, POD_VERBS};
+use convoke_discovery::kubernetes::{DELETION_COST_VERBS, ENV_VARS, LEASE_VERBS, POD_VERBS};
 use serde_json::Value;
 
 fn manifest(name: &str) -> Value {
@@ -64,6 +64,7 @@ fn environment(container: &Value) -> Vec<(String, String)> {
             let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
                 Some("status.podIP") => "10.244.1.7".to_owned(),
                 Some("metadata.namespace") => "orders".to_owned(),
+                Some("metadata.name") => "convoke-7d9f8c6b5-x2kq4".to_owned(),
                 Some(other) => panic!("{name}: a field the test does not know: {other}"),
                 None => {
                     e["value"].as_str().unwrap_or_else(|| panic!("{name}: no value")).to_owned()
@@ -141,7 +142,8 @@ fn each_variable_sets_its_key(env: &[(String, String)], settings: &toml::Table) 
             let shown = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
             assert_eq!(&shown, value, "{name} sets {path}");
         } else {
-            assert!(ENV_VARS.contains(&name.as_str()), "{name} is read by nothing");
+            let read = ENV_VARS.contains(&name.as_str()) || name == convoke::settings::POD_NAME_ENV;
+            assert!(read, "{name} is read by nothing");
         }
     }
 }
@@ -285,7 +287,11 @@ fn sorted(verbs: &[&str]) -> Vec<String> {
 fn the_rbac_verbs_are_exactly_the_ones_the_code_uses() {
     assert_eq!(
         granted("base/role.yaml", "base/rolebinding.yaml"),
-        [(String::new(), "pods".to_owned(), sorted(&POD_VERBS))]
+        [(
+            String::new(),
+            "pods".to_owned(),
+            sorted(&[&POD_VERBS[..], &DELETION_COST_VERBS].concat())
+        )]
     );
     assert_eq!(
         granted("overlays/lease-majority/role.yaml", "overlays/lease-majority/rolebinding.yaml",),

@@ -3,9 +3,11 @@
 //!
 //! Layout: this file holds [`KubernetesApiDiscovery`] (its settings and those of the API server
 //! are in [`crate::settings`]); `client.rs` the API client ([`api_client`]), with the token
-//! re-read periodically; `pods.rs` which pods are targets; [`lease`] the Kubernetes lease.
+//! re-read periodically; `pods.rs` which pods are targets; [`lease`] the Kubernetes lease;
+//! [`deletion_cost`] the pod-deletion-cost annotation of a rolling update.
 
 mod client;
+pub mod deletion_cost;
 pub mod lease;
 mod pods;
 
@@ -19,13 +21,16 @@ pub use self::client::{
     ApiServerSettings, ENV_VARS, NAMESPACE_ENV, SERVICE_ACCOUNT_DIR, SERVICE_HOST_ENV,
     SERVICE_PORT_ENV, api_client,
 };
+pub use self::deletion_cost::{
+    DELETION_COST_ANNOTATION, DELETION_COST_VERBS, PatchError, PodDeletionCost,
+};
 pub use self::lease::{KubernetesLease, LEASE_VERBS};
 use self::pods::HostStyle;
 pub use crate::settings::KubernetesSettings;
 use crate::{DiscoveryError, Lookup, Resolved, ServiceDiscovery, with_timeout};
 
 /// The RBAC verbs pod discovery needs on `pods` (core API group): it lists the pods matching its
-/// label selector. `k8s/base/role.yaml` grants exactly these.
+/// label selector. `k8s/base/role.yaml` grants these beside [`DELETION_COST_VERBS`].
 pub const POD_VERBS: [&str; 1] = ["list"];
 
 /// Discovery of the pods labelled with the service name, through the Kubernetes API.

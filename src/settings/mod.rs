@@ -21,6 +21,7 @@ mod error;
 mod host;
 mod lease;
 mod management;
+mod rolling_update;
 mod runtime;
 mod sharding;
 mod singleton;
@@ -43,6 +44,7 @@ pub use management::{
     AuthSettings, DEFAULT_MANAGEMENT_PORT, HealthCheckSettings, ManagementLimits,
     ManagementSettings, TlsSettings, route_path,
 };
+pub use rolling_update::{KubernetesRollingUpdateSettings, POD_NAME_ENV, RollingUpdateSettings};
 pub use runtime::RuntimeSettings;
 pub use sharding::{RememberEntities, ShardingSettings};
 pub use singleton::SingletonSettings;
@@ -74,6 +76,8 @@ pub struct Settings {
     pub sharding: ShardingSettings,
     /// `[data]`: the replicated store.
     pub data: DataSettings,
+    /// `[rolling_update]`: the pod-deletion-cost annotation of the oldest members' pods.
+    pub rolling_update: RollingUpdateSettings,
     /// `[runtime]`: the threads `convoke run` runs the node on.
     pub runtime: RuntimeSettings,
     /// The Kubernetes location of the split-brain lease, read from
@@ -116,6 +120,7 @@ impl Settings {
         self.singleton.validate()?;
         self.sharding.validate()?;
         self.data.validate()?;
+        self.rolling_update.kubernetes.validate()?;
         if self.sharding.remember_entities.any() && !self.data.enabled {
             let value = toml::Value::try_from(&self.sharding.remember_entities)
                 .map_or_else(|_| "true".to_owned(), |v| v.to_string());

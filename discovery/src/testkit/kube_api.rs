@@ -74,6 +74,10 @@ struct ApiState {
     leases: BTreeMap<(String, String), Value>,
     resource_version: u64,
     requests: Vec<RecordedRequest>,
+    /// Pod patches taken in, in order: namespace, pod name, the patch.
+    pod_patches: Vec<(String, String, Value)>,
+    /// Statuses to answer the next pod patches with, instead of taking them in.
+    failing_patches: std::collections::VecDeque<u16>,
     interleaved_writes: Option<(usize, LeaseHook)>,
 }
 
@@ -95,6 +99,9 @@ impl Shared {
 /// - `GET`, `PUT /apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}` and `POST .../leases`
 ///   on Lease objects kept in memory: 404 when absent, 409 on create of an existing one or on a
 ///   replace whose `metadata.resourceVersion` is not the current one;
+/// - `PATCH /api/v1/namespaces/{ns}/pods/{name}` with a JSON merge patch, recorded
+///   ([`pod_patches`](Self::pod_patches)) unless told to fail it
+///   ([`fail_pod_patches`](Self::fail_pod_patches));
 /// - 401 to a request without one of the accepted bearer tokens.
 pub struct FakeApiServer {
     shared: Shared,
@@ -190,6 +197,17 @@ impl FakeApiServer {
         self.shared.lock().interleaved_writes = Some((times, Box::new(change)));
     }
 
+    /// Every pod patch taken in so far, in order: namespace, pod name, the JSON merge patch.
+    pub fn pod_patches(&self) -> Vec<(String, String, Value)> {
+        self.shared.lock().pod_patches.clone()
+    }
+
+    /// Answers the next pod patches with these statuses (403, 404, 409, 500 ...), one each,
+    /// without taking them in.
+    pub fn fail_pod_patches(&self, statuses: &[u16]) {
+        self.shared.lock().failing_patches.extend(statuses);
+    }
+
     /// Every request answered so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()
@@ -234,6 +252,7 @@ fn router(shared: Shared) -> Router {
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases";
     Router::new()
         .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
+        .route("/api/v1/namespaces/{ns}/pods/{name}", axum::routing::patch(patch_pod))
         .route(LEASES, axum::routing::post(create_lease))
         .route(&format!("{LEASES}/{{name}}"), get(get_lease).put(replace_lease))
         .layer(middleware::from_fn_with_state(shared.clone(), authenticate_and_record))
@@ -296,6 +315,40 @@ async fn list_pods(
         json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": []})
     });
     axum::Json(list).into_response()
+}
+
+async fn patch_pod(
+    State(shared): State<Shared>,
+    UrlPath((ns, name)): UrlPath<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let merge = headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/merge-patch+json");
+    if !merge {
+        return status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            "this stand-in takes only application/merge-patch+json",
+        );
+    }
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "the patch is not JSON");
+    };
+    let mut state = shared.lock();
+    if let Some(code) = state.failing_patches.pop_front() {
+        let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let reason = code.canonical_reason().unwrap_or("Failure").replace(' ', "");
+        let message = format!("pods \"{name}\" is {}", reason.to_lowercase());
+        return status(code, &reason, &message);
+    }
+    state.pod_patches.push((ns.clone(), name.clone(), patch.clone()));
+    let pod = json!({
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": { "name": name, "namespace": ns, "annotations": patch["metadata"]["annotations"] },
+    });
+    axum::Json(pod).into_response()
 }
 
 fn not_found(name: &str) -> Response {
