@@ -244,8 +244,8 @@ impl Node {
         self.control().stop().await;
     }
 
-    /// Leaves gracefully — hands off the shards and over the singletons running here, then
-    /// Leaving, Exiting, and the node stops — waiting at most `cluster.leave_timeout` for the
+    /// Leaves gracefully — hands off the shards and over the singletons running here, then the
+    /// store's keys to the members that stay, then Leaving, Exiting, and the node stops — waiting at most `cluster.leave_timeout` for the
     /// shards and again for the leave, then stops the driver and closes every connection.
     pub async fn shutdown(&self) -> ShutdownOutcome {
         if let Some(t) = self.termination() {
@@ -256,6 +256,16 @@ impl Node {
             // Shards first: the coordinator (a singleton) may run here and must see them off.
             self.inner.sharding.shut_down_all(self.inner.leave_timeout).await;
             self.inner.singletons.hand_over_all().await;
+            // Then the store's keys, to the replicas that stay: the shards' last writes too.
+            let started = tokio::time::Instant::now();
+            if self.inner.data.hand_over_before_leaving(self.inner.leave_timeout).await {
+                tracing::info!(took = ?started.elapsed(), "the store's keys handed to the members that stay");
+            } else {
+                tracing::warn!(
+                    timeout = ?self.inner.leave_timeout,
+                    "leaving before every store key was handed over; writes held only here may be lost"
+                );
+            }
         }
         let outcome = if joined && self.leave(self.self_address().clone()).await.is_ok() {
             match tokio::time::timeout(self.inner.leave_timeout, self.terminated()).await {

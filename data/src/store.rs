@@ -128,8 +128,14 @@ enum Flight {
     /// A held write offered to its replica.
     Hint { replica: Address, key: Key },
     /// Keys of `arc`, which this node no longer replicates, sent to its replicas; those that
-    /// have not acknowledged.
-    Handoff { arc: crate::ring::Arc, waiting: BTreeSet<Address>, entries: Vec<(Key, Object)> },
+    /// have not acknowledged. `leave`: sent by a node about to leave to the replicas of the ring
+    /// without it (see [`Store::begin_leave`]); it keeps its copies.
+    Handoff {
+        arc: crate::ring::Arc,
+        waiting: BTreeSet<Address>,
+        entries: Vec<(Key, Object)>,
+        leave: bool,
+    },
 }
 
 /// An answer this replica owes once its staged writes are durable.
@@ -178,6 +184,8 @@ pub struct Store<S> {
     /// The rings replaced within the last [`Store::ring_memory`], with when: a claim of a
     /// fenced key also asks the key's replicas on them (docs/data.md, "Fenced values").
     past_rings: VecDeque<(Instant, Ring)>,
+    /// Set by [`Store::begin_leave`]: what is handed to the ring without this node.
+    leaving: Option<maintenance::Leave>,
 }
 
 /// The most past rings kept.
@@ -221,6 +229,7 @@ impl<S: Storage> Store<S> {
             epoch: 0,
             exchanged: BTreeMap::new(),
             past_rings: VecDeque::new(),
+            leaving: None,
         })
     }
 
@@ -290,6 +299,7 @@ impl<S: Storage> Store<S> {
         }
         self.nodes = members.iter().map(|m| (m.address().clone(), m.node().clone())).collect();
         self.unreachable = unreachable.iter().map(|n| n.address.clone()).collect();
+        self.leave_ring_changed();
     }
 
     /// A caller's request, answered later by an [`Output::Reply`] with the returned id.
@@ -821,17 +831,26 @@ impl<S: Storage> Store<S> {
                 }
                 return;
             }
-            Flight::Handoff { waiting, entries, .. } => {
+            Flight::Handoff { arc, waiting, entries, leave } => {
                 if result.is_err() {
                     // Tried again in a later round.
+                    let (arc, leave) = (*arc, *leave);
                     self.pending.remove(&req);
+                    if leave {
+                        self.leave_batch_failed(arc);
+                    }
                     return;
                 }
                 waiting.remove(from);
                 if waiting.is_empty() {
+                    let (arc, leave) = (*arc, *leave);
                     let entries = std::mem::take(entries);
                     self.pending.remove(&req);
-                    self.handed_off(entries, now);
+                    if leave {
+                        self.left_batch(arc, now);
+                    } else {
+                        self.handed_off(entries, now);
+                    }
                 }
                 return;
             }
@@ -961,6 +980,11 @@ impl<S: Storage> Store<S> {
                     return;
                 }
                 Err(DataError::Timeout { needed, got: answers.len() })
+            }
+            Flight::Handoff { arc, leave: true, .. } => {
+                // Sent again in a later round.
+                self.leave_batch_failed(arc);
+                return;
             }
             Flight::Hint { .. } | Flight::Handoff { .. } => return,
         };

@@ -40,6 +40,8 @@ struct Driver {
     key: EndpointKey<Message, ()>,
     waiting: HashMap<RequestId, Replier>,
     changes: broadcast::Sender<Key>,
+    /// Callers of [`Command::BeginLeave`] waiting for every arc to be acknowledged.
+    leaving: Vec<oneshot::Sender<()>>,
 }
 
 /// What a started driver hands its callers.
@@ -73,6 +75,7 @@ pub(super) fn start(
         messaging: messaging.clone(),
         key: key(),
         waiting: HashMap::new(),
+        leaving: Vec::new(),
         changes: changes.clone(),
     };
     let sync_interval = (settings.sync == SyncMode::Interval).then_some(settings.sync_interval);
@@ -195,6 +198,10 @@ impl Driver {
             Command::Stats(reply) => {
                 let _ = reply.send(self.stats());
             }
+            Command::BeginLeave(done) => {
+                self.store.begin_leave(now());
+                self.leaving.push(done);
+            }
         }
     }
 
@@ -204,6 +211,11 @@ impl Driver {
     }
 
     fn outputs(&mut self) {
+        if !self.leaving.is_empty() && self.store.leave_remaining() == Some(0) {
+            for done in self.leaving.drain(..) {
+                let _ = done.send(());
+            }
+        }
         while let Some(out) = self.store.poll_output() {
             match out {
                 Output::Send { to, message } => {

@@ -99,6 +99,8 @@ pub struct DataStats {
 pub(crate) enum Command {
     Request(Request, oneshot::Sender<Result<Reply, convoke_data::DataError>>),
     Stats(oneshot::Sender<DataStats>),
+    /// Hand every key to the ring without this node; answered once all are acknowledged.
+    BeginLeave(oneshot::Sender<()>),
 }
 
 /// The replicated store, as callers on this node use it. Cheap to clone.
@@ -144,6 +146,20 @@ impl Data {
             let mut stopped = inner.stopped.clone();
             let _ = stopped.wait_for(|s| *s).await;
         }
+    }
+
+    /// Hands every key this node holds to its replicas on the ring without this node, ahead of
+    /// a graceful leave, so that a node replaced by one with an empty disk (a rolling update)
+    /// takes no acknowledged write away; waits at most `timeout`. Returns whether every key
+    /// was acknowledged (always `true` without a store). [`crate::Node::shutdown`] calls it
+    /// before leaving. See docs/data.md, "Handoff".
+    pub async fn hand_over_before_leaving(&self, timeout: Duration) -> bool {
+        let Some(inner) = &self.inner else { return true };
+        let (tx, rx) = oneshot::channel();
+        if inner.commands.send(Command::BeginLeave(tx)).await.is_err() {
+            return false;
+        }
+        matches!(tokio::time::timeout(timeout, rx).await, Ok(Ok(())))
     }
 
     /// Whether the store runs on this node.

@@ -9,7 +9,7 @@ use convoke_membership::Address;
 use super::{Flight, Origin, RequestId, Store};
 use crate::message::{Message, SpanDigest};
 use crate::object::{Key, Object};
-use crate::ring::{Arc, Span, hash};
+use crate::ring::{Arc, Ring, Span, hash};
 use crate::storage::Storage;
 use crate::version::ActorId;
 
@@ -34,7 +34,136 @@ pub(super) fn digest(key: &Key, object: &Object) -> u64 {
     hash(&bytes)
 }
 
+/// What a node about to leave hands over to the ring without it (see [`Store::begin_leave`]).
+#[derive(Debug)]
+pub(super) struct Leave {
+    /// The ring of the members but this node.
+    ring: Ring,
+    /// Arcs of that ring whose keys held here every one of their replicas has acknowledged
+    /// (or of which nothing is held here).
+    done: BTreeSet<Arc>,
+    /// Arcs whose batches are in flight, with how many have not been acknowledged by all.
+    in_flight: BTreeMap<Arc, usize>,
+}
+
 impl<S: Storage> Store<S> {
+    /// Starts handing every key this node holds to its replicas on the ring without this node,
+    /// ahead of a graceful leave: a node replaced by one with an empty disk (a rolling update)
+    /// takes no acknowledged write with it. Each arc's keys go to all of the arc's replicas
+    /// once they are all reachable; this node keeps its copies (back on its address, it owns
+    /// the same arcs again). [`Store::left`] says when every arc has been acknowledged; a change
+    /// of the members starts over on the new ring. Writes this node takes after its arcs went
+    /// are on a quorum of replicas without it. See docs/data.md, "Handoff".
+    pub fn begin_leave(&mut self, now: Instant) {
+        if self.leaving.is_none() {
+            self.leaving = Some(Leave {
+                ring: self.ring_without_me(),
+                done: BTreeSet::new(),
+                in_flight: BTreeMap::new(),
+            });
+        }
+        self.hand_off(now);
+    }
+
+    /// After [`Store::begin_leave`]: how many arcs of the ring without this node still wait for
+    /// its keys to be acknowledged (0: it may leave without taking an acknowledged write
+    /// away). `None` before `begin_leave`.
+    pub fn leave_remaining(&self) -> Option<usize> {
+        let leave = self.leaving.as_ref()?;
+        Some(leave.ring.arcs().iter().filter(|a| !leave.done.contains(a)).count())
+    }
+
+    fn ring_without_me(&self) -> Ring {
+        let others = self.ring.members().iter().filter(|a| **a != self.me.address).cloned();
+        Ring::new(others, self.config.vnodes)
+    }
+
+    /// The members changed: a leave under way starts over on the new ring without this node.
+    pub(super) fn leave_ring_changed(&mut self) {
+        let ring = self.ring_without_me();
+        if let Some(leave) = &mut self.leaving
+            && leave.ring.members() != ring.members()
+        {
+            *leave = Leave { ring, done: BTreeSet::new(), in_flight: BTreeMap::new() };
+        }
+    }
+
+    /// Every replica acknowledged one batch of `arc` handed over for the leave.
+    pub(super) fn left_batch(&mut self, arc: Arc, now: Instant) {
+        if let Some(leave) = &mut self.leaving
+            && let Some(n) = leave.in_flight.get_mut(&arc)
+        {
+            *n -= 1;
+            if *n == 0 {
+                leave.in_flight.remove(&arc);
+                leave.done.insert(arc);
+            }
+        }
+        self.hand_off(now);
+    }
+
+    /// A batch of `arc` handed over for the leave was refused or timed out: the whole arc goes
+    /// again in a later round.
+    pub(super) fn leave_batch_failed(&mut self, arc: Arc) {
+        if let Some(leave) = &mut self.leaving {
+            leave.in_flight.remove(&arc);
+        }
+    }
+
+    /// The next arcs of the ring without this node, [`HANDOFFS_IN_FLIGHT`] at once, each sent
+    /// whole (in batches of [`DataConfig::handoff_batch`](crate::DataConfig)) to all its
+    /// replicas once they are all reachable.
+    fn hand_over_for_leave(&mut self, now: Instant) {
+        let Some(leave) = &self.leaving else { return };
+        let mut free = HANDOFFS_IN_FLIGHT.saturating_sub(leave.in_flight.len());
+        let todo: Vec<(Arc, Vec<Address>)> = leave
+            .ring
+            .arcs()
+            .into_iter()
+            .filter(|a| !leave.done.contains(a) && !leave.in_flight.contains_key(a))
+            .map(|a| {
+                let replicas =
+                    leave.ring.preference_list_at(a.end).take(self.config.replicas).cloned();
+                (a, replicas.collect())
+            })
+            .collect();
+        for (arc, replicas) in todo {
+            if free == 0 {
+                break;
+            }
+            let mut held = Vec::new();
+            for span in arc.spans() {
+                let Some(keys) = self.held_in(span) else { return };
+                held.extend(keys);
+            }
+            let Some(leave) = self.leaving.as_mut() else { return };
+            if held.is_empty() {
+                leave.done.insert(arc);
+                continue;
+            }
+            if replicas.is_empty() || !replicas.iter().all(|a| self.reachable(a)) {
+                continue;
+            }
+            free -= 1;
+            let batches: Vec<Vec<(Key, Object)>> =
+                held.chunks(self.config.handoff_batch.max(1)).map(<[_]>::to_vec).collect();
+            if let Some(leave) = self.leaving.as_mut() {
+                leave.in_flight.insert(arc, batches.len());
+            }
+            for entries in batches {
+                let req = self.next_number();
+                for p in &replicas {
+                    self.send_to(p, Message::Handoff { req, entries: entries.clone() });
+                }
+                let waiting = replicas.iter().cloned().collect();
+                let flight = Flight::Handoff { arc, waiting, entries, leave: true };
+                let pending = self.pending_for(Origin::Local(RequestId(0)), flight, now);
+                self.pending.insert(req, pending);
+            }
+        }
+        self.arm_requests();
+    }
+
     /// The arcs whose replicas include this node, and those of its keys that it does not.
     fn arcs(&self) -> (Vec<Arc>, Vec<Arc>) {
         let n = self.config.replicas;
@@ -181,6 +310,9 @@ impl<S: Storage> Store<S> {
     /// [`DataConfig::handoff_batch`](crate::DataConfig) keys, [`HANDOFFS_IN_FLIGHT`] at once,
     /// one arc each.
     pub(super) fn hand_off(&mut self, now: Instant) {
+        if self.leaving.is_some() {
+            return self.hand_over_for_leave(now);
+        }
         // A node off the ring (leaving, or restarting) keeps what it holds: back on its address
         // it owns the same arcs again; gone for good, the remaining replicas bring the new ones
         // up to date by anti-entropy.
@@ -219,7 +351,7 @@ impl<S: Storage> Store<S> {
                 self.send_to(p, Message::Handoff { req, entries: batch.clone() });
             }
             let waiting = peers.into_iter().collect();
-            let flight = Flight::Handoff { arc: *arc, waiting, entries: batch };
+            let flight = Flight::Handoff { arc: *arc, waiting, entries: batch, leave: false };
             let pending = self.pending_for(Origin::Local(RequestId(0)), flight, now);
             self.pending.insert(req, pending);
         }

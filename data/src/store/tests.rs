@@ -558,6 +558,38 @@ fn a_node_that_leaves_the_ring_keeps_its_keys_and_hands_nothing_off() {
 }
 
 #[test]
+fn a_node_about_to_leave_hands_every_key_to_the_ring_without_it_and_keeps_its_copies() {
+    let mut net = Net::new(4);
+    let keys: Vec<String> = (0..300).map(|i| format!("key-{i}")).collect();
+    for key in &keys {
+        net.put(0, key, key.as_bytes(), VersionVector::new());
+    }
+    // A new member with an empty disk; no round has run, so it holds nothing yet.
+    let new = net.add_node();
+    let held: Vec<String> = keys.iter().filter(|k| net.held(3, k).is_some()).cloned().collect();
+    assert!(!held.is_empty());
+    assert_eq!(net.stores[3].leave_remaining(), None);
+    let now = net.now;
+    net.stores[3].begin_leave(now);
+    net.settle();
+    assert_eq!(net.stores[3].leave_remaining(), Some(0), "every arc acknowledged");
+    // Node 3 leaves: the ring is the other four, and each of their replicas holds its keys.
+    net.members[3] = net.members[3].with_status(MemberStatus::Leaving).expect("Up may leave");
+    net.views();
+    let mut at_new = 0;
+    for key in &held {
+        assert!(net.held(3, key).is_some(), "{key} kept");
+        for r in net.replicas(key) {
+            let read = net.held(r, key).unwrap_or_else(|| panic!("{key} not at replica {r}"));
+            assert_eq!(bytes(&read), [key.as_bytes()], "{key} at {r}");
+            at_new += usize::from(r == new);
+        }
+    }
+    assert!(at_new > 0, "the new member got keys only the leaving node gave it");
+    assert_eq!(net.stores[3].leave_remaining(), Some(0));
+}
+
+#[test]
 fn a_tombstone_every_replica_holds_is_reaped_and_the_value_it_deleted_never_comes_back() {
     let mut net = Net::new(3);
     let ctx = net.put(0, "k", b"old", VersionVector::new());

@@ -45,6 +45,9 @@ impl Sim {
             Action::SetNet(net) => self.delivery.set_net(net),
             Action::Leave(slot) => {
                 let address = self.slot(slot).address.clone();
+                // The runtime hands the store's keys over before it leaves (bounded by the
+                // leave timeout); here the two start together.
+                self.data_begin_leave(slot);
                 self.command(slot, "leave", |c, now| c.leave(now, &address));
             }
             Action::Down { from, target } => {

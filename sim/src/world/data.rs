@@ -32,6 +32,12 @@ impl Sim {
         self.data_after_input(slot);
     }
 
+    /// The process in `slot` is about to leave: its store hands every key to the ring without
+    /// it, as `Node::shutdown` has it do.
+    pub(super) fn data_begin_leave(&mut self, slot: usize) {
+        self.data_input(slot, "begin leave", Store::begin_leave);
+    }
+
     /// After an input: outputs out, the sync scheduled when writes are staged, the timer armed.
     fn data_after_input(&mut self, slot: usize) {
         self.data_drain(slot);
