@@ -113,6 +113,15 @@ fn settings() -> Settings {
     s
 }
 
+/// [`settings`] with the management API on an ephemeral port and no bootstrap.
+fn with_management() -> Settings {
+    let mut s = settings();
+    s.management.enabled = true;
+    s.management.port = 0;
+    s.bootstrap.enabled = false;
+    s
+}
+
 /// Asks until the entity answers (its shard may be moving), or panics after `T`.
 async fn ask_until_answered(r: &EntityRef<Counter>, id: &str, cmd: fn() -> Cmd) -> Count {
     let deadline = tokio::time::Instant::now() + T;
@@ -244,11 +253,7 @@ async fn starting_a_type_twice_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_management_api_lists_types_shards_and_every_members_shards() {
     let _live = support::live().await;
-    let mut s = settings();
-    s.management.enabled = true;
-    s.management.port = 0;
-    s.bootstrap.enabled = false;
-    let nodes = support::start_cluster(&s, 2).await;
+    let nodes = support::start_cluster(&with_management(), 2).await;
     let registry = Registry::default();
     let refs = start_counters(&nodes, &registry);
     for k in 0..20 {
@@ -348,11 +353,7 @@ async fn a_node_with_another_number_of_shards_is_refused_at_join() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_waits_for_the_region_to_be_registered_and_the_singleton_to_know_the_oldest() {
     let _live = support::live().await;
-    let mut s = settings();
-    s.management.enabled = true;
-    s.management.port = 0;
-    s.bootstrap.enabled = false;
-    let nodes = support::start_cluster(&s, 2).await;
+    let nodes = support::start_cluster(&with_management(), 2).await;
     let registry = Registry::default();
     let client = reqwest::Client::new();
     let ready = |i: usize| {
