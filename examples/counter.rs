@@ -79,9 +79,12 @@ struct Args {
     /// `KEY=VALUE` overrides, e.g. `--set cluster.port=25521`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
-    /// The port of the HTTP front (on 127.0.0.1; 0 picks one, logged at start).
+    /// The port of the HTTP front (0 picks one, logged at start).
     #[arg(long, default_value_t = 8080)]
     http_port: u16,
+    /// The address the HTTP front listens on (`0.0.0.0` in a container).
+    #[arg(long, default_value = "127.0.0.1")]
+    http_host: String,
     /// A directory shared by every process where counters keep their values.
     #[arg(long, conflicts_with = "store")]
     data_dir: Option<PathBuf>,
@@ -352,10 +355,11 @@ async fn main() -> ExitCode {
         eprintln!("counter: cannot create --data-dir {}: {e}", dir.display());
         return ExitCode::from(2);
     }
-    let http = match tokio::net::TcpListener::bind(("127.0.0.1", args.http_port)).await {
+    let http = match tokio::net::TcpListener::bind((args.http_host.as_str(), args.http_port)).await
+    {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("counter: cannot listen on 127.0.0.1:{}: {e}", args.http_port);
+            eprintln!("counter: cannot listen on {}:{}: {e}", args.http_host, args.http_port);
             return ExitCode::from(2);
         }
     };

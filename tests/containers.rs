@@ -1,13 +1,16 @@
 //! The container suite: the Dockerfile's image, five containers on a private Docker network that
 //! find each other through Docker's embedded DNS (one network alias resolving to every container)
 //! with no seed list, then real failures: `docker kill`, `docker network disconnect`,
-//! `docker pause` and a rolling restart.
+//! `docker pause` and a rolling restart; and a rolling update of the counter example (the image
+//! with `examples/counter` added, from `CONTAINER_SUITE_COUNTER`) from one app version to the
+//! next under load.
 //!
 //! Needs a Docker engine and the image, so the tests are ignored in the default run;
 //! `.ci/containers` builds the image (`docker/build-image`) and runs them; without a Docker engine
 //! it fails, naming what is missing, unless `CONVOKE_SKIP_CONTAINERS=1` asks it to skip them (and
 //! `.ci/run` then reports the step SKIPPED, not ok). By hand:
-//! `docker/build-image && cargo test --test containers -- --ignored --nocapture --test-threads 1`.
+//! `docker/build-image && cargo build --release --example counter && cargo test --test containers
+//! -- --ignored --nocapture --test-threads 1`.
 //! `CONTAINER_SUITE_IMAGE` picks another image tag.
 
 use std::collections::BTreeMap;
@@ -57,14 +60,25 @@ fn wait_until<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Resul
     }
 }
 
-/// `GET path` over HTTP/1.0 with a 2 s timeout: the status code and the body.
+/// `GET path` of the management API over HTTP/1.0 with a 2 s timeout: the status code and the
+/// body.
 fn http_get(ip: &str, path: &str) -> Result<(u16, String), String> {
-    let addr: SocketAddr =
-        format!("{ip}:{MANAGEMENT_PORT}").parse().map_err(|e| format!("{ip}: {e}"))?;
-    let timeout = Duration::from_secs(2);
+    http(ip, MANAGEMENT_PORT, "GET", path, Duration::from_secs(2))
+}
+
+/// `method path` (no body) over HTTP/1.0 to `ip:port` with `timeout`.
+fn http(
+    ip: &str,
+    port: u16,
+    method: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
+    let addr: SocketAddr = format!("{ip}:{port}").parse().map_err(|e| format!("{ip}: {e}"))?;
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("{addr}: {e}"))?;
     s.set_read_timeout(Some(timeout)).and_then(|()| s.set_write_timeout(Some(timeout))).ok();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").map_err(|e| format!("{addr}: {e}"))?;
+    write!(s, "{method} {path} HTTP/1.0\r\nHost: {ip}\r\nContent-Length: 0\r\n\r\n")
+        .map_err(|e| format!("{addr}: {e}"))?;
     let mut text = String::new();
     s.read_to_string(&mut text).map_err(|e| format!("{addr}{path}: {e}"))?;
     let status = text
@@ -456,4 +470,324 @@ fn measure_formation() {
     }
     times.sort_by(f64::total_cmp);
     println!("5-container formation: {times:.2?} s, median {:.2} s", times[1]);
+}
+
+// A rolling update of the counter example from one application version to the next.
+
+/// The counter example's HTTP port in its containers.
+const COUNTER_PORT: u16 = 8080;
+/// Counters the load spreads over.
+const COUNTERS: usize = 200;
+
+/// The node image with the counter example added (`CONTAINER_SUITE_COUNTER`, built and stripped
+/// by `.ci/containers`) as its entrypoint; returns the tag.
+fn counter_image() -> String {
+    let binary = std::env::var("CONTAINER_SUITE_COUNTER")
+        .unwrap_or_else(|_| "target/release/examples/counter".into());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&binary, dir.path().join("counter")).unwrap_or_else(|e| {
+        panic!("{binary}: {e} (cargo build --release --example counter, or set CONTAINER_SUITE_COUNTER)")
+    });
+    let dockerfile = format!(
+        "FROM {}\nCOPY counter /usr/local/bin/counter\nENTRYPOINT [\"/usr/local/bin/counter\"]\n",
+        image()
+    );
+    std::fs::write(dir.path().join("Dockerfile"), dockerfile).unwrap();
+    let tag = "convoke-counter:suite".to_owned();
+    let out = Command::new("docker")
+        .args(["build", "--quiet", "-t", &tag])
+        .arg(dir.path())
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    tag
+}
+
+/// Counter containers on a private network, named `<prefix>-<name>`; removed on drop.
+struct Counters {
+    network: String,
+    prefix: String,
+    image: String,
+    names: std::sync::Mutex<Vec<String>>,
+}
+
+impl Counters {
+    fn new() -> Counters {
+        let prefix = format!("convoke-rolling-{}", std::process::id());
+        must(&["network", "create", &prefix]);
+        Counters {
+            network: prefix.clone(),
+            prefix,
+            image: counter_image(),
+            names: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Starts counter container `name` on `version`: DNS discovery, five contact points to form,
+    /// counters kept in the store (a data directory of its own, inside the container).
+    fn run(&self, name: &str, version: &str) -> String {
+        let full = format!("{}-{name}", self.prefix);
+        let env = [
+            "CONVOKE_CLUSTER__HOSTNAME=<getHostAddress>".to_owned(),
+            "CONVOKE_MANAGEMENT__HOSTNAME=<getHostAddress>".to_owned(),
+            "CONVOKE_DISCOVERY__METHOD=dns".to_owned(),
+            "CONVOKE_BOOTSTRAP__SERVICE_NAME=convoke".to_owned(),
+            format!("CONVOKE_BOOTSTRAP__REQUIRED_CONTACT_POINT_NR={NODES}"),
+            format!("CONVOKE_CLUSTER__SPLIT_BRAIN_RESOLVER__STABLE_AFTER={STABLE_AFTER}"),
+            "CONVOKE_DATA__ENABLED=true".to_owned(),
+            "CONVOKE_DATA__DIR=/tmp/data".to_owned(),
+            format!("CONVOKE_CLUSTER__APP_VERSION={version}"),
+        ];
+        let mut args = vec!["run", "-d", "--name", &full, "--hostname", &full];
+        args.extend(["--network", &self.network, "--network-alias", SERVICE]);
+        for e in &env {
+            args.extend(["-e", e.as_str()]);
+        }
+        args.push(&self.image);
+        args.extend(["--http-host", "0.0.0.0", "--http-port", "8080", "--store"]);
+        must(&args);
+        self.names.lock().unwrap().push(full.clone());
+        full
+    }
+
+    fn ip(&self, full: &str) -> String {
+        let format = format!(
+            "{{{{with index .NetworkSettings.Networks \"{}\"}}}}{{{{.IPAddress}}}}{{{{end}}}}",
+            self.network
+        );
+        must(&["inspect", "-f", &format, full])
+    }
+}
+
+impl Drop for Counters {
+    fn drop(&mut self) {
+        let names = self.names.lock().unwrap().clone();
+        if std::thread::panicking() {
+            for n in &names {
+                let out = Command::new("docker").args(["logs", "--tail", "60", n]).output();
+                if let Ok(out) = out {
+                    eprintln!("---- logs of {n} ----\n{}", String::from_utf8_lossy(&out.stderr));
+                }
+            }
+        }
+        let mut args = vec!["rm", "-f"];
+        args.extend(names.iter().map(String::as_str));
+        let _ = docker(&args);
+        let _ = docker(&["network", "rm", &self.network]);
+    }
+}
+
+/// Per counter: increments answered 200, and increments sent.
+#[derive(Default)]
+struct Tally {
+    ok: Vec<u64>,
+    tried: Vec<u64>,
+    failed: u64,
+}
+
+/// What the watcher saw, sampling every 100 ms.
+#[derive(Default)]
+struct Seen {
+    oldest: Vec<String>,
+    arrivals: u64,
+    to_old: Vec<(String, String)>,
+    samples: u64,
+}
+
+#[test]
+#[ignore = "needs a Docker engine, the image and the counter example; run by .ci/containers"]
+fn a_rolling_update_of_five_counter_containers_moves_the_singletons_once_and_loses_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let suite = Arc::new(Counters::new());
+    let old: Vec<String> = (0..NODES).map(|i| suite.run(&format!("v1-{i}"), "1.0.0")).collect();
+    let old_ips: Vec<String> = old.iter().map(|n| suite.ip(n)).collect();
+    wait_until(T, "five counter containers to form one cluster", || {
+        old_ips.iter().try_for_each(|ip| view(ip)?.all_up(NODES))
+    });
+    // Youngest first: the order a ReplicaSet takes with the pod-deletion costs (the oldest pods
+    // carry the highest).
+    let (_, body) = http_get(&old_ips[0], "/cluster/members").unwrap();
+    let members: Value = serde_json::from_str(&body).unwrap();
+    let mut by_age: Vec<(u64, usize)> = members["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let node = m["node"].as_str().unwrap();
+            let i = old_ips.iter().position(|ip| node.contains(&format!("@{ip}:"))).unwrap();
+            (m["upNumber"].as_u64().unwrap(), i)
+        })
+        .collect();
+    by_age.sort_unstable();
+    let order: Vec<usize> = by_age.iter().rev().map(|(_, i)| *i).collect();
+
+    let live = Arc::new(Mutex::new(old_ips.clone()));
+    let running = Arc::new(AtomicBool::new(true));
+    let new_up = Arc::new(AtomicBool::new(false));
+    let tally =
+        Arc::new(Mutex::new(Tally { ok: vec![0; COUNTERS], tried: vec![0; COUNTERS], failed: 0 }));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut threads = Vec::new();
+    for w in 0..8u64 {
+        let (live, running, tally) = (live.clone(), running.clone(), tally.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ (w + 1);
+            while running.load(Ordering::Relaxed) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = usize::try_from(x % COUNTERS as u64).unwrap();
+                let ips = live.lock().unwrap().clone();
+                let ip = &ips[usize::try_from(x >> 32).unwrap() % ips.len()];
+                let path = format!("/counters/c{k}/increment");
+                let answer = http(ip, COUNTER_PORT, "POST", &path, Duration::from_secs(10));
+                let mut t = tally.lock().unwrap();
+                t.tried[k] += 1;
+                match answer {
+                    Ok((200, _)) => t.ok[k] += 1,
+                    _ => t.failed += 1,
+                }
+            }
+        }));
+    }
+    {
+        let (live, running, new_up, seen) =
+            (live.clone(), running.clone(), new_up.clone(), seen.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut regions: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            while running.load(Ordering::Relaxed) {
+                let ips = live.lock().unwrap().clone();
+                for ip in ips.iter().rev() {
+                    let Ok((200, members)) = http_get(ip, "/cluster/members") else { continue };
+                    let stats = http_get(ip, "/cluster/shards/counter/stats");
+                    let Ok((200, stats)) = stats else { continue };
+                    let members: Value = serde_json::from_str(&members).unwrap_or_default();
+                    let stats: Value = serde_json::from_str(&stats).unwrap_or_default();
+                    let mut s = seen.lock().unwrap();
+                    s.samples += 1;
+                    if let Some(oldest) = members["oldest"].as_str()
+                        && s.oldest.last().map(String::as_str) != Some(oldest)
+                    {
+                        s.oldest.push(oldest.to_owned());
+                    }
+                    // Docker hands a stopped container's address to the next one: a region is
+                    // its address and the version its member runs.
+                    let versions: BTreeMap<&str, &str> = members["members"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|m| Some((m["node"].as_str()?, m["appVersion"].as_str()?)))
+                        .collect();
+                    for r in stats["regions"].as_array().into_iter().flatten() {
+                        let address = r["address"].as_str().unwrap_or_default();
+                        let Some(version) = versions.get(address) else { continue };
+                        let member = format!("{address} {version}");
+                        let shards: Vec<String> = r["shards"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|d| d["shardId"].as_str().map(str::to_owned))
+                            .collect();
+                        let before = regions.insert(member.clone(), shards.clone());
+                        let is_old = *version == "1.0.0";
+                        // An old region is judged against a sample of it; a new one's first
+                        // sample holds only shards that came to it.
+                        if new_up.load(Ordering::Relaxed) && (before.is_some() || !is_old) {
+                            let before = before.unwrap_or_default();
+                            let arrived: Vec<&String> =
+                                shards.iter().filter(|d| !before.contains(d)).collect();
+                            s.arrivals += arrived.len() as u64;
+                            if is_old {
+                                s.to_old.extend(
+                                    arrived.into_iter().map(|d| (d.clone(), member.clone())),
+                                );
+                            }
+                        }
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }));
+    }
+    // The load flows, and the watcher has seen every region, before the update begins.
+    wait_until(T, "the first increments and samples", || {
+        let (ok, samples) =
+            (tally.lock().unwrap().ok.iter().sum::<u64>(), seen.lock().unwrap().samples);
+        if ok >= 200 && samples >= 5 { Ok(()) } else { Err(format!("{ok} ok, {samples} samples")) }
+    });
+    let start = Instant::now();
+    let mut ready_after = Vec::new();
+    for (step, &i) in order.iter().enumerate() {
+        let name = suite.run(&format!("v2-{step}"), "2.0.0");
+        let ip = suite.ip(&name);
+        // `/ready` polled every 20 ms: the moment it says 200, the container serves.
+        let started = Instant::now();
+        let mut last = String::new();
+        loop {
+            match http_get(&ip, "/ready") {
+                Ok((200, _)) => break,
+                Ok((_, body)) => last = body,
+                Err(e) => last = e,
+            }
+            assert!(started.elapsed() < T, "{name} never ready: {last}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ready_after.push((started.elapsed(), last));
+        for k in 0..10 {
+            let answer = http(&ip, COUNTER_PORT, "GET", &format!("/counters/c{k}"), T);
+            assert_eq!(answer.map(|(s, _)| s), Ok(200), "{name} right after /ready said 200");
+        }
+        new_up.store(true, Ordering::Relaxed);
+        live.lock().unwrap().push(ip.clone());
+        live.lock().unwrap().retain(|x| *x != old_ips[i]);
+        must(&["stop", "-t", "30", &old[i]]);
+        let code = must(&["inspect", "-f", "{{.State.ExitCode}}", &old[i]]);
+        assert_eq!(code, "0", "{} left gracefully", old[i]);
+        wait_until(T, "five Up after a replacement", || view(&ip)?.all_up(NODES));
+    }
+    let took = start.elapsed();
+    running.store(false, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let ips = live.lock().unwrap().clone();
+    let t = tally.lock().unwrap();
+    let mut lost = Vec::new();
+    for k in 0..COUNTERS {
+        let value = wait_until(T, "a counter to answer", || {
+            let (status, body) =
+                http(&ips[k % ips.len()], COUNTER_PORT, "GET", &format!("/counters/c{k}"), T)?;
+            let v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+            if status == 200 { v["value"].as_u64().ok_or(body) } else { Err(body) }
+        });
+        assert!(value <= t.tried[k], "c{k} is {value} after {} increments sent", t.tried[k]);
+        if value < t.ok[k] {
+            lost.push(format!("c{k}: {value} after {} acknowledged", t.ok[k]));
+        }
+    }
+    let s = seen.lock().unwrap();
+    let longest = ready_after.iter().map(|(d, _)| *d).max().unwrap_or_default();
+    println!(
+        "rolling update of 5 counter containers, youngest first: {:.1} s; oldest (singleton \
+         host) changed {} times; {} shards arrived in a region, {} on a 1.0.0 container after a \
+         2.0.0 one was Up; {} increments sent, {} acknowledged, {} failed, {} lost; new \
+         containers ready after {:.1} s at most, serving at once; last 503 before ready: {:?}",
+        took.as_secs_f64(),
+        s.oldest.len().saturating_sub(1),
+        s.arrivals,
+        s.to_old.len(),
+        t.tried.iter().sum::<u64>(),
+        t.ok.iter().sum::<u64>(),
+        t.failed,
+        lost.len(),
+        longest.as_secs_f64(),
+        ready_after.last().map(|(_, r)| r.as_str()).unwrap_or_default(),
+    );
+    assert!(lost.is_empty(), "acknowledged increments lost: {lost:?}");
+    assert!(s.to_old.is_empty(), "shards allocated to old containers: {:?}", s.to_old);
+    assert_eq!(s.oldest.len(), 2, "the singletons moved once: {:?}", s.oldest);
 }

@@ -1260,7 +1260,6 @@ struct UpdateWatch {
 async fn watch_update(
     client: &reqwest::Client,
     managements: &Mutex<Vec<String>>,
-    old: &Mutex<Vec<String>>,
     new_up: &AtomicBool,
     running: &AtomicBool,
     seen: &Mutex<UpdateWatch>,
@@ -1281,9 +1280,18 @@ async fn watch_update(
                 w.oldest.push(oldest.to_owned());
             }
             w.samples += 1;
-            let old = old.lock().await;
+            // A region is its address and the version its member runs (a new process may get
+            // a port an old one had).
+            let versions: BTreeMap<&str, &str> = members["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| Some((m["node"].as_str()?, m["appVersion"].as_str()?)))
+                .collect();
             for r in stats["regions"].as_array().into_iter().flatten() {
-                let member = r["address"].as_str().unwrap_or_default().to_owned();
+                let address = r["address"].as_str().unwrap_or_default();
+                let Some(version) = versions.get(address) else { continue };
+                let member = format!("{address} {version}");
                 let shards: Vec<String> = r["shards"]
                     .as_array()
                     .into_iter()
@@ -1291,12 +1299,16 @@ async fn watch_update(
                     .filter_map(|s| s["shardId"].as_str().map(str::to_owned))
                     .collect();
                 let before = regions.insert(member.clone(), shards.clone());
-                if new_up.load(Ordering::Relaxed) {
+                let is_old = *version == "1.0.0";
+                // An old region is judged against a sample of it; a new one's first sample
+                // holds only shards that came to it.
+                let judged = new_up.load(Ordering::Relaxed) && (before.is_some() || !is_old);
+                if judged {
                     let before = before.as_deref().unwrap_or_default();
                     w.arrivals += shards.iter().filter(|s| !before.contains(s)).count() as u64;
                 }
                 let before = before.unwrap_or_default();
-                if new_up.load(Ordering::Relaxed) && old.iter().any(|o| member.ends_with(o)) {
+                if judged && is_old {
                     for s in shards.iter().filter(|s| !before.contains(s)) {
                         w.to_old.push((s.clone(), member.clone()));
                     }
@@ -1374,13 +1386,16 @@ async fn rolling_update(oldest_first: bool, name: &str) -> String {
     }
     let fronts = Mutex::new(live.iter().map(|c| c.http.clone()).collect::<Vec<_>>());
     let managements = Mutex::new(live.iter().map(|c| c.management.clone()).collect::<Vec<_>>());
-    let old = Mutex::new(live.iter().map(|c| format!(":{}", c.proc.port)).collect::<Vec<_>>());
     let (running, new_up) = (AtomicBool::new(true), AtomicBool::new(false));
     let (tally, seen) = (Mutex::new(Tally::default()), Mutex::new(UpdateWatch::default()));
     let mut waits = Vec::new();
     let mut replaced: Vec<Option<Counter>> = live.into_iter().map(Some).collect();
     let update = async {
         load_flowing(&tally, 300).await;
+        // The watcher has seen every region before the update begins.
+        while seen.lock().await.samples < 5 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let started = Instant::now();
         let mut new = Vec::new();
         for (step, &i) in order.iter().enumerate() {
@@ -1409,7 +1424,7 @@ async fn rolling_update(oldest_first: bool, name: &str) -> String {
     let ((new, took), (), ()) = tokio::join!(
         update,
         load_while(&client, &fronts, &running, &tally, 40_000),
-        watch_update(&client, &managements, &old, &new_up, &running, &seen),
+        watch_update(&client, &managements, &new_up, &running, &seen),
     );
     let fronts: Vec<String> = new.iter().map(|c| c.http.clone()).collect();
     all_answer(&client, &fronts, &tally).await;
