@@ -35,6 +35,7 @@
 //! rule decides where a new shard goes.
 //!
 //! ```
+//! use convoke_membership::version::AppVersion;
 //! use convoke_membership::{Address, Uid, UniqueAddress};
 //! use convoke_sharding::{LeastShardAllocation, RegionLoad, ShardId, java_string_hash, shard_for_entity};
 //!
@@ -48,13 +49,17 @@
 //! };
 //! let (a, b) = (node(25520)?, node(25521)?);
 //! let on_a = [ShardId::new("1"), ShardId::new("2")];
-//! let regions = [
-//!     RegionLoad { region: &a, shards: &on_a, leaving: false },
-//!     RegionLoad { region: &b, shards: &[], leaving: false },
+//! let (v1, v2) = (AppVersion::parse("1.0.0"), AppVersion::parse("1.1.0"));
+//! let mut regions = [
+//!     RegionLoad { region: &a, shards: &on_a, leaving: false, version: &v1 },
+//!     RegionLoad { region: &b, shards: &[], leaving: false, version: &v1 },
 //! ];
-//! // A new shard goes to the region with the fewest.
+//! // A new shard goes to the region with the fewest...
 //! let rule = LeastShardAllocation::new(3, 0.1);
 //! assert_eq!(rule.allocate(&regions), Some(&b));
+//! // ...on the newest application version (a rolling update).
+//! regions[0].version = &v2;
+//! assert_eq!(rule.allocate(&regions), Some(&a));
 //! # Ok(())
 //! # }
 //! ```
