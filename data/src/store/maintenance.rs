@@ -51,7 +51,7 @@ impl<S: Storage> Store<S> {
     /// ahead of a graceful leave: a node replaced by one with an empty disk (a rolling update)
     /// takes no acknowledged write with it. Each arc's keys go to all of the arc's replicas
     /// once they are all reachable; this node keeps its copies (back on its address, it owns
-    /// the same arcs again). [`Store::left`] says when every arc has been acknowledged; a change
+    /// the same arcs again). [`Store::leave_remaining`] says when every arc has been acknowledged; a change
     /// of the members starts over on the new ring. Writes this node takes after its arcs went
     /// are on a quorum of replicas without it. See docs/data.md, "Handoff".
     pub fn begin_leave(&mut self, now: Instant) {
