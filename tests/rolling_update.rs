@@ -88,6 +88,19 @@ async fn the_three_oldest_members_annotate_their_pods_and_rerank_when_the_oldest
         .map(|r| r.status)
         .collect();
     assert_eq!(statuses, [409, 200], "refused, then tried again");
+    // No patch failed but the one refused on purpose (a client that cannot read the answer
+    // would send it again).
+    let failed: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|r| r.status != 200)
+        .map(|r| format!("{} {} {}", r.method, r.uri, r.status))
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    for n in &nodes {
+        let metrics = n.metrics().render(&Default::default());
+        assert!(!metrics.contains("outcome=\"unreachable\""), "{metrics}");
+    }
     let needed: std::collections::BTreeSet<(String, String)> =
         server.requests().iter().map(|r| r.rbac()).collect();
     let granted: std::collections::BTreeSet<(String, String)> =

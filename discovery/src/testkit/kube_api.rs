@@ -76,6 +76,8 @@ struct ApiState {
     requests: Vec<RecordedRequest>,
     /// Pod patches taken in, in order: namespace, pod name, the patch.
     pod_patches: Vec<(String, String, Value)>,
+    /// Each patched pod's annotations, the patches applied.
+    pod_annotations: BTreeMap<(String, String), serde_json::Map<String, Value>>,
     /// Statuses to answer the next pod patches with, instead of taking them in.
     failing_patches: std::collections::VecDeque<u16>,
     interleaved_writes: Option<(usize, LeaseHook)>,
@@ -344,9 +346,20 @@ async fn patch_pod(
         return status(code, &reason, &message);
     }
     state.pod_patches.push((ns.clone(), name.clone(), patch.clone()));
+    // A JSON merge patch of the annotations: a null removes one, as the API server does.
+    let annotations = state.pod_annotations.entry((ns.clone(), name.clone())).or_default();
+    if let Some(changes) = patch["metadata"]["annotations"].as_object() {
+        for (key, value) in changes {
+            if value.is_null() {
+                annotations.remove(key);
+            } else {
+                annotations.insert(key.clone(), value.clone());
+            }
+        }
+    }
     let pod = json!({
         "kind": "Pod", "apiVersion": "v1",
-        "metadata": { "name": name, "namespace": ns, "annotations": patch["metadata"]["annotations"] },
+        "metadata": { "name": name, "namespace": ns, "annotations": annotations.clone() },
     });
     axum::Json(pod).into_response()
 }
