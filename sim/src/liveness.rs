@@ -28,7 +28,7 @@
 //! and L10 are then awaited again from its start, each within its bound, and L9 judges the asks
 //! phase by phase (see [`AskPhase`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use convoke_membership::UniqueAddress;
@@ -36,13 +36,13 @@ use convoke_membership::config::{Config, RETRY_UNSUCCESSFUL_JOIN_AFTER_ON};
 use convoke_membership::member::MemberStatus;
 
 use convoke_membership::sbr::TICK_INTERVAL;
-use convoke_sharding::ShardingConfig;
+use convoke_sharding::{ShardId, ShardingConfig};
 use convoke_singleton::{LEASE_RETRY_INTERVAL, SingletonConfig};
 
 use crate::lease::LeaseConfig;
 use crate::net::NetConfig;
 use crate::operator::{Downing, OperatorConfig};
-use crate::sharding::ASK_BOUND;
+use crate::sharding::{ASK_BOUND, AskRecord};
 use crate::singleton::MAX_STOP_DELAY;
 use crate::world::Sim;
 
@@ -220,10 +220,19 @@ pub fn singleton_bound(config: &SingletonConfig, net: &NetConfig, max_drift_ppm:
 }
 
 /// Checks L10 now: a coordinator runs with its table recovered and no handoff in progress, every
-/// shard has been allocated, every shard it has allocated lives in the region of a running
-/// process, and the shard counts of any two running processes' regions (zero for one not in the
-/// table) differ by at most one (what the least-shard rule settles to). Holds trivially when the
-/// run has no sharding layer.
+/// shard it has allocated lives in the region of a running process, every shard that needs a
+/// home has one, and the shard counts of any two running processes' regions (zero for one not in
+/// the table) differ by at most one (what the least-shard rule settles to). Holds trivially when
+/// the run has no sharding layer.
+///
+/// A shard comes back on its next message (a remembered one at once; L11 checks those): a shard
+/// whose home went, with its region or by a rebalance, and that no ask has reached since rightly
+/// has none. So a shard needs a home when a running region hosts it or when an ask was sent to it
+/// between two [`ASK_BOUND`]s and one ago: the bound L9 gives an ask to be answered is the time
+/// it has to bring its shard a home, and an older ask still waiting is L9's to judge. The load's
+/// entity ids spread unevenly over the shards (two of the 300 hash to shard 6), so a shard can go
+/// unasked for minutes. The window also keeps a coordinator whose table is still empty or
+/// partial from counting as balanced: the asks of a few seconds reach most shards.
 ///
 /// # Errors
 /// What is wrong.
@@ -232,8 +241,8 @@ pub fn check_sharding_balance(sim: &Sim) -> Result<(), Unmet> {
     let Some((slot, counts)) = shardings.allocation() else {
         return Err(("L10", "no coordinator runs with its table recovered".to_owned()));
     };
-    let status = shardings.slot(slot).host.as_ref().and_then(|h| h.coordinator_status());
-    if let Some(s) = status.filter(|s| s.handoffs > 0) {
+    let coordinator = shardings.slot(slot).host.as_ref().and_then(|h| h.coordinator());
+    if let Some(s) = coordinator.map(|c| c.status()).filter(|s| s.handoffs > 0) {
         return Err(("L10", format!("{} handoffs are still in progress", s.handoffs)));
     }
     let live: BTreeSet<UniqueAddress> =
@@ -241,13 +250,22 @@ pub fn check_sharding_balance(sim: &Sim) -> Result<(), Unmet> {
     if let Some((gone, n)) = counts.iter().find(|(r, n)| **n > 0 && !live.contains(*r)) {
         return Err(("L10", format!("{n} shards are still allocated to {gone}, which is gone")));
     }
-    // A coordinator that has just become active may have an empty or partial table, in which
-    // every region has no shards or few: it is not balanced until every shard has a home (asks
-    // reach every shard within seconds).
-    let allocated: usize = counts.values().sum();
-    let shards = usize::try_from(shardings.config().number_of_shards).unwrap_or(usize::MAX);
-    if allocated < shards {
-        return Err(("L10", format!("{allocated} of {shards} shards have a home")));
+    let homeless: BTreeSet<ShardId> = (0..shardings.config().number_of_shards)
+        .map(|i| ShardId::new(i.to_string()))
+        .filter(|s| coordinator.is_some_and(|c| c.state().home(s).is_none()))
+        .collect();
+    if let Some(i) = sim.running().find(|i| {
+        let host = shardings.slot(*i).host.as_ref();
+        host.is_some_and(|h| h.shard_counts().any(|(s, _)| homeless.contains(s)))
+    }) {
+        return Err(("L10", format!("slot {i} hosts a shard that the table places nowhere")));
+    }
+    let wanted = wanting_home(shardings.asks(), &homeless, sim.now());
+    if let Some(a) = wanted {
+        let (shard, at) = (&a.shard, a.sent_at.as_secs_f64());
+        let why =
+            format!("shard {shard} has no home, though an ask sent to it at {at:.3}s wants one");
+        return Err(("L10", why));
     }
     let loads: Vec<usize> = live.iter().map(|n| counts.get(n).copied().unwrap_or(0)).collect();
     let (min, max) = (loads.iter().min().copied(), loads.iter().max().copied());
@@ -255,6 +273,18 @@ pub fn check_sharding_balance(sim: &Sim) -> Result<(), Unmet> {
         (Some(min), Some(max)) if max - min <= 1 => Ok(()),
         _ => Err(("L10", format!("shard counts per running region are {loads:?}"))),
     }
+}
+
+/// The ask that wants a home for one of the `homeless` shards at `now`, if any: the latest sent
+/// to one of them between two [`ASK_BOUND`]s and one ago (see [`check_sharding_balance`]).
+fn wanting_home<'a>(
+    asks: &'a BTreeMap<u64, AskRecord>,
+    homeless: &BTreeSet<ShardId>,
+    now: Duration,
+) -> Option<&'a AskRecord> {
+    let (from, until) = (now.saturating_sub(ASK_BOUND * 2), now.saturating_sub(ASK_BOUND));
+    let window = asks.values().rev().take_while(|a| a.sent_at >= from);
+    window.filter(|a| a.sent_at <= until).find(|a| homeless.contains(&a.shard))
 }
 
 /// Checks L11 now: every non-empty remembered set was read last by the shard of a running
@@ -355,4 +385,41 @@ pub fn check_asks(sim: &Sim, phases: &[AskPhase]) -> Result<(), Unmet> {
 
 fn secs_of(d: Duration) -> f64 {
     d.as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_wants_a_home_for_an_ask_sent_between_two_ask_bounds_and_one_ago() {
+        let shard = |n: u32| ShardId::new(n.to_string());
+        let ask = |n: u32, secs: u64| AskRecord {
+            from_slot: 0,
+            incarnation: 1,
+            shard: shard(n),
+            sent_at: Duration::from_secs(secs),
+            answered: Some((Duration::from_secs(secs), true)),
+        };
+        // Shard 6 asked at 100 s, shard 4 at 103 s, shard 6 again at 108 s.
+        let asks: BTreeMap<u64, AskRecord> =
+            [(1, ask(6, 100)), (2, ask(4, 103)), (3, ask(6, 108))].into();
+        let homeless = |ns: &[u32]| ns.iter().map(|n| shard(*n)).collect::<BTreeSet<_>>();
+        let at = |secs: u64| Duration::from_secs(secs);
+        let wanted =
+            |ns: &[u32], now: u64| wanting_home(&asks, &homeless(ns), at(now)).map(|a| a.sent_at);
+        // Too recent to be held against the shard: the ask has ASK_BOUND to bring it a home.
+        assert_eq!(wanted(&[6], 104), None);
+        assert_eq!(wanted(&[6], 105), Some(at(100)));
+        assert_eq!(wanted(&[6], 110), Some(at(100)));
+        // Two bounds on, the ask of 100 s no longer counts, and the next is still too recent.
+        assert_eq!(wanted(&[6], 111), None);
+        assert_eq!(wanted(&[6], 113), Some(at(108)));
+        // A shard with a home is not asked about; the other one is.
+        assert_eq!(wanted(&[4], 110), Some(at(103)));
+        assert_eq!(wanted(&[], 110), None);
+        assert_eq!(wanted(&[4, 6], 113), Some(at(108)));
+        // Unasked for longer than two bounds: rightly without a home.
+        assert_eq!(wanted(&[4, 6], 119), None);
+    }
 }

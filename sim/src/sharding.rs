@@ -153,12 +153,14 @@ impl SlotSharding {
 }
 
 /// One ask of the load.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct AskRecord {
     /// The asking slot, and its incarnation.
     pub from_slot: usize,
     /// The incarnation number of the asking process.
     pub incarnation: u32,
+    /// The shard of the entity asked.
+    pub shard: ShardId,
     /// When it was sent.
     pub sent_at: Duration,
     /// When the answer arrived, and whether it was a success.
@@ -311,10 +313,18 @@ impl Shardings {
         Some((slot, format!("e{entity}").into()))
     }
 
-    /// Records a new ask from `from_slot` (incarnation `incarnation`) at `now`; its number.
-    pub(crate) fn new_ask(&mut self, from_slot: usize, incarnation: u32, now: Duration) -> u64 {
+    /// Records a new ask to shard `shard` from `from_slot` (incarnation `incarnation`) at `now`;
+    /// its number.
+    pub(crate) fn new_ask(
+        &mut self,
+        shard: ShardId,
+        from_slot: usize,
+        incarnation: u32,
+        now: Duration,
+    ) -> u64 {
         let id = u64::try_from(self.asks.len()).unwrap_or(u64::MAX) + 1;
-        self.asks.insert(id, AskRecord { from_slot, incarnation, sent_at: now, answered: None });
+        let ask = AskRecord { from_slot, incarnation, shard, sent_at: now, answered: None };
+        self.asks.insert(id, ask);
         self.stats.asks += 1;
         id
     }

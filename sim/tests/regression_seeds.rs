@@ -681,6 +681,16 @@ const CASES: &[Case] = &[
               first pause's deadline (fixed in the checker: an instance whose process is paused \
               is judged by that pause, and after a resume from the latest resume)",
     },
+    Case {
+        seed: 20289,
+        nodes: 6,
+        downing: ChaosDowning::Resolver,
+        why: "L10 in the checker: shard 6, to which two of the load's 300 entity ids hash, lost \
+              its home with a crashed region and no ask reached it for the whole sharding \
+              bound, so 29 of 30 shards had a home; a shard comes back on its next message \
+              (fixed in the checker: a shard needs a home while a region hosts it or an ask \
+              wants it)",
+    },
 ];
 
 /// Runs the case; why it failed, with the command that reproduces it.

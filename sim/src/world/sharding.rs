@@ -367,8 +367,8 @@ impl Sim {
         let Some(s) = self.shardings.as_mut() else { return };
         let Some((slot, entity)) = s.draw_ask(&running) else { return };
         let incarnation = self.procs.slot(slot).incarnations;
-        let id = s.new_ask(slot, incarnation, now);
         let shard = shard_for_entity(&entity, SHARDS);
+        let id = s.new_ask(shard.clone(), slot, incarnation, now);
         // The payload is the ask's number, which the entity sends back.
         let payload = id.to_le_bytes().to_vec();
         self.note(|| format!("slot {slot} asks {entity} (shard {shard}), ask {id}"));
