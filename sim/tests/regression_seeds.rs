@@ -691,6 +691,17 @@ const CASES: &[Case] = &[
               (fixed in the checker: a shard needs a home while a region hosts it or an ask \
               wants it)",
     },
+    Case {
+        seed: 16004871,
+        nodes: 6,
+        downing: ChaosDowning::Resolver,
+        why: "S1 for 39.1 s: every process had been downed and restarted, and the operator's \
+              bootstrap formed a cluster of slot 0; then a Welcome held up in the network for \
+              25 s reached slot 1, whose join had been retried meanwhile, from slot 5's downed \
+              incarnation; slot 1 took it, the restarted nodes at its members' addresses downed \
+              them, and slot 1 led a second cluster (fixed: a Welcome is taken only as the \
+              answer to the join outstanding)",
+    },
 ];
 
 /// Runs the case; why it failed, with the command that reproduces it.

@@ -322,12 +322,15 @@ impl Cluster {
         }
     }
 
-    /// Whether this node takes its first state from `from`: from anyone before it has asked a
-    /// node, then only from the node it asked last.
+    /// Whether this node takes its first state from `from`: only as the answer to the join it
+    /// has outstanding, from the node it sent it to. Once the join is retried through the seed
+    /// nodes, an answer to the earlier one is stale and is not taken: its sender may have died
+    /// since, with every member it lists, and a joiner that took it would be the only live member
+    /// of that cluster, beside the one that has formed meanwhile (README,
+    /// `cluster.retry_unsuccessful_join_after`).
     fn welcome_expected_from(&self, from: &UniqueAddress) -> bool {
         match &self.phase {
-            Phase::Initialized => false,
-            Phase::Uninitialized => true,
+            Phase::Initialized | Phase::Uninitialized => false,
             Phase::TryingToJoin { join_with } => *join_with == from.address,
         }
     }

@@ -112,6 +112,7 @@ fn new_core(i: u64, config: Config, now: Instant) -> Cluster {
 /// Everything the installation sent and published is drained.
 fn member_core(i: u64, config: Config, now: Instant, from: u64, g: Gossip) -> Cluster {
     let mut c = new_core(i, config, now);
+    c.join(now, a(from)).unwrap();
     c.handle_message(now, n(from), Message::Welcome { from: n(from), gossip: Arc::new(g) });
     assert!(c.is_initialized(), "the Welcome was not accepted");
     drain(&mut c);
@@ -548,11 +549,36 @@ fn welcome_is_accepted_only_from_the_address_being_joined() {
 }
 
 #[test]
-fn any_welcome_is_accepted_while_uninitialized() {
+fn a_welcome_is_taken_only_as_the_answer_to_the_join_outstanding() {
+    // Chaos seed 16004871 (N = 6): a joiner took a Welcome that had been held up in the network
+    // for 25 s, long after its join had been retried, from a node that had been downed since
+    // with every member the Welcome listed; once the restarted nodes at those addresses downed
+    // them, it was the only live member of that cluster and led a second one.
     let t = t0();
     let mut c = new_core(2, cfg(), t);
-    let g = gossip([up(1, 1), up(3, 2), joining(2)], &[1]);
-    c.handle_message(t, n(3), Message::Welcome { from: n(3), gossip: Arc::new(g) });
+    let g = Arc::new(gossip([up(1, 1), up(3, 2), joining(2)], &[1]));
+    let welcome = |from: u64| Message::Welcome { from: n(from), gossip: g.clone() };
+    let ack = |i: u64| Message::InitJoinAck { address: a(i), config_check: ConfigCheck::Unchecked };
+    // Before any join, a Welcome answers nothing.
+    c.handle_message(t, n(3), welcome(3));
+    assert!(!c.is_initialized());
+
+    // Node 1 acks, the Join goes to it and stays unanswered; the retry starts a new round.
+    c.join_seed_nodes(t, vec![a(1), a(3)]).unwrap();
+    c.handle_message(t + ms(10), n(1), ack(1));
+    let sent = transmits(&mut c);
+    assert!(sent.iter().any(|tr| tr.message.kind() == "Join" && tr.to == a(1)), "{sent:?}");
+    let retried = run_until(&mut c, t + secs(11));
+    assert!(retried.iter().any(|(_, tr)| tr.message.kind() == "InitJoin"), "{retried:?}");
+    // Node 1's answer to the first Join arrives now: stale, not taken.
+    c.handle_message(t + secs(11), n(1), welcome(1));
+    assert!(!c.is_initialized(), "a Welcome to a join that was retried was taken");
+
+    // The new round: node 3 acks, and its answer to the new Join is taken.
+    c.handle_message(t + secs(12), n(3), ack(3));
+    c.handle_message(t + secs(12), n(1), welcome(1));
+    assert!(!c.is_initialized(), "a Welcome from a node other than the one asked was taken");
+    c.handle_message(t + secs(12), n(3), welcome(3));
     assert!(c.is_initialized());
     assert_eq!(c.self_status(), Joining);
 }
@@ -653,6 +679,8 @@ fn the_joiner_gives_up_after_shutdown_after_unsuccessful_join_seed_nodes() {
     // Not once it has joined.
     let mut c = new_core(2, config, t);
     c.join_seed_nodes(t, vec![a(1), a(3)]).unwrap();
+    let ack = Message::InitJoinAck { address: a(1), config_check: ConfigCheck::Unchecked };
+    c.handle_message(t + ms(500), n(1), ack);
     let g = gossip([up(1, 1), joining(2)], &[1]);
     c.handle_message(t + secs(1), n(1), Message::Welcome { from: n(1), gossip: Arc::new(g) });
     run_until(&mut c, t + secs(40));
