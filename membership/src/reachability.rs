@@ -266,12 +266,7 @@ impl Reachability {
 
     /// Subjects somebody sees as unreachable or terminated.
     pub fn all_unreachable_or_terminated(&self) -> BTreeSet<UniqueAddress> {
-        self.rows
-            .values()
-            .flat_map(|row| row.iter())
-            .filter(|(_, (s, _))| *s != ReachabilityStatus::Reachable)
-            .map(|(n, _)| n.clone())
-            .collect()
+        not_reachable_subjects(self.rows.values()).into_iter().cloned().collect()
     }
 
     /// Subjects somebody sees as unreachable, excluding those anybody sees as terminated.
@@ -291,18 +286,20 @@ impl Reachability {
             .collect()
     }
 
-    /// A table of the records that are not Reachable and whose observer and subject satisfy
-    /// `keep`, each with its version, and `observer_version` for every observer that keeps one:
-    /// what `from_parts` builds from those records, without making a record of every row.
+    /// A table of the records that are not Reachable and whose observer satisfies `observer` and
+    /// subject `subject`, each with its version, and `observer_version` for every observer that
+    /// keeps one: what `from_parts` builds from those records, without making a record of every
+    /// row.
     pub fn unreachable_records_where(
         &self,
-        keep: impl Fn(&UniqueAddress, &UniqueAddress) -> bool,
+        observer: impl Fn(&UniqueAddress) -> bool,
+        subject: impl Fn(&UniqueAddress) -> bool,
         observer_version: u64,
     ) -> Reachability {
         let mut out = Reachability::new();
-        for (o, row) in &self.rows {
+        for (o, row) in self.rows.iter().filter(|(o, _)| observer(o)) {
             let kept: BTreeMap<UniqueAddress, (ReachabilityStatus, u64)> = (row.iter())
-                .filter(|(s, (status, _))| *status != ReachabilityStatus::Reachable && keep(o, s))
+                .filter(|(s, (status, _))| *status != ReachabilityStatus::Reachable && subject(s))
                 .map(|(s, v)| (s.clone(), *v))
                 .collect();
             if !kept.is_empty() {
@@ -321,12 +318,10 @@ impl Reachability {
         observer: impl Fn(&UniqueAddress) -> bool,
         subject: impl Fn(&UniqueAddress) -> bool,
     ) -> BTreeSet<&UniqueAddress> {
-        (self.rows.iter())
-            .filter(|(o, _)| observer(o))
-            .flat_map(|(_, row)| row.iter())
-            .filter(|(s, (status, _))| *status != ReachabilityStatus::Reachable && subject(s))
-            .map(|(s, _)| s)
-            .collect()
+        let rows = self.rows.iter().filter(|(o, _)| observer(o)).map(|(_, row)| row);
+        let mut subjects = not_reachable_subjects(rows);
+        subjects.retain(|s| subject(s));
+        subjects
     }
 
     /// Subjects that `observer` sees as unreachable or terminated.
@@ -363,6 +358,23 @@ impl Reachability {
         }
         out
     }
+}
+
+/// The distinct subjects of the records in `rows` that are not Reachable. Each is inserted once as
+/// it is found: the many observers that flag one subject cost a look-up each, where collecting
+/// every record and sorting them all cost most of a busy cluster's gossip handling.
+fn not_reachable_subjects<'a>(
+    rows: impl Iterator<Item = &'a BTreeMap<UniqueAddress, (ReachabilityStatus, u64)>>,
+) -> BTreeSet<&'a UniqueAddress> {
+    let mut subjects = BTreeSet::new();
+    for row in rows {
+        for (subject, (status, _)) in row {
+            if *status != ReachabilityStatus::Reachable {
+                subjects.insert(subject);
+            }
+        }
+    }
+    subjects
 }
 
 #[cfg(test)]
@@ -548,7 +560,7 @@ mod tests {
                 .collect();
             let versions: Vec<_> = records.iter().map(|x| (x.observer.clone(), 1)).collect();
             prop_assert_eq!(
-                r.unreachable_records_where(|o, s| odd(o) && below_4(s), 1),
+                r.unreachable_records_where(odd, below_4, 1),
                 Reachability::from_parts(records, versions)
             );
         }

@@ -64,7 +64,9 @@ pub struct Slot {
     paused_total: Duration,
     /// When the current pause began, while paused.
     paused_at: Option<Duration>,
-    core: Option<Cluster>,
+    /// Boxed: a core is taken out and put back for every input, and a move of the box is a
+    /// pointer's, not the whole state's.
+    core: Option<Box<Cluster>>,
     /// Messages that arrived while paused, with their arrival time.
     inbox: Vec<(Duration, InFlight)>,
     timer_gen: u64,
@@ -155,7 +157,7 @@ impl Processes {
 
     /// The core in slot `i`, running or paused.
     pub fn core(&self, i: usize) -> Option<&Cluster> {
-        self.slots[i].core.as_ref()
+        self.slots[i].core.as_deref()
     }
 
     /// Whether slot `i` has a running (not paused) process.
@@ -230,7 +232,7 @@ impl Processes {
         let core =
             Cluster::new(config, node.clone(), instant, wall).expect("valid simulated config");
         let s = &mut self.slots[slot];
-        s.core = Some(core);
+        s.core = Some(Box::new(core));
         s.state = SlotState::Running;
         s.incarnations += 1;
         s.node = Some(node.clone());
@@ -301,12 +303,12 @@ impl Processes {
     }
 
     /// Takes the core out of `slot` to feed it an input; [`Processes::put_core`] puts it back.
-    pub fn take_core(&mut self, slot: usize) -> Option<Cluster> {
+    pub fn take_core(&mut self, slot: usize) -> Option<Box<Cluster>> {
         self.slots[slot].core.take()
     }
 
     /// Puts the core of `slot` back.
-    pub fn put_core(&mut self, slot: usize, core: Cluster) {
+    pub fn put_core(&mut self, slot: usize, core: Box<Cluster>) {
         self.slots[slot].core = Some(core);
     }
 
@@ -319,7 +321,7 @@ impl Processes {
         let s = &mut self.slots[slot];
         let deadline = s
             .core
-            .as_ref()
+            .as_deref()
             .and_then(Cluster::poll_timeout)
             .map(|t| s.clock.global_at(t.saturating_duration_since(base)));
         if deadline == s.armed {

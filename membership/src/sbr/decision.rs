@@ -322,26 +322,27 @@ impl DowningModel {
         r: &Reachability,
         self_node: Option<&UniqueAddress>,
     ) {
-        let cut_off: BTreeSet<UniqueAddress> = self_node.map_or_else(BTreeSet::new, |me| {
-            let observed = r.all_unreachable_from(me);
-            if observed.is_empty() {
-                // Nothing this node sees unreachable can be cut off (the common case, and the
-                // side below costs a look-up per member).
-                return BTreeSet::new();
-            }
-            let side: Vec<&UniqueAddress> = (self.members.keys())
-                .filter(|m| *m == me || (self.is_active(m) && !observed.contains(*m)))
-                .collect();
-            (observed.into_iter())
-                .filter(|o| side.iter().all(|m| *m == o || !r.is_reachable_by(m, o)))
-                .collect()
-        });
+        let observed = self_node.map(|me| (me, r.all_unreachable_from(me)));
+        let cut_off: BTreeSet<&UniqueAddress> =
+            observed.as_ref().map_or_else(BTreeSet::new, |(me, observed)| {
+                if observed.is_empty() {
+                    // Nothing this node sees unreachable can be cut off (the common case, and the
+                    // side below costs a look-up per member).
+                    return BTreeSet::new();
+                }
+                let side: Vec<&UniqueAddress> = (self.members.keys())
+                    .filter(|m| m == me || (self.is_active(m) && !observed.contains(*m)))
+                    .collect();
+                (observed.iter())
+                    .filter(|o| side.iter().all(|m| m == o || !r.is_reachable_by(m, o)))
+                    .collect()
+            });
         self.reachability = r.unreachable_records_where(
-            |o, s| self.is_active(o) && self.is_active(s) && !cut_off.contains(o),
+            |o| self.is_active(o) && !cut_off.contains(o),
+            |s| self.is_active(s),
             1,
         );
-        self.in_touch = self_node.map_or_else(BTreeSet::new, |me| {
-            let observed = r.all_unreachable_from(me);
+        self.in_touch = observed.as_ref().map_or_else(BTreeSet::new, |(_, observed)| {
             (self.members.values())
                 .filter(|m| m.status() == MemberStatus::Down)
                 .map(Member::node)

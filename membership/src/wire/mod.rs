@@ -125,6 +125,11 @@ pub fn encode(msg: &Message) -> Vec<u8> {
     envelope::to_pb(msg).encode_to_vec()
 }
 
+/// The length of [`encode`]'s frame for `msg`, without writing it.
+pub fn encoded_len(msg: &Message) -> usize {
+    envelope::to_pb(msg).encoded_len()
+}
+
 /// How many recent gossip versions a [`GossipEncoder`] keeps the payload of.
 const RECENT_GOSSIP_PAYLOADS: usize = 4;
 

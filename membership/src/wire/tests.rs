@@ -289,6 +289,7 @@ proptest! {
         let bytes = encode(&msg);
         let back = decode(&bytes).unwrap();
         prop_assert!(same_message(&msg, &back), "{msg:?}\n!=\n{back:?}");
+        prop_assert_eq!(encoded_len(&msg), bytes.len(), "encoded_len is the frame's length");
         prop_assert_eq!(encode(&back), bytes, "encoding is deterministic");
     }
 

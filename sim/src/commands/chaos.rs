@@ -275,7 +275,8 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         operator,
         check_invariants: true,
         log_steps: o.log_steps,
-        size_mode: SizeMode::default(),
+        // Nothing in a chaos report counts bytes.
+        size_mode: SizeMode::Off,
     };
     let sharding_config = opts.sharding.clone().expect("set above");
     let mut sim = Sim::new(opts);

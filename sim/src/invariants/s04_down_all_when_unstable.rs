@@ -51,7 +51,12 @@ pub(crate) fn bound(config: &convoke_membership::Config) -> Option<Duration> {
 /// Whether `g`, held by `me`, holds some other member unreachable that is not Down, Exiting,
 /// Joining or WeaklyUp (the members whose unreachability the resolver waits to settle).
 fn holds_unresolved_unreachable(g: &Gossip, me: &UniqueAddress) -> bool {
-    g.reachability().all_unreachable_or_terminated().iter().filter(|n| *n != me).any(|n| {
+    unresolved_among(g, &g.reachability().all_unreachable_or_terminated(), me)
+}
+
+/// [`holds_unresolved_unreachable`], given `g`'s unreachable or terminated nodes.
+fn unresolved_among(g: &Gossip, unreachable: &BTreeSet<UniqueAddress>, me: &UniqueAddress) -> bool {
+    unreachable.iter().filter(|n| *n != me).any(|n| {
         g.member(n).is_some_and(|m| {
             use MemberStatus::*;
             matches!(m.status(), Up | Leaving | PreparingForShutdown | ReadyForShutdown)
@@ -90,23 +95,21 @@ impl Invariant for DownAllWhenUnstable {
         // or reachable again while still a member. A member leaving the table by its removal is
         // not, nor are the others' verdicts on this node.
         let me = obs.self_node;
-        let (was, is) = (
-            obs.before.reachability().all_unreachable_or_terminated(),
-            obs.after.reachability().all_unreachable_or_terminated(),
-        );
-        if is.iter().any(|n| n != me && !was.contains(n))
-            || was.iter().any(|n| n != me && !is.contains(n) && obs.after.has_member(n))
-        {
-            self.changed.insert(obs.self_node.clone());
+        let is = obs.after.reachability().all_unreachable_or_terminated();
+        // Equal tables hold the same unreachable nodes (and comparing them is cheaper).
+        if obs.before.reachability() != obs.after.reachability() {
+            let was = obs.before.reachability().all_unreachable_or_terminated();
+            if is.iter().any(|n| n != me && !was.contains(n))
+                || was.iter().any(|n| n != me && !is.contains(n) && obs.after.has_member(n))
+            {
+                self.changed.insert(obs.self_node.clone());
+            }
         }
         let landed = obs.before.members().any(|m| {
             m.status() != MemberStatus::Down
                 && obs.after.member(m.node()).is_none_or(|now| now.status() == MemberStatus::Down)
         });
-        if !obs.decisions.is_empty()
-            || landed
-            || !holds_unresolved_unreachable(obs.after, obs.self_node)
-        {
+        if !obs.decisions.is_empty() || landed || !unresolved_among(obs.after, &is, obs.self_node) {
             self.start_over.insert(obs.self_node.clone());
         }
         Ok(())

@@ -13,7 +13,7 @@
 //! member. The two never lead at once, so the record passes to the new leader.
 
 use std::collections::BTreeMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 
 use convoke_membership::UniqueAddress;
 
@@ -28,7 +28,7 @@ pub struct SingleLeader {
 
 /// A hash of a vector clock, for keying per-version facts.
 pub(super) fn version_hash(g: &convoke_membership::gossip::Gossip) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = crate::key_hasher();
     g.version().hash(&mut h);
     h.finish()
 }

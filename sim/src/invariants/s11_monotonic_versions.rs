@@ -10,7 +10,7 @@
 //! The merge laws (commutative, associative, idempotent) are property tests in the core.
 
 use std::collections::BTreeMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 
 use convoke_membership::UniqueAddress;
 use convoke_membership::gossip::Gossip;
@@ -27,7 +27,7 @@ pub struct MonotonicVersions {
 
 /// A hash of everything in a gossip except its seen set and clock.
 pub(super) fn content_hash(g: &Gossip) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = crate::key_hasher();
     for m in g.members() {
         m.node().hash(&mut h);
         m.status().hash(&mut h);

@@ -34,7 +34,13 @@ impl Sim {
         self.after_input(slot, core, before, cause);
     }
 
-    fn after_input(&mut self, slot: usize, mut core: Cluster, before: Arc<Gossip>, cause: Cause) {
+    fn after_input(
+        &mut self,
+        slot: usize,
+        mut core: Box<Cluster>,
+        before: Arc<Gossip>,
+        cause: Cause,
+    ) {
         let me = core.self_node().clone();
         while let Some(t) = core.poll_transmit() {
             self.send(slot, &me, t);
@@ -65,6 +71,7 @@ impl Sim {
         let changed = !Arc::ptr_eq(&before, core.gossip()) || !decisions.is_empty();
         let reachability_changed = (self.shardings.is_some() || self.data.is_some())
             && !Arc::ptr_eq(&before, core.gossip())
+            && before.reachability() != core.gossip().reachability()
             && unreachable_in(&before) != unreachable_in(core.gossip());
         let confirms = matches!(cause, Cause::Message(Delivered::Other("ExitingConfirmed")));
         if (changed || confirms) && !self.checkers.is_empty() && self.violation.is_none() {
