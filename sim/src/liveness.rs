@@ -17,8 +17,8 @@
 //!   within [`ASK_BOUND`], by its entity once rebalancing has
 //!   settled (when the run has the sharding layer);
 //! - **L10** balanced shards: within [`sharding_bound`] of L8 holding, the coordinator's table
-//!   places every shard on a running process, and the shard counts of any two running regions
-//!   differ by at most one;
+//!   places every shard that needs a home (see [`check_sharding_balance`]) on a running process,
+//!   and the shard counts of any two running regions differ by at most one;
 //! - **L11** remembered entities run (with `--remember-entities`): at the end of the settled
 //!   window after L10 held, every shard's remembered set was read last by a running process, and
 //!   every entity in it runs there, though no message was sent to it since its shard moved.
