@@ -46,6 +46,7 @@ impl Parts {
     /// The hosts' byte order. Equal prefixes of hosts no longer than the prefix differ only in
     /// length, and then the shorter is a prefix of the longer (the rest of the longer is zeros),
     /// so it sorts first.
+    #[inline]
     fn cmp_host(&self, other: &Self) -> Ordering {
         self.host_prefix.cmp(&other.host_prefix).then_with(|| {
             if self.host.len() <= 16 && other.host.len() <= 16 {
@@ -58,6 +59,7 @@ impl Parts {
 }
 
 impl PartialEq for Parts {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         self.port == other.port
             && self.host_prefix == other.host_prefix
@@ -160,6 +162,7 @@ fn validate_host(host: &str) -> Result<(), AddressError> {
 }
 
 impl PartialEq for Address {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
     }
@@ -174,6 +177,7 @@ impl std::hash::Hash for Address {
 }
 
 impl Ord for Address {
+    #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
         if Arc::ptr_eq(&self.0, &other.0) {
             return Ordering::Equal;
@@ -201,6 +205,7 @@ impl fmt::Debug for Address {
 }
 
 impl PartialOrd for Address {
+    #[inline]
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
@@ -355,6 +360,7 @@ pub struct UniqueAddress {
 /// Equal when both parts are. The uid, held inline, is compared first: two nodes almost always
 /// differ in it, and then the address behind its pointer is not read.
 impl PartialEq for UniqueAddress {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         self.uid == other.uid && self.address == other.address
     }

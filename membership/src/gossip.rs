@@ -638,29 +638,45 @@ impl Gossip {
         {
             return Err(InvalidGossip(format!("member {} is Removed", m.node())));
         }
+        let seen_checked =
+            members_checked && valid.is_some_and(|v| Arc::ptr_eq(&v.seen, &self.seen));
         let mut members = self.members.keys().peekable();
-        if let Some(n) = self.seen.iter().find(|n| !advance_to(&mut members, n)) {
+        if let Some(n) =
+            self.seen.iter().take_while(|_| !seen_checked).find(|n| !advance_to(&mut members, n))
+        {
             return Err(InvalidGossip(format!("seen node {n} is not a member")));
         }
-        if let Some(n) =
-            self.reachability.versions().keys().find(|n| !self.members.contains_key(*n))
+        // The same members and the same table as the valid gossip: the table refers to members.
+        let reachability_checked =
+            members_checked && valid.is_some_and(|v| v.reachability == self.reachability);
+        if let Some(n) = (self.reachability.versions().keys())
+            .take_while(|_| !reachability_checked)
+            .find(|n| !self.members.contains_key(*n))
         {
             return Err(InvalidGossip(format!("reachability observer {n} is not a member")));
         }
-        if let Some(r) =
-            self.reachability.records().find(|r| !self.members.contains_key(&r.subject))
+        if let Some(s) = (self.reachability.subjects())
+            .take_while(|_| !reachability_checked)
+            .find(|s| !self.members.contains_key(*s))
         {
-            return Err(InvalidGossip(format!(
-                "reachability subject {} is not a member",
-                r.subject
-            )));
+            return Err(InvalidGossip(format!("reachability subject {s} is not a member")));
         }
+        let tombstones_checked =
+            members_checked && valid.is_some_and(|v| v.tombstones == self.tombstones);
         // Both are in node order, so the first tombstone that is a member is the first member
-        // that is tombstoned; there are few tombstones and many members.
-        if let Some(n) = self.tombstones.keys().find(|n| self.members.contains_key(*n)) {
+        // that is tombstoned.
+        let mut members = self.members.keys().peekable();
+        if let Some(n) = (self.tombstones.keys())
+            .take_while(|_| !tombstones_checked)
+            .find(|n| advance_to(&mut members, n))
+        {
             return Err(InvalidGossip(format!("member {n} is also tombstoned")));
         }
-        if let Some((n, _)) = self.version.entries().find(|(n, _)| self.tombstones.contains_key(*n))
+        let clock_checked = tombstones_checked && valid.is_some_and(|v| v.version == self.version);
+        let mut tombstones = self.tombstones.keys().peekable();
+        if let Some((n, _)) = (self.version.entries())
+            .take_while(|_| !clock_checked)
+            .find(|(n, _)| advance_to(&mut tombstones, n))
         {
             return Err(InvalidGossip(format!("vector clock has an entry for removed {n}")));
         }

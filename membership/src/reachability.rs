@@ -1,6 +1,7 @@
 //! The reachability table: which observer sees which subject as unreachable.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
 
 use crate::address::UniqueAddress;
 
@@ -30,11 +31,82 @@ pub struct Record {
 
 /// Reachability as seen by every observer. Only an observer changes its own rows; an observer that
 /// sees everybody reachable keeps no rows at all, so an empty table means "all reachable".
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Reachability {
+///
+/// A copy shares the table until one of them changes it, and what is computed from a table (the
+/// subjects somebody flags) is computed once for all its copies: the copies of one gossip on
+/// every node, and the many views each node takes of it per gossip.
+#[derive(Clone, Default)]
+pub struct Reachability(Arc<Table>);
+
+type Row = BTreeMap<UniqueAddress, (ReachabilityStatus, u64)>;
+
+#[derive(Clone, Default)]
+struct Table {
     /// observer → (subject → (status, version)).
-    rows: BTreeMap<UniqueAddress, BTreeMap<UniqueAddress, (ReachabilityStatus, u64)>>,
+    rows: BTreeMap<UniqueAddress, Row>,
     versions: BTreeMap<UniqueAddress, u64>,
+    /// Every subject some observer flags as Unreachable or Terminated, with those observers in
+    /// order, computed on first use.
+    flagged: OnceLock<BTreeMap<UniqueAddress, Vec<UniqueAddress>>>,
+    /// The same subjects as a set, computed on first use.
+    not_reachable: OnceLock<BTreeSet<UniqueAddress>>,
+    /// Of those, the ones nobody flags as Terminated, computed on first use.
+    unreachable: OnceLock<BTreeSet<UniqueAddress>>,
+}
+
+impl Table {
+    fn shared(
+        rows: BTreeMap<UniqueAddress, Row>,
+        versions: BTreeMap<UniqueAddress, u64>,
+    ) -> Reachability {
+        Reachability(Arc::new(Self {
+            rows,
+            versions,
+            flagged: OnceLock::new(),
+            not_reachable: OnceLock::new(),
+            unreachable: OnceLock::new(),
+        }))
+    }
+
+    fn flagged(&self) -> &BTreeMap<UniqueAddress, Vec<UniqueAddress>> {
+        self.flagged.get_or_init(|| {
+            let mut out: BTreeMap<UniqueAddress, Vec<UniqueAddress>> = BTreeMap::new();
+            for (o, row) in &self.rows {
+                for (s, (status, _)) in row {
+                    if *status != ReachabilityStatus::Reachable {
+                        out.entry(s.clone()).or_default().push(o.clone());
+                    }
+                }
+            }
+            out
+        })
+    }
+}
+
+/// Equal when the rows and versions are (what was computed from them is not state).
+impl PartialEq for Reachability {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.rows == other.0.rows && self.0.versions == other.0.versions)
+    }
+}
+
+impl Eq for Reachability {}
+
+impl std::hash::Hash for Reachability {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.rows.hash(state);
+        self.0.versions.hash(state);
+    }
+}
+
+impl std::fmt::Debug for Reachability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (f.debug_struct("Reachability"))
+            .field("rows", &self.0.rows)
+            .field("versions", &self.0.versions)
+            .finish()
+    }
 }
 
 impl Reachability {
@@ -43,24 +115,35 @@ impl Reachability {
         Self::default()
     }
 
+    /// The table, for a change: copied first if it is shared, and what was computed from it is
+    /// dropped.
+    fn table_mut(&mut self) -> &mut Table {
+        let t = Arc::make_mut(&mut self.0);
+        t.flagged = OnceLock::new();
+        t.not_reachable = OnceLock::new();
+        t.unreachable = OnceLock::new();
+        t
+    }
+
     /// Builds a table from records and versions (for decoding); versions must cover every observer.
     pub fn from_parts(
         records: impl IntoIterator<Item = Record>,
         versions: impl IntoIterator<Item = (UniqueAddress, u64)>,
     ) -> Self {
-        let mut r = Self { rows: BTreeMap::new(), versions: versions.into_iter().collect() };
+        let mut rows: BTreeMap<UniqueAddress, Row> = BTreeMap::new();
+        let mut versions: BTreeMap<UniqueAddress, u64> = versions.into_iter().collect();
         for rec in records {
-            r.rows.entry(rec.observer).or_default().insert(rec.subject, (rec.status, rec.version));
+            rows.entry(rec.observer).or_default().insert(rec.subject, (rec.status, rec.version));
         }
-        for obs in r.rows.keys() {
-            r.versions.entry(obs.clone()).or_insert(0);
+        for obs in rows.keys() {
+            versions.entry(obs.clone()).or_insert(0);
         }
-        r
+        Table::shared(rows, versions)
     }
 
     /// Every record, ordered by observer then subject.
     pub fn records(&self) -> impl Iterator<Item = Record> + '_ {
-        self.rows.iter().flat_map(|(o, row)| {
+        self.0.rows.iter().flat_map(|(o, row)| {
             row.iter().map(move |(s, (status, version))| Record {
                 observer: o.clone(),
                 subject: s.clone(),
@@ -70,14 +153,20 @@ impl Reachability {
         })
     }
 
+    /// The subject of every record, ordered by observer then subject (a subject flagged by
+    /// several observers comes once for each).
+    pub fn subjects(&self) -> impl Iterator<Item = &UniqueAddress> + '_ {
+        self.0.rows.values().flat_map(BTreeMap::keys)
+    }
+
     /// The per-observer versions.
     pub fn versions(&self) -> &BTreeMap<UniqueAddress, u64> {
-        &self.versions
+        &self.0.versions
     }
 
     /// Whether there are no records (everybody reachable).
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.0.rows.is_empty()
     }
 
     /// `observer` now sees `subject` as unreachable.
@@ -96,7 +185,7 @@ impl Reachability {
     }
 
     fn bump(&mut self, observer: &UniqueAddress) -> u64 {
-        let v = self.versions.entry(observer.clone()).or_insert(0);
+        let v = self.table_mut().versions.entry(observer.clone()).or_insert(0);
         *v += 1;
         *v
     }
@@ -108,12 +197,13 @@ impl Reachability {
         status: ReachabilityStatus,
     ) {
         use ReachabilityStatus::*;
-        let Some(row) = self.rows.get(observer) else {
+        let Some(row) = self.0.rows.get(observer) else {
             if status == Reachable {
                 return;
             }
             let v = self.bump(observer);
-            self.rows.entry(observer.clone()).or_default().insert(subject.clone(), (status, v));
+            let rows = &mut self.table_mut().rows;
+            rows.entry(observer.clone()).or_default().insert(subject.clone(), (status, v));
             return;
         };
         let all_others_reachable =
@@ -122,15 +212,15 @@ impl Reachability {
             Some((old, _)) if *old == Terminated || *old == status => {}
             None if status == Reachable && all_others_reachable => {
                 self.bump(observer);
-                self.rows.remove(observer);
+                self.table_mut().rows.remove(observer);
             }
             Some(_) if status == Reachable && all_others_reachable => {
                 self.bump(observer);
-                self.rows.remove(observer);
+                self.table_mut().rows.remove(observer);
             }
             _ => {
                 let v = self.bump(observer);
-                if let Some(row) = self.rows.get_mut(observer) {
+                if let Some(row) = self.table_mut().rows.get_mut(observer) {
                     row.insert(subject.clone(), (status, v));
                 }
             }
@@ -141,19 +231,20 @@ impl Reachability {
     /// `allowed`: for each observer the rows of the side with the higher version win (`other` on a
     /// tie; one-sided rows only when that side's version is strictly higher).
     pub fn merge(&self, allowed: &BTreeSet<UniqueAddress>, other: &Reachability) -> Reachability {
-        let mut out = Reachability::new();
+        let (mut rows, mut versions) = (BTreeMap::new(), BTreeMap::new());
+        let (this, other) = (&*self.0, &*other.0);
         // Only observers with a version or rows on either side can leave anything: the few
         // that ever flagged someone, not every allowed member.
-        let observers: BTreeSet<&UniqueAddress> = (self.versions.keys())
-            .chain(self.rows.keys())
+        let observers: BTreeSet<&UniqueAddress> = (this.versions.keys())
+            .chain(this.rows.keys())
             .chain(other.versions.keys())
             .chain(other.rows.keys())
             .filter(|o| allowed.contains(*o))
             .collect();
         for observer in observers {
-            let v1 = self.versions.get(observer).copied();
+            let v1 = this.versions.get(observer).copied();
             let v2 = other.versions.get(observer).copied();
-            let r1 = self.rows.get(observer);
+            let r1 = this.rows.get(observer);
             let r2 = other.rows.get(observer);
             let chosen = match (r1, r2) {
                 (Some(_), Some(_)) => {
@@ -174,61 +265,68 @@ impl Reachability {
                     .map(|(s, r)| (s.clone(), *r))
                     .collect();
                 if !kept.is_empty() {
-                    out.rows.insert(observer.clone(), kept);
+                    rows.insert(observer.clone(), kept);
                 }
             }
             if let Some(v) = v1.max(v2) {
-                out.versions.insert(observer.clone(), v);
+                versions.insert(observer.clone(), v);
             }
         }
-        out
+        Table::shared(rows, versions)
     }
 
     /// Forgets `nodes` as observers and subjects, with their versions.
     pub fn remove<'a>(&mut self, nodes: impl IntoIterator<Item = &'a UniqueAddress>) {
+        let mut nodes = nodes.into_iter().peekable();
+        if nodes.peek().is_none() {
+            return;
+        }
+        let t = self.table_mut();
         for n in nodes {
-            self.rows.remove(n);
-            self.versions.remove(n);
-            for row in self.rows.values_mut() {
+            t.rows.remove(n);
+            t.versions.remove(n);
+            for row in t.rows.values_mut() {
                 row.remove(n);
             }
         }
-        self.rows.retain(|_, row| !row.is_empty());
+        t.rows.retain(|_, row| !row.is_empty());
     }
 
     /// Forgets the rows and versions of `observers`.
     pub fn remove_observers<'a>(&mut self, observers: impl IntoIterator<Item = &'a UniqueAddress>) {
+        let mut observers = observers.into_iter().peekable();
+        if observers.peek().is_none() {
+            return;
+        }
+        let t = self.table_mut();
         for n in observers {
-            self.rows.remove(n);
-            self.versions.remove(n);
+            t.rows.remove(n);
+            t.versions.remove(n);
         }
     }
 
     /// A copy keeping only the rows whose observer satisfies `keep`.
     pub fn filter_observers(&self, keep: impl Fn(&UniqueAddress) -> bool) -> Reachability {
-        Reachability {
-            rows: self
-                .rows
-                .iter()
+        Table::shared(
+            (self.0.rows.iter())
                 .filter(|(o, _)| keep(o))
                 .map(|(o, r)| (o.clone(), r.clone()))
                 .collect(),
-            versions: self
-                .versions
-                .iter()
+            (self.0.versions.iter())
                 .filter(|(o, _)| keep(o))
                 .map(|(o, v)| (o.clone(), *v))
                 .collect(),
-        }
+        )
     }
 
     /// A copy keeping only records whose observer and subject both satisfy `keep`.
     pub fn filter_records(&self, keep: impl Fn(&UniqueAddress) -> bool) -> Reachability {
         let mut out = self.filter_observers(&keep);
-        for row in out.rows.values_mut() {
+        let t = out.table_mut();
+        for row in t.rows.values_mut() {
             row.retain(|s, _| keep(s));
         }
-        out.rows.retain(|_, row| !row.is_empty());
+        t.rows.retain(|_, row| !row.is_empty());
         out
     }
 
@@ -238,8 +336,7 @@ impl Reachability {
         observer: &UniqueAddress,
         subject: &UniqueAddress,
     ) -> ReachabilityStatus {
-        self.rows
-            .get(observer)
+        (self.0.rows.get(observer))
             .and_then(|row| row.get(subject))
             .map_or(ReachabilityStatus::Reachable, |(s, _)| *s)
     }
@@ -247,8 +344,7 @@ impl Reachability {
     /// The aggregate verdict on `subject`: Terminated if anyone says so, else Unreachable if anyone
     /// says so, else Reachable.
     pub fn status(&self, subject: &UniqueAddress) -> ReachabilityStatus {
-        self.rows
-            .values()
+        (self.0.rows.values())
             .filter_map(|row| row.get(subject).map(|(s, _)| *s))
             .max()
             .unwrap_or(ReachabilityStatus::Reachable)
@@ -264,26 +360,25 @@ impl Reachability {
         self.status_by(observer, subject) == ReachabilityStatus::Reachable
     }
 
-    /// Subjects somebody sees as unreachable or terminated.
-    pub fn all_unreachable_or_terminated(&self) -> BTreeSet<UniqueAddress> {
-        not_reachable_subjects(self.rows.values()).into_iter().cloned().collect()
+    /// Subjects somebody sees as unreachable or terminated (computed once per table).
+    pub fn all_unreachable_or_terminated(&self) -> &BTreeSet<UniqueAddress> {
+        self.0.not_reachable.get_or_init(|| self.0.flagged().keys().cloned().collect())
     }
 
-    /// Subjects somebody sees as unreachable, excluding those anybody sees as terminated.
-    pub fn all_unreachable(&self) -> BTreeSet<UniqueAddress> {
-        // One pass, the worst verdict per subject (as `status` gives it), not a `status` scan of
-        // every row for each subject.
-        let mut worst: BTreeMap<&UniqueAddress, ReachabilityStatus> = BTreeMap::new();
-        for (subject, (status, _)) in self.rows.values().flat_map(|row| row.iter()) {
-            if *status != ReachabilityStatus::Reachable {
-                let w = worst.entry(subject).or_insert(*status);
-                *w = (*w).max(*status);
-            }
-        }
-        (worst.into_iter())
-            .filter(|(_, status)| *status == ReachabilityStatus::Unreachable)
-            .map(|(n, _)| n.clone())
-            .collect()
+    /// Subjects somebody sees as unreachable, excluding those anybody sees as terminated
+    /// (computed once per table).
+    pub fn all_unreachable(&self) -> &BTreeSet<UniqueAddress> {
+        self.0.unreachable.get_or_init(|| {
+            let terminated = |s: &UniqueAddress| {
+                (self.0.rows.values()).any(|row| {
+                    row.get(s).is_some_and(|(st, _)| *st == ReachabilityStatus::Terminated)
+                })
+            };
+            (self.all_unreachable_or_terminated().iter())
+                .filter(|s| !terminated(s))
+                .cloned()
+                .collect()
+        })
     }
 
     /// A table of the records that are not Reachable and whose observer satisfies `observer` and
@@ -296,18 +391,18 @@ impl Reachability {
         subject: impl Fn(&UniqueAddress) -> bool,
         observer_version: u64,
     ) -> Reachability {
-        let mut out = Reachability::new();
-        for (o, row) in self.rows.iter().filter(|(o, _)| observer(o)) {
-            let kept: BTreeMap<UniqueAddress, (ReachabilityStatus, u64)> = (row.iter())
+        let (mut rows, mut versions) = (BTreeMap::new(), BTreeMap::new());
+        for (o, row) in self.0.rows.iter().filter(|(o, _)| observer(o)) {
+            let kept: Row = (row.iter())
                 .filter(|(s, (status, _))| *status != ReachabilityStatus::Reachable && subject(s))
                 .map(|(s, v)| (s.clone(), *v))
                 .collect();
             if !kept.is_empty() {
-                out.versions.insert(o.clone(), observer_version);
-                out.rows.insert(o.clone(), kept);
+                versions.insert(o.clone(), observer_version);
+                rows.insert(o.clone(), kept);
             }
         }
-        out
+        Table::shared(rows, versions)
     }
 
     /// The subjects satisfying `subject` that some observer satisfying `observer` sees as
@@ -318,15 +413,15 @@ impl Reachability {
         observer: impl Fn(&UniqueAddress) -> bool,
         subject: impl Fn(&UniqueAddress) -> bool,
     ) -> BTreeSet<&UniqueAddress> {
-        let rows = self.rows.iter().filter(|(o, _)| observer(o)).map(|(_, row)| row);
-        let mut subjects = not_reachable_subjects(rows);
-        subjects.retain(|s| subject(s));
-        subjects
+        (self.0.flagged().iter())
+            .filter(|(s, observers)| subject(s) && observers.iter().any(&observer))
+            .map(|(s, _)| s)
+            .collect()
     }
 
     /// Subjects that `observer` sees as unreachable or terminated.
     pub fn all_unreachable_from(&self, observer: &UniqueAddress) -> BTreeSet<UniqueAddress> {
-        self.rows.get(observer).map_or_else(BTreeSet::new, |row| {
+        self.0.rows.get(observer).map_or_else(BTreeSet::new, |row| {
             row.iter()
                 .filter(|(_, (s, _))| *s != ReachabilityStatus::Reachable)
                 .map(|(n, _)| n.clone())
@@ -339,7 +434,7 @@ impl Reachability {
         &self,
     ) -> BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> {
         let mut out: BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> = BTreeMap::new();
-        for (o, row) in &self.rows {
+        for (o, row) in &self.0.rows {
             for (s, (st, _)) in row {
                 if *st != ReachabilityStatus::Reachable {
                     out.entry(s.clone()).or_default().insert(o.clone());
@@ -351,30 +446,13 @@ impl Reachability {
 
     /// Every node that appears as an observer or subject, or has a version.
     pub fn nodes(&self) -> BTreeSet<UniqueAddress> {
-        let mut out: BTreeSet<UniqueAddress> = self.versions.keys().cloned().collect();
-        for (o, row) in &self.rows {
+        let mut out: BTreeSet<UniqueAddress> = self.0.versions.keys().cloned().collect();
+        for (o, row) in &self.0.rows {
             out.insert(o.clone());
             out.extend(row.keys().cloned());
         }
         out
     }
-}
-
-/// The distinct subjects of the records in `rows` that are not Reachable. Each is inserted once as
-/// it is found: the many observers that flag one subject cost a look-up each, where collecting
-/// every record and sorting them all cost most of a busy cluster's gossip handling.
-fn not_reachable_subjects<'a>(
-    rows: impl Iterator<Item = &'a BTreeMap<UniqueAddress, (ReachabilityStatus, u64)>>,
-) -> BTreeSet<&'a UniqueAddress> {
-    let mut subjects = BTreeSet::new();
-    for row in rows {
-        for (subject, (status, _)) in row {
-            if *status != ReachabilityStatus::Reachable {
-                subjects.insert(subject);
-            }
-        }
-    }
-    subjects
 }
 
 #[cfg(test)]
@@ -411,8 +489,31 @@ mod tests {
         assert!(!r.is_reachable_by(&n(1), &n(2)));
         assert!(r.is_reachable_by(&n(3), &n(2)));
         assert_eq!(r.status(&n(2)), Unreachable);
-        assert_eq!(r.all_unreachable(), BTreeSet::from([n(2)]));
+        assert_eq!(*r.all_unreachable(), BTreeSet::from([n(2)]));
         assert_eq!(r.versions()[&n(1)], 1);
+    }
+
+    #[test]
+    fn a_copy_shares_what_was_computed_until_one_of_them_changes() {
+        let mut r = Reachability::new();
+        r.unreachable(&n(1), &n(2));
+        r.terminated(&n(1), &n(3));
+        assert_eq!(*r.all_unreachable(), BTreeSet::from([n(2)]));
+        assert_eq!(*r.all_unreachable_or_terminated(), BTreeSet::from([n(2), n(3)]));
+        let mut copy = r.clone();
+        assert!(std::ptr::eq(copy.all_unreachable(), r.all_unreachable()), "computed once");
+        copy.reachable(&n(1), &n(2));
+        copy.unreachable(&n(4), &n(1));
+        assert_eq!(*copy.all_unreachable(), BTreeSet::from([n(1)]));
+        assert_eq!(*copy.all_unreachable_or_terminated(), BTreeSet::from([n(1), n(3)]));
+        assert_eq!(copy.not_reachable_by(|o| *o == n(4), |_| true), BTreeSet::from([&n(1)]));
+        // The original keeps its table and what was computed from it.
+        assert_eq!(*r.all_unreachable(), BTreeSet::from([n(2)]));
+        assert_eq!(r.not_reachable_by(|o| *o == n(4), |_| true), BTreeSet::new());
+        assert_ne!(r, copy);
+        copy.remove([&n(4)]);
+        copy.unreachable(&n(1), &n(2));
+        assert_eq!(*copy.all_unreachable_or_terminated(), BTreeSet::from([n(2), n(3)]));
     }
 
     #[test]
@@ -447,7 +548,7 @@ mod tests {
         r.unreachable(&n(2), &n(3));
         assert_eq!(r.status_by(&n(2), &n(3)), Terminated);
         assert!(r.all_unreachable().is_empty());
-        assert_eq!(r.all_unreachable_or_terminated(), BTreeSet::from([n(3)]));
+        assert_eq!(*r.all_unreachable_or_terminated(), BTreeSet::from([n(3)]));
     }
 
     #[test]
@@ -473,7 +574,7 @@ mod tests {
         a.unreachable(&n(4), &n(1));
         let allowed = BTreeSet::from([n(1), n(2)]);
         let m = a.merge(&allowed, &Reachability::new());
-        assert_eq!(m.all_unreachable_or_terminated(), BTreeSet::from([n(2)]));
+        assert_eq!(*m.all_unreachable_or_terminated(), BTreeSet::from([n(2)]));
         assert!(!m.versions().contains_key(&n(4)));
     }
 
@@ -545,16 +646,17 @@ mod tests {
         fn in_place_reads_match_the_copies_they_replace(ops in arb_ops()) {
             let mut r = Reachability::new();
             apply(&mut r, &ops);
-            let status_scan: BTreeSet<_> = (r.all_unreachable_or_terminated().into_iter())
+            let status_scan: BTreeSet<UniqueAddress> = (r.all_unreachable_or_terminated().iter())
                 .filter(|s| r.status(s) == Unreachable)
+                .cloned()
                 .collect();
-            prop_assert_eq!(r.all_unreachable(), status_scan);
+            prop_assert_eq!(r.all_unreachable(), &status_scan);
             let odd = |x: &UniqueAddress| x.uid.get() % 2 == 1;
             let below_4 = |x: &UniqueAddress| x.uid.get() < 4;
             let copied = r.filter_observers(odd).filter_records(below_4);
             let in_place: BTreeSet<UniqueAddress> =
                 r.not_reachable_by(|o| odd(o) && below_4(o), below_4).into_iter().cloned().collect();
-            prop_assert_eq!(in_place, copied.all_unreachable_or_terminated());
+            prop_assert_eq!(&in_place, copied.all_unreachable_or_terminated());
             let records: Vec<_> = (r.records())
                 .filter(|x| x.status != Reachable && odd(&x.observer) && below_4(&x.subject))
                 .collect();

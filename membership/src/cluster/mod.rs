@@ -27,6 +27,7 @@ use crate::heartbeat::{HeartbeatSender, HeartbeatSettings};
 use crate::member::MemberStatus;
 use crate::message::{Message, Transmit};
 use crate::phi::PhiSettings;
+use crate::reachability::Reachability;
 use crate::sbr::{SplitBrainResolver, TICK_INTERVAL};
 use crate::state::MembershipState;
 use crate::version::AppVersion;
@@ -195,7 +196,10 @@ pub struct Cluster {
     heartbeat_active: bool,
     /// The member table the heartbeat ring was last built from (its data center's members).
     heartbeat_members: MemberTable,
+    /// The members of `heartbeat_members` that the ring treats as unreachable, and the table
+    /// they were read from.
     heartbeat_unreachable: BTreeSet<UniqueAddress>,
+    heartbeat_reachability: Reachability,
     sbr: Option<SplitBrainResolver>,
     /// The time of the latest input: a gap longer than `stable_after` between two is a pause.
     last_input: Option<Instant>,
@@ -280,6 +284,7 @@ impl Cluster {
             heartbeat_active: false,
             heartbeat_members: MemberTable::default(),
             heartbeat_unreachable: BTreeSet::new(),
+            heartbeat_reachability: Reachability::new(),
             sbr,
             last_input: None,
             awaiting_contact_after: None,
@@ -565,12 +570,16 @@ impl Cluster {
         if !self.heartbeat_active {
             return;
         }
+        // Most changes (seen sets, statuses) leave the ring's input as it was, and most of those
+        // leave the member table and the reachability table themselves as they were.
+        let same_table = self.heartbeat_members.is_of(&self.latest);
+        if same_table && self.heartbeat_reachability == *self.latest.reachability() {
+            return;
+        }
         let state = self.membership();
         let unreachable = state.unreachable_members();
-        // Most changes (seen sets, statuses) leave the ring's input as it was, and most of those
-        // leave the member table itself as it was.
-        let same_table = self.heartbeat_members.is_of(&self.latest);
         if same_table && unreachable == self.heartbeat_unreachable {
+            self.heartbeat_reachability = self.latest.reachability().clone();
             return;
         }
         // The members of this data center that joined and left the ring, each in member order:
@@ -605,6 +614,7 @@ impl Cluster {
         }
         self.heartbeat_members = self.latest.member_table();
         self.heartbeat_unreachable = unreachable;
+        self.heartbeat_reachability = self.latest.reachability().clone();
     }
 
     /// Notes an input at `now`. The driver calls in at least every second (the resolver's tick),

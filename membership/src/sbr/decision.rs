@@ -145,6 +145,10 @@ pub struct DowningModel {
     /// and unreachable until the resolver's next decision has counted them (see
     /// [`note_removed`](Self::note_removed)).
     removed_unacknowledged: BTreeSet<UniqueAddress>,
+    /// The table and node that `reachability` and `in_touch` were last read from, while the
+    /// members they were read with are unchanged: most gossips leave the table as it was, and
+    /// reading it again would give the same result. Cleared by every change to the members.
+    reachability_read_from: Option<(Reachability, Option<UniqueAddress>)>,
 }
 
 impl DowningModel {
@@ -161,6 +165,7 @@ impl DowningModel {
             in_touch: BTreeSet::new(),
             outvoted: BTreeSet::new(),
             removed_unacknowledged: BTreeSet::new(),
+            reachability_read_from: None,
         }
     }
 
@@ -179,6 +184,7 @@ impl DowningModel {
     /// Adds `m` or replaces its previous version. Members of other data centers are ignored.
     pub fn add(&mut self, m: Member) {
         if m.data_center() == self.self_dc {
+            self.reachability_read_from = None;
             self.members.insert(m.node().clone(), m);
         }
     }
@@ -205,6 +211,7 @@ impl DowningModel {
 
     /// Forgets a removed member.
     pub fn remove(&mut self, node: &UniqueAddress) {
+        self.reachability_read_from = None;
         self.members.remove(node);
         self.unreachable.remove(node);
         self.acknowledged.remove(node);
@@ -245,6 +252,7 @@ impl DowningModel {
             self.remove(node);
             return;
         }
+        self.reachability_read_from = None;
         self.in_touch.remove(node);
         self.unreachable.insert(node.clone());
         self.removed_unacknowledged.insert(node.clone());
@@ -322,6 +330,14 @@ impl DowningModel {
         r: &Reachability,
         self_node: Option<&UniqueAddress>,
     ) {
+        if self
+            .reachability_read_from
+            .as_ref()
+            .is_some_and(|(table, node)| node.as_ref() == self_node && table == r)
+        {
+            return;
+        }
+        self.reachability_read_from = Some((r.clone(), self_node.cloned()));
         let observed = self_node.map(|me| (me, r.all_unreachable_from(me)));
         let cut_off: BTreeSet<&UniqueAddress> =
             observed.as_ref().map_or_else(BTreeSet::new, |(me, observed)| {
@@ -509,7 +525,7 @@ impl DowningModel {
         let observers: BTreeSet<UniqueAddress> =
             self.reachability.records().map(|r| r.observer).collect();
         let subjects = self.reachability.all_unreachable_or_terminated();
-        observers.intersection(&subjects).cloned().collect()
+        observers.intersection(subjects).cloned().collect()
     }
 
     fn indirectly_connected_from_seen(&self) -> BTreeSet<UniqueAddress> {
@@ -766,7 +782,7 @@ impl DowningModel {
         let versions: Vec<_> = records.iter().map(|r| (r.observer.clone(), 1)).collect();
         let reachability = Reachability::from_parts(records, versions);
         let without = DowningModel {
-            unreachable: reachability.all_unreachable_or_terminated(),
+            unreachable: reachability.all_unreachable_or_terminated().clone(),
             reachability,
             ..self.clone()
         };

@@ -173,6 +173,21 @@ impl From<&DowningDecision> for SbrDecision {
 }
 
 impl<'a> Observation<'a> {
+    /// Whether the step kept the member table of `before` (the very table, not a copy).
+    /// `before` was checked when it was installed (every change is checked, and an incarnation
+    /// starts empty), so a checker that looks only at the members has nothing new to see.
+    pub fn members_kept(&self) -> bool {
+        self.after.shares_members_with(self.before)
+    }
+
+    /// Whether the step kept everything of `before` but its seen set and clock: its members
+    /// (see [`members_kept`](Self::members_kept)), reachability and tombstones.
+    pub fn content_kept(&self) -> bool {
+        self.members_kept()
+            && self.after.reachability() == self.before.reachability()
+            && self.after.tombstones() == self.before.tombstones()
+    }
+
     /// An observation of `core` after a step, given the gossip before it.
     #[allow(clippy::too_many_arguments)]
     pub fn of_core(

@@ -51,7 +51,7 @@ pub(crate) fn bound(config: &convoke_membership::Config) -> Option<Duration> {
 /// Whether `g`, held by `me`, holds some other member unreachable that is not Down, Exiting,
 /// Joining or WeaklyUp (the members whose unreachability the resolver waits to settle).
 fn holds_unresolved_unreachable(g: &Gossip, me: &UniqueAddress) -> bool {
-    unresolved_among(g, &g.reachability().all_unreachable_or_terminated(), me)
+    unresolved_among(g, g.reachability().all_unreachable_or_terminated(), me)
 }
 
 /// [`holds_unresolved_unreachable`], given `g`'s unreachable or terminated nodes.
@@ -109,7 +109,7 @@ impl Invariant for DownAllWhenUnstable {
             m.status() != MemberStatus::Down
                 && obs.after.member(m.node()).is_none_or(|now| now.status() == MemberStatus::Down)
         });
-        if !obs.decisions.is_empty() || landed || !unresolved_among(obs.after, &is, obs.self_node) {
+        if !obs.decisions.is_empty() || landed || !unresolved_among(obs.after, is, obs.self_node) {
             self.start_over.insert(obs.self_node.clone());
         }
         Ok(())

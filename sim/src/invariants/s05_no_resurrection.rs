@@ -31,6 +31,10 @@ impl Invariant for NoResurrection {
     }
 
     fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
+        if obs.members_kept() {
+            // The members `before` passed with, and nothing gone since.
+            return Ok(());
+        }
         let gone = self.gone.entry(obs.self_node.clone()).or_default();
         for n in gone.iter() {
             if let Some(m) = obs.after.member(n)

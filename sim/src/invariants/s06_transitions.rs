@@ -53,6 +53,9 @@ impl Invariant for AllowedTransitions {
     }
 
     fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
+        if obs.members_kept() {
+            return Ok(());
+        }
         for (old, new) in super::view::before_and_after(obs.before, obs.after) {
             let Some(new) = new else { continue };
             if !reachable(old.status(), new.status()) {

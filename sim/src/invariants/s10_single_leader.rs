@@ -29,8 +29,18 @@ pub struct SingleLeader {
 /// A hash of a vector clock, for keying per-version facts.
 pub(super) fn version_hash(g: &convoke_membership::gossip::Gossip) -> u64 {
     let mut h = crate::key_hasher();
-    g.version().hash(&mut h);
+    for (n, counter) in g.version().entries() {
+        node_key(n).hash(&mut h);
+        counter.hash(&mut h);
+    }
     h.finish()
+}
+
+/// What a key hashes of a node: its uid and port. Two incarnations in one run differ in their
+/// uid (drawn at random, 64 bits) and the slots of a run in their port, so this tells nodes
+/// apart as the whole address would, without hashing its strings.
+pub(super) fn node_key(n: &convoke_membership::UniqueAddress) -> (u64, u16) {
+    (n.uid.get(), n.address.port())
 }
 
 impl Invariant for SingleLeader {

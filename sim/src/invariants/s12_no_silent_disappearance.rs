@@ -18,6 +18,9 @@ impl Invariant for NoSilentDisappearance {
     }
 
     fn check_step(&mut self, obs: &Observation<'_>) -> Result<(), String> {
+        if obs.members_kept() {
+            return Ok(());
+        }
         let vanished = super::view::before_and_after(obs.before, obs.after)
             .filter_map(|(m, now)| now.is_none().then_some(m));
         for m in vanished {

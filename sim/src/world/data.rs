@@ -187,7 +187,7 @@ impl Sim {
     /// After a step of the core in `slot` that changed its members or their reachability.
     pub(super) fn data_members(&mut self, slot: usize, members: &[Member]) {
         let unreachable =
-            self.procs.core(slot).map(|c| unreachable_in(c.gossip())).unwrap_or_default();
+            self.procs.core(slot).map(|c| unreachable_in(c.gossip()).clone()).unwrap_or_default();
         self.data_input(slot, "members", |s, now| s.handle_members(members, &unreachable, now));
     }
 

@@ -300,7 +300,7 @@ impl Sim {
     /// The members and unreachable nodes as the core in `slot` sees them.
     fn view_of(&self, slot: usize) -> Option<(Vec<Member>, BTreeSet<UniqueAddress>)> {
         let g = self.procs.core(slot)?.gossip();
-        Some((g.members().cloned().collect(), unreachable_in(g)))
+        Some((g.members().cloned().collect(), unreachable_in(g).clone()))
     }
 
     /// After a step of the core in `slot` that changed its members or their reachability: the
@@ -440,6 +440,6 @@ impl Sim {
 }
 
 /// The nodes some member observes as unreachable in `gossip`.
-pub(super) fn unreachable_in(gossip: &Gossip) -> BTreeSet<UniqueAddress> {
+pub(super) fn unreachable_in(gossip: &Gossip) -> &BTreeSet<UniqueAddress> {
     gossip.reachability().all_unreachable_or_terminated()
 }
