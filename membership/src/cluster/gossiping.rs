@@ -281,11 +281,10 @@ impl Cluster {
         // random members at once rather than in the next gossip rounds, so it reaches every
         // member in a few hops of a round trip each instead of several gossip rounds of a second
         // each. Each node passes on a given failure once (later gossips hold nothing new).
-        let news_of_failure = winner.reachability() != local.reachability()
-            && (winner.reachability().all_unreachable())
-                .difference(local.reachability().all_unreachable())
-                .next()
-                .is_some();
+        let news_of_failure = (winner.reachability().all_unreachable())
+            .difference(local.reachability().all_unreachable())
+            .next()
+            .is_some();
         // A new version while members are joining, taken in by the leader: news of a joiner (or
         // of a joiner's acknowledgement) is passed on at once to members that have not seen it,
         // so the acknowledgements the leader needs to move joiners Up come back within a round

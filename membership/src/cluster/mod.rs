@@ -576,10 +576,10 @@ impl Cluster {
         if same_table && self.heartbeat_reachability == *self.latest.reachability() {
             return;
         }
+        self.heartbeat_reachability = self.latest.reachability().clone();
         let state = self.membership();
         let unreachable = state.unreachable_members();
         if same_table && unreachable == self.heartbeat_unreachable {
-            self.heartbeat_reachability = self.latest.reachability().clone();
             return;
         }
         // The members of this data center that joined and left the ring, each in member order:
@@ -614,7 +614,6 @@ impl Cluster {
         }
         self.heartbeat_members = self.latest.member_table();
         self.heartbeat_unreachable = unreachable;
-        self.heartbeat_reachability = self.latest.reachability().clone();
     }
 
     /// Notes an input at `now`. The driver calls in at least every second (the resolver's tick),

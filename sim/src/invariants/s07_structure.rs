@@ -5,9 +5,9 @@
 //! every gossip a node installs, with this file's own code (the core has its own check, which is
 //! what is being tested).
 
-use convoke_membership::UniqueAddress;
 use convoke_membership::member::MemberStatus;
 
+use super::view::take_key;
 use super::{Invariant, Observation};
 
 /// The S7 checker.
@@ -37,19 +37,13 @@ pub(super) fn structure_error(g: &convoke_membership::gossip::Gossip) -> Option<
 fn seen_or_clock_error(g: &convoke_membership::gossip::Gossip) -> Option<String> {
     // All three in node order: one walk over each.
     let mut members = g.members().map(|m| m.node()).peekable();
-    let mut is_member = |n: &UniqueAddress| {
-        while members.next_if(|m| *m < n).is_some() {}
-        members.next_if(|m| *m == n).is_some()
-    };
-    if let Some(n) = g.seen().iter().find(|n| !is_member(n)) {
+    if let Some(n) = g.seen().iter().find(|n| take_key(&mut members, *n, |m| *m).is_none()) {
         return Some(format!("seen node {n} is not a member"));
     }
     let mut tombstones = g.tombstones().keys().peekable();
-    let mut tombstoned = |n: &UniqueAddress| {
-        while tombstones.next_if(|t| *t < n).is_some() {}
-        tombstones.next_if(|t| *t == n).is_some()
-    };
-    if let Some((n, _)) = g.version().entries().find(|(n, _)| tombstoned(n)) {
+    if let Some((n, _)) =
+        g.version().entries().find(|(n, _)| take_key(&mut tombstones, *n, |t| *t).is_some())
+    {
         return Some(format!("vector clock has an entry for removed {n}"));
     }
     None

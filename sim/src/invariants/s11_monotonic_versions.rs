@@ -16,6 +16,7 @@ use convoke_membership::UniqueAddress;
 use convoke_membership::gossip::Gossip;
 
 use super::s10_single_leader::{node_key, version_hash};
+use super::view::take_key;
 use super::{Invariant, Observation};
 
 /// The S11 checker.
@@ -50,8 +51,7 @@ impl Invariant for MonotonicVersions {
         // Both clocks in node order: one walk over the two.
         let mut after = obs.after.version().entries().peekable();
         for (n, c) in obs.before.version().entries() {
-            while after.next_if(|(a, _)| *a < n).is_some() {}
-            let now = after.next_if(|(a, _)| *a == n).map_or(0, |(_, now)| now);
+            let now = take_key(&mut after, n, |(a, _)| *a).map_or(0, |(_, now)| now);
             if now < c && obs.after.has_member(n) {
                 return Err(format!(
                     "{}'s clock entry for {n} went back from {c} to {now}",

@@ -91,8 +91,17 @@ pub fn before_and_after<'g>(
     after: &'g Gossip,
 ) -> impl Iterator<Item = (&'g Member, Option<&'g Member>)> {
     let mut later = after.members().peekable();
-    before.members().map(move |old| {
-        while later.next_if(|m| m.node() < old.node()).is_some() {}
-        (old, later.next_if(|m| m.node() == old.node()))
-    })
+    before.members().map(move |old| (old, take_key(&mut later, old.node(), |m| m.node())))
+}
+
+/// The item of `sorted` whose key (by `key_of`) is `key`, if any, having passed over the items
+/// with smaller keys. Called with ascending keys, it walks a sorted sequence once for all of them
+/// instead of looking each one up.
+pub fn take_key<T, K: Ord + ?Sized>(
+    sorted: &mut std::iter::Peekable<impl Iterator<Item = T>>,
+    key: &K,
+    key_of: impl Fn(&T) -> &K,
+) -> Option<T> {
+    while sorted.next_if(|t| key_of(t) < key).is_some() {}
+    sorted.next_if(|t| key_of(t) == key)
 }
