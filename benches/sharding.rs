@@ -6,7 +6,8 @@
 //! does. Interleaving the two so both see the same machine load, it measures:
 //!
 //! - the round trip (p50, p99) of sequential asks of 100 B to one entity, against messaging asks;
-//! - asks per second with 64 in flight over 1,000 entities, against messaging asks;
+//! - asks per second with 64 in flight over 1,000 entities, against messaging asks, and the same
+//!   sharded asks sent on node B, where the entities run (no network);
 //! - the time for the first message to a new shard (allocation written to a majority, shard
 //!   started) against a message to a shard already known;
 //! - then, on a node of its own, the resident memory per idle entity with 1,000,000 entities.
@@ -72,10 +73,18 @@ struct Figures {
     ask_p50: (Duration, Duration),
     ask_p99: (Duration, Duration),
     rate: (f64, f64),
+    /// Sharded asks per second from node B to its own entities.
+    local_rate: f64,
     first: (Duration, Duration),
 }
 
-async fn one_run(a: &Node, b: &Node, echo: &EntityRef<Echo>, run: usize) -> Figures {
+async fn one_run(
+    a: &Node,
+    b: &Node,
+    echo: &EntityRef<Echo>,
+    local: &EntityRef<Echo>,
+    run: usize,
+) -> Figures {
     let messaging = a.messaging().clone();
     let target = b.self_node().clone();
     let payload = vec![7u8; SIZE];
@@ -110,6 +119,16 @@ async fn one_run(a: &Node, b: &Node, echo: &EntityRef<Echo>, run: usize) -> Figu
     let s_lat = latencies(LATENCY_SAMPLES, one_entity).await;
     let m_rate = rate(IN_FLIGHT, RATE_WINDOW, direct).await;
     let s_rate = rate(IN_FLIGHT, RATE_WINDOW, sharded.clone()).await;
+    let local_rate = rate(IN_FLIGHT, RATE_WINDOW, {
+        let (e, p) = (local.clone(), payload.clone());
+        move |i: usize| {
+            let (e, p) = (e.clone(), p.clone());
+            async move {
+                e.ask(&format!("{}", i % ENTITIES), &p, ASK_TIMEOUT).await.unwrap();
+            }
+        }
+    })
+    .await;
     // New shards: ids never used before (the extractor makes each its own shard).
     let base = 1_000_000 + run * NEW_SHARDS;
     let mut first = Vec::new();
@@ -127,6 +146,7 @@ async fn one_run(a: &Node, b: &Node, echo: &EntityRef<Echo>, run: usize) -> Figu
         ask_p50: (percentile(&m_lat, 0.5), percentile(&s_lat, 0.5)),
         ask_p99: (percentile(&m_lat, 0.99), percentile(&s_lat, 0.99)),
         rate: (m_rate, s_rate),
+        local_rate,
         first: (median(known), median(first)),
     }
 }
@@ -172,18 +192,18 @@ fn main() {
         support::join_through_first(&[a.clone(), b.clone()]).await;
         b.messaging().serve(&ECHO, 256, |_, p: Vec<u8>| async move { p }).unwrap();
         let echo = start_echo(&a);
-        start_echo(&b);
+        let local = start_echo(&b);
         // Warm up: every entity of the rate test exists.
         for i in 0..ENTITIES {
             echo.ask(&format!("{i}"), &vec![], ASK_TIMEOUT).await.unwrap();
         }
         let mut runs = Vec::new();
         for run in 0..RUNS {
-            let f = one_run(&a, &b, &echo, run).await;
+            let f = one_run(&a, &b, &echo, &local, run).await;
             eprintln!(
-                "run {run}: p50 {:?}/{:?} p99 {:?}/{:?} rate {:.0}/{:.0} first {:?}/{:?}",
-                f.ask_p50.0, f.ask_p50.1, f.ask_p99.0, f.ask_p99.1, f.rate.0, f.rate.1, f.first.0,
-                f.first.1
+                "run {run}: p50 {:?}/{:?} p99 {:?}/{:?} rate {:.0}/{:.0} local {:.0} first {:?}/{:?}",
+                f.ask_p50.0, f.ask_p50.1, f.ask_p99.0, f.ask_p99.1, f.rate.0, f.rate.1,
+                f.local_rate, f.first.0, f.first.1
             );
             runs.push(f);
         }
@@ -195,6 +215,7 @@ fn main() {
         let p50 = med(|f| (us(f.ask_p50.0), us(f.ask_p50.1)));
         let p99 = med(|f| (us(f.ask_p99.0), us(f.ask_p99.1)));
         let r = med(|f| f.rate);
+        let local_rate = median(runs.iter().map(|f| f.local_rate).collect());
         let first = med(|f| (us(f.first.0), us(f.first.1)));
         let per_entity = idle_entity_memory().await;
         println!("| figure | messaging ask (A→B) | sharded ask (A→B) | ratio |");
@@ -202,6 +223,10 @@ fn main() {
         println!("| ask round trip p50, 100 B | {:.0} µs | {:.0} µs | {:.2} |", p50.0, p50.1, p50.1 / p50.0);
         println!("| ask round trip p99, 100 B | {:.0} µs | {:.0} µs | {:.2} |", p99.0, p99.1, p99.1 / p99.0);
         println!("| asks/s, 64 in flight, 1,000 entities | {:.0} | {:.0} | {:.2} |", r.0, r.1, r.1 / r.0);
+        println!(
+            "| sharded asks/s on the entities' own node (B→B), 64 in flight | | {local_rate:.0} | {:.2} of A→B |",
+            local_rate / r.1
+        );
         println!(
             "| first message to a new shard (vs a known shard), median | {:.0} µs | {:.0} µs | {:.2} |",
             first.0, first.1, first.1 / first.0

@@ -67,6 +67,14 @@ async fn asks_and_tells_reach_the_named_endpoint_of_the_target_and_of_the_node_i
         let r = tokio::time::timeout(T, notes.recv()).await.unwrap().unwrap();
         assert_eq!((r.message, &r.from, r.is_ask()), (n, nodes[1].self_node(), false));
     }
+    // Nothing waits now; a tell to the node itself is queued before `tell` returns, so
+    // `try_recv` takes each at once, in order, then finds the queue empty again.
+    assert!(notes.try_recv().is_none());
+    for n in 10..13u32 {
+        nodes[0].messaging().tell(nodes[0].self_node(), &NOTE, &n).unwrap();
+    }
+    let taken: Vec<u32> = std::iter::from_fn(|| notes.try_recv()).map(|r| r.message).collect();
+    assert_eq!(taken, [10, 11, 12]);
     // A name can be registered once at a time; dropping the endpoint frees it.
     assert!(nodes[0].messaging().endpoint(&NOTE, 1).is_err());
     drop(notes);

@@ -25,6 +25,11 @@ use super::{Entity, EntityContext, ShardingError};
 use crate::control::{Control, Snapshot};
 use crate::messaging::{Endpoint, EndpointKey, Messaging, Replier};
 
+/// The most requests, or frames, the region task takes from its queue in one turn of its loop:
+/// enough that a burst costs one turn, few enough that timers and the other queues are not kept
+/// waiting behind a busy one.
+const BATCH: usize = 64;
+
 /// Requests a region task takes from its node.
 pub(super) enum Request {
     /// A message for an entity, from a local sender.
@@ -410,15 +415,22 @@ impl Task {
                     let snapshot = snapshots.borrow_and_update().clone();
                     self.feed_members(&snapshot);
                 }
+                // What arrived with the request or frame that woke the task is taken in the
+                // same turn (up to a batch): under load, one turn of the loop per burst.
                 request = requests.recv() => match request {
-                    Some(r) => self.on_request(r),
+                    Some(r) => {
+                        self.on_request(r);
+                        for r in std::iter::from_fn(|| requests.try_recv().ok()).take(BATCH - 1) {
+                            self.on_request(r);
+                        }
+                    }
                     None => break,
                 },
                 frame = inbox.recv() => match frame {
                     Some(r) => {
-                        let (from, frame, _) = r.into_parts();
-                        if let Err(e) = self.host.handle_frame(from.clone(), frame, now()) {
-                            tracing::debug!(%from, error = %e, "a sharding message that does not decode");
+                        self.on_frame(r);
+                        for r in std::iter::from_fn(|| inbox.try_recv()).take(BATCH - 1) {
+                            self.on_frame(r);
                         }
                     }
                     None => break,
@@ -454,6 +466,13 @@ impl Task {
         let unreachable =
             snapshot.state.unreachable.iter().map(|(m, _)| m.node().clone()).collect();
         self.host.handle_members(&snapshot.state.members, &unreachable, now());
+    }
+
+    fn on_frame(&mut self, received: crate::messaging::Request<Frame, ()>) {
+        let (from, frame, _) = received.into_parts();
+        if let Err(e) = self.host.handle_frame(from.clone(), frame, now()) {
+            tracing::debug!(%from, error = %e, "a sharding message that does not decode");
+        }
     }
 
     fn on_request(&mut self, request: Request) {

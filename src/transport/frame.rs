@@ -208,6 +208,21 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Appends one frame, the prefix and then `payload`, to `out`, for a writer that gathers several
+/// frames into one write.
+///
+/// # Errors
+/// [`FrameError::TooLarge`] when `payload` is longer than `max_frame_size`; `out` is unchanged.
+pub fn append_frame(
+    out: &mut Vec<u8>,
+    payload: &[u8],
+    max_frame_size: usize,
+) -> Result<(), FrameError> {
+    out.extend_from_slice(&prefix_for(payload.len(), max_frame_size)?);
+    out.extend_from_slice(payload);
+    Ok(())
+}
+
 /// One frame as bytes: the prefix, then `payload`. For tools and tests that speak the protocol
 /// without a codec.
 ///
@@ -247,6 +262,20 @@ mod tests {
         let frames = decode_all(&mut codec, &wire).unwrap();
         assert_eq!(frames, [&b"abc"[..], b"", b"0123456789abcdef"]);
         assert_eq!(&encode_frame(b"abc")[..], &wire[..7]);
+    }
+
+    #[test]
+    fn gathered_frames_decode_one_by_one_and_an_oversized_one_is_not_appended() {
+        let mut gathered = Vec::new();
+        for p in [&b"abc"[..], b"", b"0123456789abcdef"] {
+            append_frame(&mut gathered, p, 16).unwrap();
+        }
+        let before = gathered.clone();
+        let err = append_frame(&mut gathered, &[0; 17], 16).unwrap_err();
+        assert!(matches!(err, FrameError::TooLarge { len: 17, limit: 16 }), "{err}");
+        assert_eq!(gathered, before);
+        let frames = decode_all(&mut FrameCodec::new(16), &gathered).unwrap();
+        assert_eq!(frames, [&b"abc"[..], b"", b"0123456789abcdef"]);
     }
 
     #[test]

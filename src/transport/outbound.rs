@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Shared;
-use super::frame::{LENGTH_PREFIX_BYTES, write_frame};
+use super::frame::{LENGTH_PREFIX_BYTES, append_frame, write_frame};
 use super::handshake::{MAX_HANDSHAKE_BYTES, StreamKind};
 use super::stats::{self, Counters, inc};
 use super::tls::Io;
@@ -32,6 +32,11 @@ pub(super) const CONTROL_QUEUE_LIMIT: usize = 64;
 /// dozen members a connection kept for a longer while is seldom used again, and every open one
 /// costs a socket at both ends: at 250 members a node would hold hundreds of idle connections.
 const IDLE_CLOSE: Duration = Duration::from_secs(5);
+
+/// Frames queued together are written together, up to this many bytes per write; a larger frame
+/// is written on its own, without a copy.
+const GATHER_BYTES: usize = 64 * 1024;
+
 /// The first reconnection delay (before jitter).
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// The smallest reconnection delay, whatever the settings say: no busy reconnect loop.
@@ -425,6 +430,9 @@ async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
     };
     let mut probe = [0u8; 1];
     loop {
+        // What is queued goes out in as few writes as it can: small frames are gathered into
+        // one buffer of up to `GATHER_BYTES`, so a burst costs a system call, not one per frame.
+        let mut gathered = Vec::new();
         while let Some(message) = lane.pop() {
             let kind = message.kind();
             let payload = message.encode(&shared.encoder);
@@ -439,10 +447,27 @@ async fn write(shared: &Shared, lane: &Lane, socket: Io) -> End {
                 );
                 continue;
             }
-            shared.counters.sent(kind, LENGTH_PREFIX_BYTES + payload.len());
-            if let Err(e) = write_frame(&mut write_half, &payload, max_frame_size).await {
+            let framed = LENGTH_PREFIX_BYTES + payload.len();
+            shared.counters.sent(kind, framed);
+            if gathered.len() + framed > GATHER_BYTES && !gathered.is_empty() {
+                if let Err(e) = write_half.write_all(&gathered).await {
+                    return End::Failed(e.to_string());
+                }
+                gathered.clear();
+            }
+            let written = if framed > GATHER_BYTES {
+                write_frame(&mut write_half, &payload, max_frame_size).await
+            } else {
+                append_frame(&mut gathered, &payload, max_frame_size)
+            };
+            if let Err(e) = written {
                 return End::Failed(e.to_string());
             }
+        }
+        if !gathered.is_empty()
+            && let Err(e) = write_half.write_all(&gathered).await
+        {
+            return End::Failed(e.to_string());
         }
         if let Err(e) = write_half.flush().await {
             return End::Failed(e.to_string());
