@@ -203,6 +203,8 @@ where
     E: Entity,
     F: Fn(&str) -> E + Send + Sync + 'static,
 {
+    // One handle for all the type's entities: an idle entity holds a pointer to it, not a copy.
+    let store = Arc::new(store);
     Arc::new(move |task: EntityTask| {
         let factory = factory.clone();
         tokio::spawn(run_entity(factory, task, store.clone()));
@@ -225,7 +227,7 @@ impl Drop for StoppedGuard {
 
 /// Runs one entity: made by the factory here, off the region task (a slow or panicking factory
 /// delays or fails only this entity), then fed its mailbox until the region drops the sender.
-async fn run_entity<E, F>(factory: Arc<F>, task: EntityTask, store: StateStore)
+async fn run_entity<E, F>(factory: Arc<F>, task: EntityTask, store: Arc<StateStore>)
 where
     E: Entity,
     F: Fn(&str) -> E + Send + Sync + 'static,

@@ -70,7 +70,7 @@ impl std::fmt::Debug for Loaded {
 /// An entity's state handle, kept in its context between messages.
 #[derive(Debug)]
 pub(super) struct EntityState {
-    store: StateStore,
+    store: Arc<StateStore>,
     key: String,
     entity: Arc<str>,
     loaded: Option<Loaded>,
@@ -79,7 +79,7 @@ pub(super) struct EntityState {
 }
 
 impl EntityState {
-    pub(super) fn new(store: StateStore, entity: Arc<str>) -> Self {
+    pub(super) fn new(store: Arc<StateStore>, entity: Arc<str>) -> Self {
         let key = format!("entity/{}/{}", store.type_name, entity);
         Self { store, key, entity, loaded: None, fenced: false }
     }
