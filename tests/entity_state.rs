@@ -164,6 +164,7 @@ async fn a_write_of_a_superseded_incarnation_is_refused_and_the_next_message_rea
     let key = "entity/counter/fenced";
     let data = nodes[2].data();
     let held = data.fenced_read(key).await.unwrap().expect("the counter's state");
+    let first = held.state.as_ref().expect("written").ballot;
     let ballot = held.promise.next(42);
     let claimed = data.fenced_write(key, FenceOp::Claim(ballot)).await.unwrap();
     assert_eq!(claimed.state.map(|s| s.bytes), Some(b"3".to_vec()));
@@ -179,6 +180,11 @@ async fn a_write_of_a_superseded_incarnation_is_refused_and_the_next_message_rea
     // It stopped; the next message starts a new incarnation that claims above and reads 100.
     assert_eq!(ask_until(&refs[1], "fenced", || Cmd::Add(1)).await.0, 101);
     assert_eq!(starts.lock().unwrap()["fenced"], 2);
+    // On the same node as the first, under a writer id of its own (docs/data.md, "Writers").
+    let held = data.fenced_read(key).await.unwrap().expect("the counter's state");
+    let second = held.state.expect("written").ballot;
+    assert!(second > ballot, "{second} claimed above {ballot}");
+    assert_ne!(second.holder, first.holder, "two incarnations never share a writer id");
     for n in &nodes {
         n.stop().await;
     }

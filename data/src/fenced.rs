@@ -201,5 +201,112 @@ impl History {
     }
 }
 
+/// One writer of a fenced key, without I/O: the operations it makes and what it concludes from
+/// their answers, whoever carries them (the node's store client, or the simulator).
+///
+/// It claims the key above the promise each refusal reports, at most [`Writer::CLAIM_ATTEMPTS`]
+/// times; once claimed, each write takes the next sequence number, never one used before (a
+/// write that failed may still reach a replica, and a later state must supersede it). A write
+/// refused means a newer writer has claimed the key: the writer is *fenced* and makes no more
+/// operations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Writer {
+    holder: u64,
+    /// The ballot of the last claim made, or of the claim that succeeded.
+    ballot: Ballot,
+    /// Claims made so far.
+    attempts: u32,
+    claimed: bool,
+    /// The sequence number of the last write made.
+    seq: u64,
+    fenced: bool,
+}
+
+impl Writer {
+    /// How many claims a writer makes, each above the promise that refused the one before.
+    pub const CLAIM_ATTEMPTS: u32 = 5;
+
+    /// The id of writer number `n` of the node with uid `node`. Every writer of a key needs an
+    /// id no other writer ever had, not even an earlier one on the same node: replicas take in
+    /// a value whose promise equals their own, so two writers claiming one ballot would both
+    /// have their writes acknowledged, and one would overwrite the other. The driver numbers its
+    /// writers; the id mixes the number into the node's uid (a bijection of the number, so the
+    /// ids of one node never repeat).
+    pub fn holder(node: u64, n: u64) -> u64 {
+        // splitmix64's finaliser: consecutive numbers differ in about half of the bits.
+        let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        node ^ z ^ (z >> 31)
+    }
+
+    /// A writer with id `holder` (see [`Writer::holder`]) that has claimed nothing yet.
+    pub fn new(holder: u64) -> Self {
+        Self {
+            holder,
+            ballot: Ballot::default().next(holder),
+            attempts: 0,
+            claimed: false,
+            seq: 0,
+            fenced: false,
+        }
+    }
+
+    /// The first claim to make.
+    pub fn claim(&mut self) -> FenceOp {
+        self.attempts = 1;
+        FenceOp::Claim(self.ballot)
+    }
+
+    /// The claim was answered: the key is this writer's, and the answer holds every write
+    /// acknowledged to an older writer. Returns the ballot it writes under.
+    pub fn claimed(&mut self) -> Ballot {
+        self.claimed = true;
+        self.ballot
+    }
+
+    /// The claim was refused by `refusal`: the next claim, above the promise it reports, or
+    /// `None` once outbid [`Writer::CLAIM_ATTEMPTS`] times (the writer is then fenced).
+    pub fn claim_refused(&mut self, refusal: &FenceRefusal) -> Option<FenceOp> {
+        if self.attempts >= Self::CLAIM_ATTEMPTS {
+            self.fenced = true;
+            return None;
+        }
+        self.attempts += 1;
+        self.ballot = refusal.promise.next(self.holder);
+        Some(FenceOp::Claim(self.ballot))
+    }
+
+    /// The write of `bytes` as the next state; `None` before the claim is answered and once
+    /// fenced.
+    pub fn write(&mut self, bytes: Vec<u8>) -> Option<FenceOp> {
+        if !self.claimed || self.fenced {
+            return None;
+        }
+        self.seq += 1;
+        Some(FenceOp::Write { ballot: self.ballot, seq: self.seq, bytes })
+    }
+
+    /// A write was refused: a newer writer holds the key, and this one makes no more writes.
+    pub fn write_refused(&mut self) {
+        self.fenced = true;
+    }
+
+    /// The ballot it writes under, once claimed.
+    pub fn ballot(&self) -> Option<Ballot> {
+        self.claimed.then_some(self.ballot)
+    }
+
+    /// The sequence number of the last write made (0 before the first).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Whether a newer writer holds the key.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+}
+
 #[cfg(test)]
 mod tests;

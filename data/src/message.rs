@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Level;
 use crate::crdt::CrdtOp;
-use crate::fenced::{FenceOp, Fenced};
+use crate::fenced::{FenceOp, FenceRefusal, Fenced};
 use crate::object::{Key, Object, Read, Refused, Value};
 use crate::ring::Span;
 use crate::version::VersionVector;
@@ -132,6 +132,16 @@ pub enum DataError {
     /// A replica's storage failed.
     #[error("storage: {0}")]
     Storage(String),
+}
+
+impl DataError {
+    /// Why a fenced claim or write was refused, when a newer writer holds the key.
+    pub fn fence_refusal(&self) -> Option<&FenceRefusal> {
+        match self {
+            Self::Refused(Refused::Fenced(r)) => Some(r),
+            _ => None,
+        }
+    }
 }
 
 /// A message between stores.

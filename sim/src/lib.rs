@@ -69,6 +69,7 @@ pub mod processes;
 pub mod queue;
 pub mod sharding;
 pub mod singleton;
+pub mod state;
 pub mod stats;
 pub mod time;
 pub mod trace;

@@ -131,6 +131,11 @@ enum Command {
         /// passivate; L11 checks the remembered entities run once the shards are balanced.
         #[arg(long)]
         remember_entities: bool,
+        /// The entities keep a count in the replicated store (which runs, as with --data), written
+        /// at quorum before each answer; S19 checks that no acknowledged write is lost and that
+        /// no two writers' states fork.
+        #[arg(long)]
+        entity_state: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -256,6 +261,7 @@ fn main() -> ExitCode {
             bootstrap,
             data,
             remember_entities,
+            entity_state,
             json,
         } => chaos(
             nodes,
@@ -271,6 +277,7 @@ fn main() -> ExitCode {
                 bootstrap,
                 data,
                 remember_entities,
+                entity_state,
             },
             json,
         ),
@@ -392,6 +399,7 @@ struct ChaosRun {
     bootstrap: bool,
     data: bool,
     remember_entities: bool,
+    entity_state: bool,
 }
 
 fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode {
@@ -406,6 +414,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         bootstrap,
         data,
         remember_entities,
+        entity_state,
     } = run;
     let list: Vec<u64> = (seeds.0..seeds.1).collect();
     let jobs = jobs
@@ -423,6 +432,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
         o.bootstrap = bootstrap;
         o.data = data;
         o.remember_entities = remember_entities;
+        o.entity_state = entity_state;
         let mut r = run_seed(&o);
         if twice {
             let again = run_seed(&o);
@@ -487,7 +497,7 @@ fn chaos(nodes: Nodes, seeds: SeedRange, run: ChaosRun, json: bool) -> ExitCode 
 fn print_seed(r: &SeedReport) {
     match &r.violation {
         None => say!(
-            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, singleton {} starts {} hand-overs {} aborts{}, one on the oldest {:.1}s of {:.0}s after, sharding {} coordinators {} shard starts {} handoffs {} entity starts {} asks ({} failed), balanced {:.1}s of {:.0}s after, {} asks checked{}, {:.0}s simulated, {:.1}s wall]",
+            "seed {} (N={}): pass  [{} faults, {} resolver decisions, liveness {:.1}s of {:.0}s, singleton {} starts {} hand-overs {} aborts{}, one on the oldest {:.1}s of {:.0}s after, sharding {} coordinators {} shard starts {} handoffs {} entity starts {} asks ({} failed), balanced {:.1}s of {:.0}s after, {} asks checked{}{}, {:.0}s simulated, {:.1}s wall]",
             r.seed,
             r.nodes,
             r.faults,
@@ -512,6 +522,17 @@ fn print_seed(r: &SeedReport) {
             r.sharding_s.unwrap_or(0.0),
             r.sharding_bound_s,
             r.asks_checked,
+            if r.sharding.state_claims > 0 {
+                format!(
+                    ", entity state {} claims {} writes {} fenced {} failed",
+                    r.sharding.state_claims,
+                    r.sharding.state_writes,
+                    r.sharding.state_fenced,
+                    r.sharding.state_failed
+                )
+            } else {
+                String::new()
+            },
             r.data.map_or(String::new(), |d| format!(
                 ", store {} writes ({} acked) {} reads ({} with siblings, {} checked by D2) {} failed, {} keys compared, {} held by D1",
                 d.writes, d.writes_acked, d.reads, d.sibling_reads, d.reads_checked, d.failed, d.keys_compared, d.d1_checks

@@ -25,6 +25,8 @@
 //!   fences the set against the shard's earlier hosts (as the runtime's claim of the set's fenced
 //!   key does), whose later changes are ignored. Every [`PASSIVATE_EVERY`]th ask makes its entity
 //!   passivate once answered, so that entities are forgotten too.
+//! - With `--entity-state`, each entity keeps a count in the store and answers only once it is
+//!   written (see [`crate::state`]).
 //! - The load: every [`ASK_INTERVAL`] a running process, drawn from the layer's random stream,
 //!   asks one of [`ENTITIES`] entities. The entity answers over the network; a message the
 //!   region or shard drops is answered with a failure by the node that dropped it.
@@ -35,6 +37,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use convoke_data::RequestId;
 use convoke_membership::UniqueAddress;
 use convoke_sharding::{EntityId, Host, ShardId, ShardingConfig};
 use convoke_singleton::SingletonConfig;
@@ -43,6 +46,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::queue::TimerSlot;
+use crate::state::{EntityStates, Incarnation, StateOp};
 use crate::trace::TraceHash;
 
 /// The simulated entity type.
@@ -141,6 +145,12 @@ pub struct SlotSharding {
     pub(crate) inbox: Vec<crate::delivery::ShardingInFlight>,
     /// The timer of the slot's machines.
     pub(crate) timer: TimerSlot,
+    /// With entity state: the incarnations here, by entity (see [`crate::state`]).
+    pub(crate) states: BTreeMap<EntityId, Incarnation>,
+    /// Writers of entity states made by this incarnation so far: each gets an id of its own.
+    pub(crate) writers: u64,
+    /// Their claims and writes in flight, by the store's request number.
+    pub(crate) state_requests: BTreeMap<RequestId, (EntityId, StateOp)>,
 }
 
 impl SlotSharding {
@@ -150,6 +160,29 @@ impl SlotSharding {
         let frozen_now = self.paused_at.is_some_and(|at| now.saturating_sub(at) > margin);
         run.long_pauses == self.long_pauses && !frozen_now
     }
+
+    /// With entity state, the host asks `entity` to stop: whether it must first finish what it
+    /// has queued or in flight (it is then marked to stop once done); otherwise its incarnation
+    /// is gone and it stops now.
+    pub(crate) fn stop_later(&mut self, entity: &EntityId) -> bool {
+        match self.states.get_mut(entity) {
+            Some(inc) if !inc.idle() => {
+                inc.stopping = true;
+                true
+            }
+            _ => {
+                self.states.remove(entity);
+                false
+            }
+        }
+    }
+}
+
+/// Whether the entity passivates once it has answered the ask with `payload`: every
+/// [`PASSIVATE_EVERY`]th ask does, when the type remembers its entities.
+pub fn passivates_after(config: &ShardingConfig, payload: &[u8]) -> bool {
+    config.remember_entities
+        && payload.try_into().is_ok_and(|b| u64::from_le_bytes(b) % PASSIVATE_EVERY == 0)
 }
 
 /// One ask of the load.
@@ -190,6 +223,14 @@ pub struct ShardingStats {
     pub entity_stops: u64,
     /// Remembered sets read by a shard that started (remembered entities only).
     pub sets_loaded: u64,
+    /// Claims of an entity's state answered (entity state only).
+    pub state_claims: u64,
+    /// Writes of an entity's state acknowledged.
+    pub state_writes: u64,
+    /// Incarnations fenced: a write refused, or a claim outbid on every try.
+    pub state_fenced: u64,
+    /// Claims and writes that failed otherwise (too few replicas, a timeout).
+    pub state_failed: u64,
     /// Entities listed in the remembered sets read (each started then unless it ran already).
     pub remembered_starts: u64,
     /// Sharding messages sent.
@@ -212,6 +253,8 @@ pub struct Shardings {
     /// The modelled store of remembered sets: per shard, the node whose shard read it last
     /// (only its changes are taken) and the entities it holds.
     remembered: BTreeMap<ShardId, (UniqueAddress, BTreeSet<EntityId>)>,
+    /// With entity state: what the entities' writers were told.
+    pub(crate) states: Option<EntityStates>,
     /// What happened so far.
     pub stats: ShardingStats,
     trace: TraceHash,
@@ -229,9 +272,30 @@ impl Shardings {
             suspects: Vec::new(),
             resumed: Vec::new(),
             remembered: BTreeMap::new(),
+            states: None,
             stats: ShardingStats::default(),
             trace: TraceHash::new(),
         }
+    }
+
+    /// The entities keep a state in the store (see [`crate::state`]).
+    pub fn keep_state(mut self) -> Self {
+        self.states = Some(EntityStates::default());
+        self
+    }
+
+    /// What the entities' writers were told, when they keep a state.
+    pub fn states(&self) -> Option<&EntityStates> {
+        self.states.as_ref()
+    }
+
+    /// Slot `i` with the counters, the entities' writer histories and the settings, to change
+    /// the first three together.
+    pub(crate) fn state_parts(
+        &mut self,
+        i: usize,
+    ) -> (&mut SlotSharding, &mut ShardingStats, Option<&mut EntityStates>, &ShardingConfig) {
+        (&mut self.slots[i], &mut self.stats, self.states.as_mut(), &self.config)
     }
 
     /// The entity type's settings.
@@ -368,6 +432,9 @@ impl Shardings {
         s.host = None;
         s.entities.clear();
         s.shard_epochs.clear();
+        s.states.clear();
+        s.state_requests.clear();
+        s.writers = 0;
         s.inbox.clear();
         s.paused_at = None;
         s.timer.cancel();

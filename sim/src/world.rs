@@ -31,6 +31,7 @@ mod data;
 mod lease;
 mod sharding;
 mod singleton;
+mod state;
 mod step;
 mod views;
 
@@ -118,6 +119,9 @@ pub struct SimOptions {
     /// The replicated store every process runs over its slot's disk, and the load of reads and
     /// writes to it.
     pub data: Option<convoke_data::DataConfig>,
+    /// The sharded entities keep a state in the store (only together with `sharding` and
+    /// `data`; see [`crate::state`]).
+    pub entity_state: bool,
 }
 
 impl SimOptions {
@@ -137,6 +141,7 @@ impl SimOptions {
             singleton: None,
             sharding: None,
             data: None,
+            entity_state: false,
         }
     }
 }
@@ -276,7 +281,8 @@ impl Sim {
                 .sharding
                 .clone()
                 .filter(|_| opts.singleton.is_some())
-                .map(|c| Shardings::new(n, c, rng(opts.seed, Stream::ShardingLoad))),
+                .map(|c| Shardings::new(n, c, rng(opts.seed, Stream::ShardingLoad)))
+                .map(|s| if opts.entity_state && opts.data.is_some() { s.keep_state() } else { s }),
             data: opts.data.clone().map(|c| DataLayer::new(n, c, rng(opts.seed, Stream::DataLoad))),
             bootstraps: None,
             opts,

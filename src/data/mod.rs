@@ -14,7 +14,7 @@ mod storage;
 use std::time::Duration;
 
 pub use convoke_data::crdt::{Crdt, CrdtKind, CrdtOp};
-pub use convoke_data::fenced::{Ballot, FenceOp, FenceRefusal, Fenced};
+pub use convoke_data::fenced::{Ballot, FenceOp, FenceRefusal, Fenced, Writer};
 pub use convoke_data::version::VersionVector;
 use convoke_data::{Key, Reply, Request};
 pub use convoke_data::{Level, Read, Value};
@@ -49,9 +49,7 @@ impl DataError {
     /// Why a fenced claim or write was refused, when a newer writer holds the key.
     pub fn fence_refusal(&self) -> Option<&FenceRefusal> {
         match self {
-            Self::Store(convoke_data::DataError::Refused(convoke_data::Refused::Fenced(r))) => {
-                Some(r)
-            }
+            Self::Store(e) => e.fence_refusal(),
             _ => None,
         }
     }

@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use super::region::Event;
 use super::state::{StateStore, claim};
-use crate::data::{Ballot, Crdt, CrdtOp, Data, DataError, FenceOp, Fenced, Value};
+use crate::data::{Ballot, Crdt, CrdtOp, Data, DataError, Fenced, Value, Writer};
 
 /// What the region task asks of the remembered sets.
 #[derive(Debug)]
@@ -132,8 +132,8 @@ struct Set {
     /// Tells this shard's run here apart from an earlier one, whose answers are ignored.
     generation: u64,
     key: String,
-    /// The ballot of the claim and the sequence number of the last write, once claimed.
-    claimed: Option<(Ballot, u64)>,
+    /// The set's writer, once its claim is answered.
+    claimed: Option<Writer>,
     ids: BTreeSet<EntityId>,
     /// Changes made before the claim answered: applied to the set it read.
     early: Vec<(EntityId, bool)>,
@@ -164,8 +164,8 @@ enum Done {
     Retry { shard: ShardId, generation: u64 },
 }
 
-/// A claim's ballot and what it read; `None`: outbid on every try.
-type Claim = Option<(Ballot, Fenced)>;
+/// A claim's writer and what it read; `None`: outbid on every try.
+type Claim = Option<(Writer, Fenced)>;
 
 type Work = FuturesUnordered<Pin<Box<dyn Future<Output = Done> + Send>>>;
 
@@ -202,8 +202,8 @@ impl Sets {
                 // A run of the shard here that stopped (a handoff, a freeze) with changes not
                 // yet written: they are not lost with it.
                 let (carried, early) = match self.sets.remove(&shard) {
-                    Some(old) => match old.claimed {
-                        Some((ballot, _)) => (Some((ballot, old.ids)), Vec::new()),
+                    Some(old) => match old.claimed.as_ref().and_then(Writer::ballot) {
+                        Some(ballot) => (Some((ballot, old.ids)), Vec::new()),
                         None => (None, old.early),
                     },
                     None => (None, Vec::new()),
@@ -263,7 +263,7 @@ impl Sets {
             return;
         };
         match done {
-            Done::Claimed { result: Ok(Some((ballot, current))), .. } => {
+            Done::Claimed { result: Ok(Some((writer, current))), .. } => {
                 let mut stored = decode(&current, &type_name, &shard);
                 let written_by = current.state.as_ref().map(|w| w.ballot);
                 if let Some((ballot, ids)) = set.carried.take()
@@ -281,7 +281,8 @@ impl Sets {
                 for (id, add) in std::mem::take(&mut set.early) {
                     set.apply(id, add);
                 }
-                set.claimed = Some((ballot, 0));
+                let ballot = writer.ballot().unwrap_or_default();
+                set.claimed = Some(writer);
                 set.busy = false;
                 let n = set.ids.len();
                 tracing::debug!(entity_type = %type_name, %shard, %ballot, entities = n, "remembered entities read");
@@ -365,17 +366,14 @@ impl Sets {
     /// Writes the set if it changed and nothing else is under way for it.
     fn maybe_write(&mut self, shard: &ShardId, work: &mut Work) {
         let Some(set) = self.sets.get_mut(shard) else { return };
-        let Some((ballot, seq)) = set.claimed.as_mut() else { return };
         if set.busy || !set.dirty {
             return;
         }
-        set.busy = true;
-        set.dirty = false;
-        // A number is never used twice: a write that failed may still reach a replica.
-        *seq += 1;
         let ids: Vec<&str> = set.ids.iter().map(|id| &**id).collect();
         let bytes = serde_json::to_vec(&ids).unwrap_or_default();
-        let op = FenceOp::Write { ballot: *ballot, seq: *seq, bytes };
+        let Some(op) = set.claimed.as_mut().and_then(|w| w.write(bytes)) else { return };
+        set.busy = true;
+        set.dirty = false;
         let (data, key) = (self.store.data.clone(), set.key.clone());
         let (shard, generation) = (shard.clone(), set.generation);
         work.push(Box::pin(async move {

@@ -10,14 +10,12 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::data::{Ballot, Data, DataError, FenceOp, Fenced};
-
-/// How many claims an incarnation makes, each above the promise that refused the one before.
-const CLAIM_ATTEMPTS: usize = 5;
+use crate::data::{Data, DataError, Fenced, Writer};
 
 /// Why an entity's state could not be read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,21 +47,20 @@ pub enum StateError {
 pub(super) struct StateStore {
     pub(super) data: Data,
     pub(super) type_name: Arc<str>,
-    /// This node's uid: the holder of the ballots its incarnations claim.
+    /// This node's uid, from which the ids of its writers are made.
     pub(super) holder: u64,
 }
 
 /// The state of one incarnation, once loaded.
 pub(super) struct Loaded {
-    ballot: Ballot,
-    /// The sequence number of the last write attempted (never used twice).
-    seq: u64,
+    /// The claimed key's writer: its ballot and the number of its last write.
+    writer: Writer,
     value: Box<dyn Any + Send + Sync>,
 }
 
 impl std::fmt::Debug for Loaded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Loaded").field("ballot", &self.ballot).field("seq", &self.seq).finish()
+        f.debug_struct("Loaded").field("writer", &self.writer).finish()
     }
 }
 
@@ -113,7 +110,7 @@ impl EntityState {
     where
         S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
     {
-        let Some((ballot, current)) = claim(&self.store.data, &self.key, self.store.holder).await?
+        let Some((writer, current)) = claim(&self.store.data, &self.key, self.store.holder).await?
         else {
             return Err(self.fenced_error());
         };
@@ -123,8 +120,9 @@ impl EntityState {
             }
             None => S::default(),
         };
+        let ballot = writer.ballot().unwrap_or_default();
         tracing::debug!(entity = %self.entity, key = %self.key, %ballot, "entity state claimed");
-        Ok(Loaded { ballot, seq: 0, value: Box::new(value) })
+        Ok(Loaded { writer, value: Box::new(value) })
     }
 
     /// The state, read on first use.
@@ -144,10 +142,7 @@ impl EntityState {
     {
         let bytes = serde_json::to_vec(&new).map_err(|e| type_error::<S>(&self.entity, e))?;
         let loaded = self.load::<S>().await?;
-        // A number is never used twice, even after a write that failed: one that timed out
-        // may still reach replicas, and a later state must supersede it.
-        loaded.seq += 1;
-        let op = FenceOp::Write { ballot: loaded.ballot, seq: loaded.seq, bytes };
+        let Some(op) = loaded.writer.write(bytes) else { return Err(self.fenced_error()) };
         match self.store.data.fenced_write(&self.key, op).await {
             Ok(_) => {
                 if let Some(loaded) = self.loaded.as_mut() {
@@ -156,6 +151,9 @@ impl EntityState {
                 Ok(())
             }
             Err(e) if e.fence_refusal().is_some() => {
+                if let Some(loaded) = self.loaded.as_mut() {
+                    loaded.writer.write_refused();
+                }
                 tracing::warn!(
                     entity = %self.entity,
                     key = %self.key,
@@ -169,27 +167,37 @@ impl EntityState {
     }
 }
 
-/// Claims fenced key `key` for writer `holder` with a ballot above its promise (learnt from the
-/// refusal of a lower one), and returns the ballot with what the key's replicas held. The answer
-/// holds every write acknowledged to an older writer (docs/data.md). `None`: outbid on every
-/// attempt.
+/// Writers made in this process so far: each gets an id of its own.
+static WRITERS: AtomicU64 = AtomicU64::new(0);
+
+/// Claims fenced key `key` for a new writer of node `node` with a ballot above the key's promise
+/// (learnt from the refusal of a lower one), and returns the claimed writer with what the key's
+/// replicas held.
+/// The answer holds every write acknowledged to an older writer (docs/data.md). `None`: outbid
+/// on every attempt. The decisions are the sans-IO [`Writer`]'s, which the simulator drives too.
 pub(super) async fn claim(
     data: &Data,
     key: &str,
-    holder: u64,
-) -> Result<Option<(Ballot, Fenced)>, DataError> {
-    let mut ballot = Ballot::default().next(holder);
-    for _ in 0..CLAIM_ATTEMPTS {
-        match data.fenced_write(key, FenceOp::Claim(ballot)).await {
-            Ok(current) => return Ok(Some((ballot, current))),
+    node: u64,
+) -> Result<Option<(Writer, Fenced)>, DataError> {
+    let mut writer = Writer::new(Writer::holder(node, WRITERS.fetch_add(1, Ordering::Relaxed)));
+    let mut op = writer.claim();
+    loop {
+        match data.fenced_write(key, op).await {
+            Ok(current) => {
+                writer.claimed();
+                return Ok(Some((writer, current)));
+            }
             // The key has promised a ballot at least this one: claim above it.
             Err(e) => match e.fence_refusal() {
-                Some(refusal) => ballot = refusal.promise.next(holder),
+                Some(refusal) => match writer.claim_refused(refusal) {
+                    Some(next) => op = next,
+                    None => return Ok(None),
+                },
                 None => return Err(e),
             },
         }
     }
-    Ok(None)
 }
 
 fn type_error<S>(entity: &str, why: impl ToString) -> StateError {

@@ -64,6 +64,66 @@ fn ballot() -> impl Strategy<Value = Ballot> {
     (0..4u64, 0..3u64).prop_map(|(round, holder)| Ballot { round, holder })
 }
 
+#[test]
+fn a_writer_claims_above_each_refusal_numbers_its_writes_and_stops_once_fenced() {
+    let mut key = Fenced::default();
+    let mut old = Writer::new(7);
+    assert_eq!(old.write(b"early".to_vec()), None, "no write before the claim");
+    key.apply(old.claim()).expect("the first claim");
+    assert_eq!(old.claimed(), b(1, 7));
+    for (seq, bytes) in [(1, b"one"), (2, b"two")] {
+        let op = old.write(bytes.to_vec()).expect("claimed");
+        assert_eq!(op, write(b(1, 7), seq, bytes));
+        key.apply(op).expect("the only writer");
+    }
+
+    // A second writer's first claim is refused; it claims above the promise the refusal names.
+    let mut new = Writer::new(3);
+    let refusal = key.apply(new.claim()).expect_err("not above 1.7");
+    let again = new.claim_refused(&refusal).expect("a second try");
+    assert_eq!(again, FenceOp::Claim(b(2, 3)));
+    key.apply(again).expect("above the promise");
+    assert_eq!(new.claimed(), b(2, 3));
+    assert_eq!(key.state.as_ref().map(|w| w.bytes.as_slice()), Some(&b"two"[..]));
+
+    // The old writer's next write is refused: it is fenced and makes no more.
+    let refused = key.apply(old.write(b"three".to_vec()).expect("not fenced yet"));
+    assert!(refused.is_err());
+    old.write_refused();
+    assert!(old.is_fenced());
+    assert_eq!(old.write(b"four".to_vec()), None);
+    assert_eq!(old.seq(), 3, "the refused write used its number");
+
+    // A writer outbid on every claim gives up, fenced.
+    let mut late = Writer::new(1);
+    let mut op = late.claim();
+    let mut claims = 0;
+    while let Some(next) = {
+        claims += 1;
+        // Another writer claims higher each time before this one's claim arrives.
+        key.apply(FenceOp::Claim(key.promise.next(9))).expect("the rival");
+        let refusal = key.apply(op).expect_err("outbid");
+        late.claim_refused(&refusal)
+    } {
+        op = next;
+    }
+    assert_eq!(claims, Writer::CLAIM_ATTEMPTS);
+    assert!(late.is_fenced());
+    assert_eq!(late.ballot(), None);
+}
+
+#[test]
+fn the_writers_of_one_node_never_share_an_id_nor_a_first_ballot() {
+    let node = 0x5f2c_0000_0000_0001;
+    let ids: std::collections::BTreeSet<u64> =
+        (0..100_000).map(|n| Writer::holder(node, n)).collect();
+    assert_eq!(ids.len(), 100_000);
+    // Two incarnations of an entity on one node: the second's first claim is not the first's.
+    let (mut first, mut second) =
+        (Writer::new(Writer::holder(node, 1)), Writer::new(Writer::holder(node, 2)));
+    assert_ne!(first.claim(), second.claim());
+}
+
 fn fenced() -> impl Strategy<Value = Fenced> {
     let state = proptest::option::of((ballot(), 0..4u64, proptest::collection::vec(0..3u8, 0..2)))
         .prop_map(|s| s.map(|(ballot, seq, bytes)| Written { ballot, seq, bytes }));

@@ -83,6 +83,8 @@ pub struct ChaosOptions {
     pub data: bool,
     /// The entity type remembers its entities; L11 checks they run once shards are balanced.
     pub remember_entities: bool,
+    /// The entities keep a count in the store (the store runs too); S19 checks their writers.
+    pub entity_state: bool,
 }
 
 impl ChaosOptions {
@@ -100,6 +102,7 @@ impl ChaosOptions {
             bootstrap: false,
             data: false,
             remember_entities: false,
+            entity_state: false,
         }
     }
 }
@@ -204,8 +207,9 @@ pub fn reproduce(o: &ChaosOptions) -> String {
     let bootstrap = if o.bootstrap { " --bootstrap" } else { "" };
     let data = if o.data { " --data" } else { "" };
     let remember = if o.remember_entities { " --remember-entities" } else { "" };
+    let state = if o.entity_state { " --entity-state" } else { "" };
     format!(
-        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}{lease}{bootstrap}{data}{remember}",
+        "convoke-sim chaos --nodes {} --seeds {}..{} --duration {}s{downing}{margin}{lease}{bootstrap}{data}{remember}{state}",
         o.nodes,
         o.seed,
         o.seed + 1,
@@ -267,7 +271,8 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
             remember_entities: o.remember_entities,
             ..sharding::config(&singleton_config)
         }),
-        data: o.data.then(crate::data::config),
+        data: (o.data || o.entity_state).then(crate::data::config),
+        entity_state: o.entity_state,
         config,
         net: base_net.clone(),
         max_drift_ppm: drift,

@@ -39,7 +39,7 @@ impl Sim {
     }
 
     /// After an input: outputs out, the sync scheduled when writes are staged, the timer armed.
-    fn data_after_input(&mut self, slot: usize) {
+    pub(super) fn data_after_input(&mut self, slot: usize) {
         self.data_drain(slot);
         let Some(d) = self.data.as_mut() else { return };
         let needs_sync = d.slot(slot).store.as_ref().is_some_and(Store::needs_sync);
@@ -68,7 +68,11 @@ impl Sim {
             match out {
                 Output::Send { to, message } => self.data_send(slot, &me, &to, &message),
                 Output::Reply { id, result } => {
-                    let Some(n) = d.slot_mut(slot).requests.remove(&id) else { continue };
+                    let Some(n) = d.slot_mut(slot).requests.remove(&id) else {
+                        // Not the load's: an entity's claim or write of its state.
+                        self.state_reply(slot, id, result);
+                        continue;
+                    };
                     let outcome = match result {
                         Ok(Reply::Read(read)) => {
                             DataLayer::read_outcome(&read.values, read.context)

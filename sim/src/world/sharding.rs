@@ -16,7 +16,7 @@ use super::{Event, Sim, into_queue};
 use crate::delivery::ShardingInFlight;
 use crate::invariants::Violation;
 use crate::invariants::s17_one_singleton::split;
-use crate::sharding::{ASK_INTERVAL, EntityRun, PASSIVATE_EVERY, SHARDS};
+use crate::sharding::{ASK_INTERVAL, EntityRun, SHARDS, passivates_after};
 
 /// A frame's name and shard, for the step log.
 fn describe(frame: &Frame) -> String {
@@ -33,7 +33,7 @@ fn describe(frame: &Frame) -> String {
 impl Sim {
     /// Feeds one input to the host of `slot`, if sharding runs there, and carries out the
     /// outputs.
-    fn sharding_input(
+    pub(super) fn sharding_input(
         &mut self,
         slot: usize,
         what: &'static str,
@@ -69,7 +69,7 @@ impl Sim {
         }
     }
 
-    fn host_output(&mut self, slot: usize, me: &UniqueAddress, out: HostOutput<u64>) {
+    pub(super) fn host_output(&mut self, slot: usize, me: &UniqueAddress, out: HostOutput<u64>) {
         let local = self.local_instant(slot);
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
@@ -87,13 +87,14 @@ impl Sim {
                 self.check_one_entity(slot, &entity);
             }
             HostOutput::DeliverToEntity { shard, entity, payload, reply } => {
+                if s.states.is_some() {
+                    // It answers once its state is written.
+                    self.state_deliver(slot, shard, entity, payload, reply);
+                    return;
+                }
                 // The entity answers at once, with what it was sent; with remembered entities,
                 // every so many asks it passivates then.
-                let passivate = s.config().remember_entities
-                    && payload
-                        .as_slice()
-                        .try_into()
-                        .is_ok_and(|b| u64::from_le_bytes(b) % PASSIVATE_EVERY == 0);
+                let passivate = passivates_after(s.config(), &payload);
                 if let Some(out) = answer(reply, Ok(payload)) {
                     self.host_output(slot, me, out);
                 }
@@ -106,7 +107,11 @@ impl Sim {
                 }
             }
             HostOutput::StopEntity { shard, entity } => {
-                // An entity stops at once when asked (passivation or handoff).
+                // An entity stops at once when asked (passivation or handoff), unless it keeps
+                // a state and has messages to finish first.
+                if s.slot_mut(slot).stop_later(&entity) {
+                    return;
+                }
                 s.stats.entity_stops += 1;
                 let ss = s.slot_mut(slot);
                 ss.entities.remove(&entity);
