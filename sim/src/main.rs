@@ -132,8 +132,8 @@ enum Command {
         #[arg(long)]
         remember_entities: bool,
         /// The entities keep a count in the replicated store (which runs, as with --data), written
-        /// at quorum before each answer; S19 checks that no acknowledged write is lost and that
-        /// no two writers' states fork.
+        /// at quorum before each answer; S19 checks that no two writers' states fork, S20 that no
+        /// acknowledged write is lost.
         #[arg(long)]
         entity_state: bool,
         /// Print JSON.

@@ -1,6 +1,6 @@
 //! Entity state in the simulation (`--entity-state`): every simulated entity keeps a count in
 //! the replicated store, as `EntityContext::persist` keeps an entity's state at run time, and S19
-//! checks what the writers were told.
+//! and S20 check what the writers were told.
 //!
 //! The model:
 //! - The state of entity `e` is the fenced value under [`key`]`(type, e)`, in the store every process
@@ -17,11 +17,11 @@
 //! - An entity the host asks to stop finishes what is queued first (the runtime's entity drains
 //!   its mailbox), then stops.
 //!
-//! **S19**, at every answered claim and acknowledged write of an entity: no acknowledged write is
-//! lost (every claim starts from every acknowledged write of a lower ballot, whenever that write
-//! was acknowledged) and the state never forks (in ballot and sequence order, every acknowledged
-//! count is above the one before) — the check of [`History`], over the writes of every
-//! incarnation of the entity in the run.
+//! At every answered claim and acknowledged write of an entity, the check of [`History`] over
+//! the claims and writes of every incarnation of the entity in the run: **S19**, the state never
+//! forks (in ballot and sequence order, every acknowledged count is above the one before);
+//! **S20**, no acknowledged write is lost (every claim starts from every acknowledged write of a
+//! lower ballot, whenever that write was acknowledged).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -40,7 +40,7 @@ pub fn encode(count: u64) -> Vec<u8> {
     serde_json::to_vec(&count).unwrap_or_default()
 }
 
-/// A stored state as S19 reads it: its ballot, sequence number and count.
+/// A stored state as S19 and S20 read it: its ballot, sequence number and count.
 pub fn counted(value: &Fenced) -> Option<Counted> {
     let w = value.state.as_ref()?;
     Some((w.ballot, w.seq, serde_json::from_slice(&w.bytes).unwrap_or(u64::MAX)))
@@ -107,7 +107,7 @@ pub struct EntityStates {
 }
 
 impl EntityStates {
-    /// Records an answered claim of `entity` with `ballot` that read `held`; S19 on its history.
+    /// Records an answered claim of `entity` with `ballot` that read `held`; S19 and S20 on its history.
     pub(crate) fn claimed(
         &mut self,
         entity: &EntityId,
@@ -119,7 +119,7 @@ impl EntityStates {
         h.check()
     }
 
-    /// Records an acknowledged write of `entity`; S19 on its history.
+    /// Records an acknowledged write of `entity`; S19 and S20 on its history.
     pub(crate) fn acked(&mut self, entity: &EntityId, write: Counted) -> Result<(), HistoryError> {
         let h = self.histories.entry(entity.clone()).or_default();
         h.acked.push(write);

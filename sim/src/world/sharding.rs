@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use convoke_membership::gossip::Gossip;
 use convoke_membership::{Member, UniqueAddress};
 use convoke_sharding::wire::{self, Decoded, Frame};
-use convoke_sharding::{EntityId, Host, HostOutput, RegionMsg, ShardId, answer, shard_for_entity};
+use convoke_sharding::{
+    EntityId, Host, HostOutput, RegionMsg, Reply, ReplyTo, ShardId, answer, shard_for_entity,
+};
 
 use super::{Event, Sim, into_queue};
 use crate::delivery::ShardingInFlight;
@@ -69,7 +71,7 @@ impl Sim {
         }
     }
 
-    pub(super) fn host_output(&mut self, slot: usize, me: &UniqueAddress, out: HostOutput<u64>) {
+    fn host_output(&mut self, slot: usize, me: &UniqueAddress, out: HostOutput<u64>) {
         let local = self.local_instant(slot);
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
@@ -95,9 +97,7 @@ impl Sim {
                 // The entity answers at once, with what it was sent; with remembered entities,
                 // every so many asks it passivates then.
                 let passivate = passivates_after(s.config(), &payload);
-                if let Some(out) = answer(reply, Ok(payload)) {
-                    self.host_output(slot, me, out);
-                }
+                self.entity_answer(slot, reply, Ok(payload));
                 if passivate {
                     self.note(|| format!("slot {slot} entity {entity} passivates"));
                     let host = self.shardings.as_mut().and_then(|s| s.slot_mut(slot).host.as_mut());
@@ -172,6 +172,16 @@ impl Sim {
             HostOutput::Forget { shard, entity } => {
                 s.change_remembered(&shard, me, entity, false);
             }
+        }
+    }
+
+    /// Sends an entity's answer, from `slot`, to whoever waits for it.
+    pub(super) fn entity_answer(&mut self, slot: usize, reply: ReplyTo<u64>, result: Reply) {
+        let Some(me) = self.shardings.as_ref().and_then(|s| s.slot(slot).node.clone()) else {
+            return;
+        };
+        if let Some(out) = answer(reply, result) {
+            self.host_output(slot, &me, out);
         }
     }
 

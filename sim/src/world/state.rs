@@ -6,7 +6,7 @@
 use convoke_data::fenced::{FenceOp, HistoryError};
 use convoke_data::{DataError, Level, Refused, Reply, Request, RequestId};
 use convoke_sharding::wire::WireFailure;
-use convoke_sharding::{EntityId, ReplyTo, ShardId, answer};
+use convoke_sharding::{EntityId, ReplyTo, ShardId};
 
 use super::Sim;
 use crate::invariants::Violation;
@@ -50,7 +50,7 @@ impl Sim {
             let shard = inc.shard.clone();
             let why = format!("entity '{entity}' is fenced: another incarnation holds its state");
             for (_, reply) in queued {
-                self.state_answer(slot, reply, Err(WireFailure::EntityFailed(why.clone())));
+                self.entity_answer(slot, reply, Err(WireFailure::EntityFailed(why.clone())));
             }
             if passivate {
                 self.note(|| format!("slot {slot} entity {entity} is fenced and passivates"));
@@ -184,7 +184,7 @@ impl Sim {
             Then::Pump => {}
             Then::Again(op) => return self.state_request(slot, &entity, op, StateOp::Claim),
             Then::Answer(result, reply, passivate) => {
-                self.state_answer(slot, reply, result);
+                self.entity_answer(slot, reply, result);
                 if let Some(shard) = passivate {
                     self.note(|| format!("slot {slot} entity {entity} passivates"));
                     self.sharding_input(slot, "passivate", |h, now| {
@@ -194,16 +194,6 @@ impl Sim {
             }
         }
         self.state_pump(slot, &entity);
-    }
-
-    /// Sends an entity's answer.
-    fn state_answer(&mut self, slot: usize, reply: ReplyTo<u64>, result: convoke_sharding::Reply) {
-        let Some(me) = self.shardings.as_ref().and_then(|s| s.slot(slot).node.clone()) else {
-            return;
-        };
-        if let Some(out) = answer(reply, result) {
-            self.host_output(slot, &me, out);
-        }
     }
 
     /// An incarnation its host asked to stop stops once nothing waits or is in flight.
