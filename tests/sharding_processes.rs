@@ -492,7 +492,10 @@ async fn counters_in_the_store_survive_kill_9_of_two_and_a_full_restart_with_non
     load_once(&client, &fronts, INCREMENTS - 2 * (INCREMENTS / 3), &tally, 2_007).await;
     all_answer(&client, &fronts, &tally).await;
 
-    // Every process killed at once, then all restarted on their addresses and directories.
+    // Every process killed at once (once no shard moves), then all restarted on their
+    // addresses and directories: each shard goes back to its process (the coordinator's homes
+    // are kept in the store) before any message comes.
+    let before = still_placement(&client, &live).await;
     for c in &mut live {
         c.proc.kill9().await;
     }
@@ -502,6 +505,7 @@ async fn counters_in_the_store_survive_kill_9_of_two_and_a_full_restart_with_non
         live.push(start_in_store(dirs[i].path(), ports[i], Some(ports[0])).await);
     }
     wait_members(&client, &live[0], 5).await;
+    let placed_back = placed_as(&client, &live, &before).await;
     let fronts: Vec<String> = live.iter().map(|c| c.http.clone()).collect();
     let values = read_all(&client, &fronts).await;
     let recovered = t.elapsed();
@@ -518,18 +522,78 @@ async fn counters_in_the_store_survive_kill_9_of_two_and_a_full_restart_with_non
         "{acknowledged} increments acknowledged (each sent until it succeeded; {} tries \
          failed and were sent again); a third in {:.1} s, a third through kill -9 of two in \
          {:.1} s, every counter answering {:.1} s after it; after kill -9 of all five and a \
-         restart, every counter read in {:.1} s: sum {}, {} of {COUNTERS} counters equal to \
-         their acknowledged increments",
+         restart, all {} shards back on their processes {:.1} s and every counter read \
+         {:.1} s after the kill: sum {}, {} of {COUNTERS} counters equal to their acknowledged \
+         increments",
         t.failed,
         calm.as_secs_f64(),
         through_kill.as_secs_f64(),
         back.as_secs_f64(),
+        before.len(),
+        placed_back.as_secs_f64(),
         recovered.as_secs_f64(),
         values.values().sum::<u64>(),
         COUNTERS - wrong.len(),
     );
     assert_eq!(acknowledged, INCREMENTS as u64);
     assert!(wrong.is_empty(), "{} counters lost or doubled increments: {wrong:?}", wrong.len());
+}
+
+/// Where each counter shard runs: the port of the process whose region hosts it, from each
+/// process's `/cluster/shards/counter`. Fails on a shard hosted by two processes.
+async fn placement(client: &reqwest::Client, live: &[Counter]) -> BTreeMap<String, u16> {
+    let mut placed = BTreeMap::new();
+    for c in live {
+        let url = format!("{}/cluster/shards/counter", c.management);
+        let report: serde_json::Value =
+            client.get(&url).send().await.unwrap().json().await.unwrap();
+        for shard in report["regions"].as_array().unwrap() {
+            let id = shard["shardId"].as_str().unwrap().to_owned();
+            let other = placed.insert(id.clone(), c.proc.port);
+            assert!(other.is_none(), "shard {id} is hosted by {other:?} and {}", c.proc.port);
+        }
+    }
+    placed
+}
+
+/// The placement once it is the same in two looks three rebalance intervals apart (no shard
+/// moving), so that the coordinator's homes kept in the store are this placement.
+async fn still_placement(client: &reqwest::Client, live: &[Counter]) -> BTreeMap<String, u16> {
+    let deadline = Instant::now() + T;
+    let mut last = placement(client, live).await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let now = placement(client, live).await;
+        if now == last {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "the shards never stopped moving");
+        last = now;
+    }
+}
+
+/// Waits until every shard of `before` runs where it ran then, each process looked at in turn
+/// and no counter asked for; returns how long that took.
+async fn placed_as(
+    client: &reqwest::Client,
+    live: &[Counter],
+    before: &BTreeMap<String, u16>,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        let now = placement(client, live).await;
+        let astray: Vec<_> = before.iter().filter(|(s, p)| now.get(*s) != Some(p)).collect();
+        if astray.is_empty() {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < T,
+            "{} shards not back where they ran before the restart: {:?}",
+            astray.len(),
+            astray.iter().take(10).map(|(s, p)| (s, p, now.get(*s))).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 // A network partition and a frozen coordinator host, with the helpers only they use.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use convoke_membership::version::AppVersion;
-use convoke_membership::{Member, MemberStatus, UniqueAddress};
+use convoke_membership::{Address, Member, MemberStatus, UniqueAddress};
 
 use super::allocation::{LeastShardAllocation, RegionLoad};
 use super::state::{Ballot, CoordinatorState, ReplicaMsg, StateVersion};
@@ -210,6 +210,21 @@ pub struct Coordinator {
     register_again: Option<(Instant, Duration)>,
     /// Asked to stop: only finishes what it has begun.
     stopping: bool,
+    /// The homes kept in the store, when the type keeps them (`ShardingConfig::keep_homes`).
+    saved: Saved,
+}
+
+/// The homes an earlier coordinator kept in the store, by node address (see
+/// docs/sharding-design.md, "Homes kept in the store").
+#[derive(Debug, Default)]
+struct Saved {
+    /// Until when no shard the table does not know is allocated while the driver reads the
+    /// saved homes (`None`: read, or not kept).
+    awaited_until: Option<Instant>,
+    /// Saved homes of shards the table does not place, by the address of their node then.
+    hints: BTreeMap<ShardId, Address>,
+    /// Something changed that may let a hinted shard go back to its node.
+    check: bool,
 }
 
 impl Coordinator {
@@ -267,7 +282,11 @@ impl Coordinator {
             freed: BTreeSet::new(),
             register_again: None,
             stopping: false,
+            saved: Saved::default(),
         };
+        if c.config.keep_homes {
+            c.saved.awaited_until = Some(now + c.config.removal_margin);
+        }
         c.read_view(members, unreachable, now);
         c.departures.update(members, now, c.config.removal_margin);
         c.send_reads(now);
@@ -309,6 +328,11 @@ impl Coordinator {
         &self.committed
     }
 
+    /// The version of the table last written to a majority.
+    pub fn version(&self) -> Option<&StateVersion> {
+        self.committed_version.as_ref()
+    }
+
     /// What the coordinator is doing.
     pub fn status(&self) -> CoordinatorStatus {
         let phase = match self.phase {
@@ -333,6 +357,7 @@ impl Coordinator {
         now: Instant,
     ) {
         self.now = now;
+        self.saved.check = true;
         let replicas_before = self.replicas.clone();
         self.read_view(members, unreachable, now);
         self.departures.update(members, now, self.config.removal_margin);
@@ -370,6 +395,36 @@ impl Coordinator {
     /// still holds up allocation for the removal margin.
     pub fn note_departures(&mut self, seen: &Departures) {
         self.departures.merge(seen, self.now);
+    }
+
+    /// The homes an earlier coordinator kept in the store (with `ShardingConfig::keep_homes`,
+    /// after [`HostOutput::LoadHomes`](super::HostOutput::LoadHomes)): empty when none were
+    /// kept or they cannot be read. A shard the table does not place goes back to the node at
+    /// its saved address when that node's region has registered, by the same rules as any
+    /// shard the table does not know (see docs/sharding-design.md, "Homes kept in the store").
+    /// Until this is called, and for at most a removal margin, no such shard is allocated.
+    pub fn homes_loaded(&mut self, homes: Vec<(ShardId, Address)>, now: Instant) {
+        self.now = now;
+        self.saved.awaited_until = None;
+        self.saved.hints.extend(homes);
+        self.saved.check = true;
+        self.after_input(now);
+    }
+
+    /// What to keep in the store as this type's homes: the written table's homes by node
+    /// address, and the saved homes not yet placed again. `None` until the saved homes have been
+    /// read (what they hold must not be written over by a table that has not placed them).
+    pub fn homes_to_save(&self) -> Option<Vec<(ShardId, Address)>> {
+        if self.saved.awaited_until.is_some_and(|until| self.now < until) {
+            return None;
+        }
+        let placed = self.committed.allocations().map(|(s, r)| (s.clone(), r.address.clone()));
+        let hinted = (self.saved.hints.iter())
+            .filter(|(s, _)| self.committed.home(s).is_none())
+            .map(|(s, a)| (s.clone(), a.clone()));
+        let mut homes: Vec<(ShardId, Address)> = placed.chain(hinted).collect();
+        homes.sort_unstable();
+        Some(homes)
     }
 
     /// A message from the region (or proxy) on node `from`.
@@ -458,6 +513,7 @@ impl Coordinator {
     /// A deadline from [`poll_timeout`](Self::poll_timeout) has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
+        self.saved.check = true;
         if self.timers.take_due(Timer::Retry, now) {
             self.retry(now);
         }
@@ -638,6 +694,9 @@ impl Coordinator {
             }
             self.dirty = true;
         }
+        if self.saved.check && matches!(self.phase, Phase::Active) {
+            self.place_saved();
+        }
         if matches!(self.phase, Phase::Active) && self.write.is_none() && self.dirty {
             self.seq += 1;
             let version = StateVersion { ballot: self.ballot.clone(), seq: self.seq };
@@ -653,6 +712,38 @@ impl Coordinator {
         let waiting = self.write.is_some() || !self.hosting.is_empty();
         if waiting || matches!(self.phase, Phase::Recovering(_)) {
             self.timers.set_at_most(Timer::Retry, now + self.config.retry_interval);
+        }
+    }
+
+    /// Allocates each shard with a saved home whose node's region has registered (and is Up),
+    /// once shards the table does not know may be allocated; forgets the saved homes of shards
+    /// the table places.
+    fn place_saved(&mut self) {
+        let proposed = &self.proposed;
+        self.saved.hints.retain(|s, _| proposed.home(s).is_none());
+        if self.saved.hints.is_empty() {
+            self.saved.check = false;
+            return;
+        }
+        if self.unconfirmed || self.stopping || !self.may_allocate_unknown() {
+            return;
+        }
+        self.saved.check = false;
+        let nodes: BTreeSet<&Address> = (self.proposed.regions())
+            .map(|(r, _)| r)
+            .filter(|r| {
+                !self.removed.contains_key(*r)
+                    && !self.shutting_down.contains(*r)
+                    && self.members.get(*r) == Some(&MemberStatus::Up)
+            })
+            .map(|r| &r.address)
+            .collect();
+        let ready: Vec<ShardId> = (self.saved.hints.iter())
+            .filter(|(s, home)| nodes.contains(home) && !self.handoffs.contains_key(*s))
+            .map(|(s, _)| s.clone())
+            .collect();
+        for shard in ready {
+            self.get_home(None, shard);
         }
     }
 
@@ -790,8 +881,9 @@ impl Coordinator {
             // A region asks again while the allocation waits.
             return;
         }
-        let Some(region) = self.choose_region() else { return };
+        let Some(region) = self.choose_region(&shard) else { return };
         self.freed.remove(&shard);
+        self.saved.hints.remove(&shard);
         self.proposed.allocate(shard.clone(), region.clone());
         if let Some(r) = requester {
             self.waiting.entry(shard.clone()).or_default().insert(r);
@@ -812,6 +904,9 @@ impl Coordinator {
     fn may_allocate_unknown(&self) -> bool {
         let margin = self.config.removal_margin;
         let now = self.now;
+        if self.saved.awaited_until.is_some_and(|until| now < until) {
+            return false;
+        }
         let mut silent = self.must_register.iter().filter(|r| !self.heard(r));
         // A member that stays silent for the margin does not hold allocation up for good,
         // unless it is unreachable: then it waits for the member's removal and margin.
@@ -875,8 +970,10 @@ impl Coordinator {
         }
     }
 
-    /// Where a new shard goes, or `None` while too few regions are registered.
-    fn choose_region(&self) -> Option<UniqueAddress> {
+    /// Where a new shard goes, or `None` while too few regions are registered: the region on
+    /// the node of the shard's saved home, if that one is as suitable as the rule's choice
+    /// but for its number of shards; the rule's choice otherwise.
+    fn choose_region(&self, shard: &ShardId) -> Option<UniqueAddress> {
         let alive: Vec<(&UniqueAddress, &[ShardId])> =
             self.proposed.regions().filter(|(r, _)| !self.removed.contains_key(*r)).collect();
         if alive.len() < usize::try_from(self.config.min_regions).unwrap_or(usize::MAX) {
@@ -899,6 +996,10 @@ impl Coordinator {
             .collect();
         let chosen = self.rule.allocate(&loads)?;
         let version = &self.versions[chosen];
+        let saved = self.saved.hints.get(shard).and_then(|home| {
+            loads.iter().find(|l| l.region.address == *home && !l.leaving && l.version >= version)
+        });
+        let (chosen, version) = saved.map_or((chosen, version), |l| (l.region, l.version));
         (!self.newer_region_coming(version)).then(|| chosen.clone())
     }
 
@@ -939,6 +1040,7 @@ impl Coordinator {
             return;
         }
         self.proxies.remove(&from);
+        self.saved.check = true;
         let new = self.proposed.register(from.clone());
         let dirty_before = self.dirty;
         self.dirty = false;

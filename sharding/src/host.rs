@@ -8,13 +8,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use convoke_membership::timers::Timers;
-use convoke_membership::{Member, MemberStatus, UniqueAddress};
+use convoke_membership::{Address, Member, MemberStatus, UniqueAddress};
 
 use super::wire::{Decoded, Frame, WireEnvelope, WireFailure, WireNode, WireReply};
 use super::{
     Coordinator, CoordinatorMsg, CoordinatorOutput, CoordinatorStatus, DropReason, EntityId,
     Region, RegionMsg, RegionOutput, RegionStatus, Replica, ReplicaMsg, Shard, ShardId,
-    ShardOutput, ShardingConfig,
+    ShardOutput, ShardingConfig, StateVersion,
 };
 
 /// What an entity's answer goes back to.
@@ -114,6 +114,14 @@ pub enum HostOutput<R> {
     },
     /// Shard `0` has stopped every entity and is no longer hosted here.
     ShardStopped(ShardId),
+    /// With `ShardingConfig::keep_homes`, right after [`HostOutput::CoordinatorStarted`]: read
+    /// the homes kept in the store and pass them to [`Host::homes_loaded`] (none if there are
+    /// none or the store cannot be read).
+    LoadHomes,
+    /// With `ShardingConfig::keep_homes`: keep these homes in the store, in place of those kept
+    /// before. Only the latest matters: one that comes while an earlier one is being written
+    /// replaces it.
+    SaveHomes(Vec<(ShardId, Address)>),
     /// The coordinator has started here, with its instance number.
     CoordinatorStarted(u64),
     /// The coordinator asked to stop with [`Host::coordinator_down`] has stopped.
@@ -189,6 +197,10 @@ pub struct Host<R> {
     instances: u64,
     /// The coordinator was asked to stop: it stops once its table is written, or at the deadline.
     stopping: bool,
+    /// The version of the coordinator's table whose homes were last looked at for keeping, and
+    /// the homes last given to keep (`ShardingConfig::keep_homes`).
+    saved_version: Option<StateVersion>,
+    saved_homes: Option<Vec<(ShardId, Address)>>,
     shards: BTreeMap<ShardId, Shard<Envelope<R>>>,
     /// Asks from here forwarded to another region, by their wire id, with the node they went to.
     pending: BTreeMap<u64, (UniqueAddress, R)>,
@@ -212,6 +224,8 @@ impl<R> Host<R> {
             coordinator: None,
             instances: 0,
             stopping: false,
+            saved_version: None,
+            saved_homes: None,
             shards: BTreeMap::new(),
             pending: BTreeMap::new(),
             next_id: 1,
@@ -423,6 +437,20 @@ impl<R> Host<R> {
         coordinator.note_departures(self.region.departures());
         self.coordinator = Some(coordinator);
         self.outputs.push_back(HostOutput::CoordinatorStarted(self.instances));
+        if self.config.keep_homes {
+            // Another node's coordinator may have kept other homes since this node last did.
+            self.saved_homes = None;
+            self.outputs.push_back(HostOutput::LoadHomes);
+        }
+        self.drain(now);
+    }
+
+    /// The homes kept in the store, read after [`HostOutput::LoadHomes`] (empty if there were
+    /// none or they could not be read).
+    pub fn homes_loaded(&mut self, homes: Vec<(ShardId, Address)>, now: Instant) {
+        if let Some(c) = &mut self.coordinator {
+            c.homes_loaded(homes, now);
+        }
         self.drain(now);
     }
 
@@ -565,6 +593,24 @@ impl<R> Host<R> {
         }
         self.maybe_stop_coordinator(now);
         self.arm_idle(now);
+        self.maybe_save_homes();
+    }
+
+    /// Asks the driver to keep the coordinator's homes when the written table changed them.
+    fn maybe_save_homes(&mut self) {
+        let Some(c) = self.coordinator.as_ref().filter(|_| self.config.keep_homes) else {
+            return;
+        };
+        let Some(version) = c.version().filter(|v| self.saved_version.as_ref() != Some(*v)) else {
+            return;
+        };
+        let version = version.clone();
+        let Some(homes) = c.homes_to_save() else { return };
+        self.saved_version = Some(version);
+        if self.saved_homes.as_ref() != Some(&homes) {
+            self.saved_homes = Some(homes.clone());
+            self.outputs.push_back(HostOutput::SaveHomes(homes));
+        }
     }
 
     fn on_region_output(&mut self, out: RegionOutput<Envelope<R>>, now: Instant) {

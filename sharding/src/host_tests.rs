@@ -7,16 +7,23 @@ use std::time::{Duration, Instant};
 
 use convoke_membership::member::UpNumber;
 use convoke_membership::version::AppVersion;
-use convoke_membership::{Member, MemberStatus};
+use convoke_membership::{Address, Member, MemberStatus, UniqueAddress};
 
 use super::tests::{base, node};
 use super::wire::{self, Frame, WireFailure};
 use super::*;
 
-fn member(i: usize, status: MemberStatus) -> Member {
+fn member(id: &UniqueAddress, i: usize, status: MemberStatus) -> Member {
     let dc: BTreeSet<String> = ["dc-default".to_owned()].into();
     let up = u32::try_from(i).unwrap() + 1;
-    Member::from_parts(node(i), UpNumber(up), status, dc, AppVersion::default())
+    Member::from_parts(id.clone(), UpNumber(up), status, dc, AppVersion::default())
+}
+
+/// Node `i` in its incarnation `generation` (0 is [`node`]'s): the same address, another uid.
+fn incarnation(i: usize, generation: u64) -> UniqueAddress {
+    let first = node(i);
+    let uid = convoke_membership::Uid::new(first.uid.get() + 1000 * generation).unwrap();
+    UniqueAddress::new(first.address, uid)
 }
 
 fn config() -> ShardingConfig {
@@ -43,6 +50,12 @@ struct Nodes {
     refused: BTreeSet<usize>,
     /// The store's remembered entities, by shard (remembered entities only).
     remembered: BTreeMap<ShardId, BTreeSet<EntityId>>,
+    /// The nodes, in their current incarnations.
+    ids: Vec<UniqueAddress>,
+    /// The homes kept in the store (`keep_homes` only), and whether a coordinator that asks for
+    /// them is answered.
+    saved: Option<Vec<(ShardId, Address)>>,
+    answer_loads: bool,
 }
 
 impl Nodes {
@@ -57,9 +70,27 @@ impl Nodes {
         Self::with(n, c)
     }
 
+    /// Nodes whose coordinator keeps its homes in a store that answers at once and holds
+    /// `saved`; the nodes are in their incarnation `generation`.
+    fn keeping(n: usize, generation: u64, saved: Option<Vec<(ShardId, Address)>>) -> Self {
+        let mut c = config();
+        c.keep_homes = true;
+        Self::build(n, c, generation, saved)
+    }
+
     fn with(n: usize, config: ShardingConfig) -> Self {
+        Self::build(n, config, 0, None)
+    }
+
+    fn build(
+        n: usize,
+        config: ShardingConfig,
+        generation: u64,
+        saved: Option<Vec<(ShardId, Address)>>,
+    ) -> Self {
         let now = base();
-        let hosts = (0..n).map(|i| Host::new(config.clone(), node(i), true)).collect();
+        let ids: Vec<UniqueAddress> = (0..n).map(|i| incarnation(i, generation)).collect();
+        let hosts = ids.iter().map(|id| Host::new(config.clone(), id.clone(), true)).collect();
         let mut nodes = Self {
             hosts,
             statuses: vec![MemberStatus::Up; n],
@@ -70,6 +101,9 @@ impl Nodes {
             frames: 0,
             refused: BTreeSet::new(),
             remembered: BTreeMap::new(),
+            ids,
+            saved,
+            answer_loads: true,
         };
         nodes.members_changed();
         nodes.hosts[0].coordinator_up(now);
@@ -79,7 +113,9 @@ impl Nodes {
 
     fn members(&self) -> Vec<Member> {
         let statuses = self.statuses.iter().enumerate();
-        statuses.filter(|(_, s)| **s != MemberStatus::Removed).map(|(i, s)| member(i, *s)).collect()
+        (statuses.filter(|(_, s)| **s != MemberStatus::Removed))
+            .map(|(i, s)| member(&self.ids[i], i, *s))
+            .collect()
     }
 
     fn members_changed(&mut self) {
@@ -96,7 +132,7 @@ impl Nodes {
         while let Some(out) = self.hosts[i].poll_output() {
             match out {
                 HostOutput::Send { to, frame } => {
-                    let j = (0..self.hosts.len()).find(|j| node(*j) == to).unwrap();
+                    let j = self.ids.iter().position(|id| *id == to).unwrap();
                     assert_ne!(i, j, "a host sends nothing to itself: {frame:?}");
                     if self.refused.contains(&i) {
                         self.hosts[i].undeliverable(frame, "refused");
@@ -112,7 +148,7 @@ impl Nodes {
                 HostOutput::DeliverToEntity { payload, reply, .. } => {
                     match answer(reply, Ok(payload)) {
                         Some(HostOutput::Send { to, frame }) => {
-                            let j = (0..self.hosts.len()).find(|j| node(*j) == to).unwrap();
+                            let j = self.ids.iter().position(|id| *id == to).unwrap();
                             self.frames += 1;
                             self.wire.push_back((i, j, wire::to_bytes(&frame)));
                         }
@@ -139,6 +175,11 @@ impl Nodes {
                 HostOutput::Forget { shard, entity } => {
                     self.remembered.entry(shard).or_default().remove(&entity);
                 }
+                HostOutput::LoadHomes if self.answer_loads => {
+                    let homes = self.saved.clone().unwrap_or_default();
+                    self.hosts[i].homes_loaded(homes, self.now);
+                }
+                HostOutput::SaveHomes(homes) => self.saved = Some(homes),
                 _ => {}
             }
         }
@@ -159,7 +200,8 @@ impl Nodes {
             if let Some((from, to, bytes)) = self.wire.pop_front() {
                 if self.statuses[to] == MemberStatus::Up {
                     let frame: Frame = wire::from_bytes(&bytes).unwrap();
-                    self.hosts[to].handle_frame(node(from), frame, self.now).unwrap();
+                    let from = self.ids[from].clone();
+                    self.hosts[to].handle_frame(from, frame, self.now).unwrap();
                 }
                 continue;
             }
@@ -356,7 +398,8 @@ fn a_host_cut_off_while_leaving_stops_its_shards_after_the_leave_allowance_and_h
     let entity = nodes.entity_on(1);
     let shard = shard_for_entity(&entity, 12);
     let allowance = config().removal_margin / 2;
-    let leaving = [member(0, MemberStatus::Up), member(1, MemberStatus::Leaving)];
+    let leaving =
+        [member(&node(0), 0, MemberStatus::Up), member(&node(1), 1, MemberStatus::Leaving)];
     let at = nodes.now;
     nodes.hosts[1].handle_members(&leaving, &BTreeSet::new(), at);
     let quiet: Vec<_> = std::iter::from_fn(|| nodes.hosts[1].poll_output()).collect();
@@ -446,7 +489,7 @@ fn a_node_not_yet_welcomed_keeps_no_table_that_could_outrank_the_cluster_it_join
     let now = nodes.now;
     nodes.hosts[1] = Host::new(config(), node(1), true);
     let mut old = Host::<u64>::new(config(), node(5), true);
-    old.handle_members(&[member(5, Up), member(1, Up)], &BTreeSet::new(), now);
+    old.handle_members(&[member(&node(5), 5, Up), member(&node(1), 1, Up)], &BTreeSet::new(), now);
     old.coordinator_up(now);
     assert_eq!(exchange(&mut old, &mut nodes.hosts[1], now), 0, "node 1 answered node 5");
     // That cluster is gone. Node 0 forms a cluster of its own and places entities on itself.
@@ -555,4 +598,112 @@ fn a_woken_shard_starts_with_its_remembered_entities_though_no_message_came() {
     }
     nodes.settle();
     assert_eq!(nodes.running.len(), ids.len());
+}
+
+/// The coordinator's written table, each home by its node's address and incarnation.
+fn table(nodes: &Nodes) -> BTreeMap<ShardId, UniqueAddress> {
+    let c = nodes.hosts[0].coordinator().unwrap();
+    c.state().allocations().map(|(s, r)| (s.clone(), r.clone())).collect()
+}
+
+fn by_address(table: &BTreeMap<ShardId, UniqueAddress>) -> Vec<(ShardId, Address)> {
+    table.iter().map(|(s, r)| (s.clone(), r.address.clone())).collect()
+}
+
+#[test]
+fn a_full_restart_puts_every_shard_back_on_the_node_at_its_saved_address_without_a_message() {
+    let mut before = Nodes::keeping(3, 0, None);
+    for k in 0..40 {
+        before.ask(1, &format!("e{k}"), k);
+    }
+    let homes = table(&before);
+    assert!(homes.len() >= 10, "{homes:?}");
+    assert!(homes.values().collect::<BTreeSet<_>>().len() == 3, "{homes:?}");
+    assert_eq!(before.saved.as_deref(), Some(&by_address(&homes)[..]));
+
+    // Every process restarts with its disk: new incarnations, empty replicas, the store's copy.
+    let mut after = Nodes::keeping(3, 1, before.saved.clone());
+    let back = table(&after);
+    assert_eq!(by_address(&back), by_address(&homes));
+    assert!(back.values().all(|r| r.uid.get() > 1000), "{back:?}");
+    // Each went back at once (time stood still: no margin waited), before any message came.
+    assert!(after.answers.is_empty());
+    let regions: BTreeSet<usize> = homes
+        .values()
+        .map(|r| after.ids.iter().position(|id| id.address == r.address).unwrap())
+        .collect();
+    assert_eq!(regions.len(), 3);
+    for k in 0..40 {
+        let e = format!("e{k}");
+        after.ask(2, &e, 100 + k);
+        let home = &homes[&shard_for_entity(&e, 12)];
+        assert_eq!(after.ids[after.host_of(&e)].address, home.address, "{e}");
+        assert!(matches!(after.answers[&(100 + k)], (2, Ok(_))));
+    }
+}
+
+#[test]
+fn the_shards_of_a_node_that_does_not_come_back_are_allocated_by_the_rule_when_asked_for() {
+    let mut before = Nodes::keeping(3, 0, None);
+    for k in 0..40 {
+        before.ask(0, &format!("e{k}"), k);
+    }
+    let homes = table(&before);
+    let lost: BTreeSet<ShardId> = homes
+        .iter()
+        .filter(|(_, r)| r.address == node(2).address)
+        .map(|(s, _)| s.clone())
+        .collect();
+    assert!(!lost.is_empty());
+
+    // Two of the three come back.
+    let mut after = Nodes::keeping(2, 1, before.saved.clone());
+    let back = table(&after);
+    let expected: Vec<(ShardId, Address)> =
+        by_address(&homes).into_iter().filter(|(s, _)| !lost.contains(s)).collect();
+    assert_eq!(by_address(&back), expected);
+    // What was not placed stays kept, so that another restart still finds it.
+    assert_eq!(after.saved.as_deref(), Some(&by_address(&homes)[..]));
+    let e =
+        (0..40).map(|k| format!("e{k}")).find(|e| lost.contains(&shard_for_entity(e, 12))).unwrap();
+    after.ask(1, &e, 500);
+    assert!(matches!(after.answers[&500], (_, Ok(_))));
+    assert!(after.host_of(&e) < 2);
+}
+
+#[test]
+fn no_shard_is_allocated_anew_while_the_saved_homes_are_read_and_at_most_for_a_removal_margin() {
+    let mut nodes = Nodes::keeping(3, 0, None);
+    let margin = config().removal_margin;
+    // The first coordinator read the homes (none kept): allocation went ahead.
+    nodes.ask(1, "e1", 1);
+    assert!(matches!(nodes.answers[&1], (1, Ok(_))));
+    let known = shard_for_entity("e1", 12);
+    let fresh =
+        (2..100).map(|k| format!("e{k}")).find(|e| shard_for_entity(e, 12) != known).unwrap();
+
+    // The next coordinator's read of the store does not come back.
+    nodes.answer_loads = false;
+    let kept = vec![(ShardId::new("11"), node(2).address)];
+    nodes.saved = Some(kept.clone());
+    nodes.hosts[0].coordinator_down(Duration::ZERO, nodes.now);
+    nodes.settle();
+    nodes.hosts[0].coordinator_up(nodes.now);
+    nodes.settle();
+    nodes.ask(1, &fresh, 2);
+    assert!(!nodes.answers.contains_key(&2), "allocated before the saved homes were read");
+    nodes.ask(2, "e1", 3);
+    assert!(matches!(nodes.answers[&3], (2, Ok(_))), "a shard the table places is served");
+    assert_eq!(nodes.saved, Some(kept), "a table that has not read the homes replaced them");
+    // Time goes on in steps (a step longer than a few seconds looks like a freeze to the
+    // regions); they ask again every retry interval.
+    let start = nodes.now;
+    while nodes.now < start + margin {
+        assert!(!nodes.answers.contains_key(&2), "allocated before the margin");
+        nodes.now += Duration::from_millis(500);
+        nodes.settle();
+    }
+    nodes.now += Duration::from_secs(2);
+    nodes.settle();
+    assert!(matches!(nodes.answers[&2], (1, Ok(_))));
 }

@@ -178,6 +178,11 @@ pub struct ShardingConfig {
     /// passivated for being idle (`passivate_idle_after` is not used); one that asks to stop is
     /// forgotten. See `docs/sharding-design.md`, "Remembered entities".
     pub remember_entities: bool,
+    /// Keep the coordinator's homes in the store, by node address, and after the table is lost
+    /// with every replica (a full-cluster restart) put each shard back on the node at its saved
+    /// address (default off; the runtime turns it on where the store runs). See
+    /// `docs/sharding-design.md`, "Homes kept in the store".
+    pub keep_homes: bool,
 }
 
 impl ShardingConfig {
@@ -198,6 +203,7 @@ impl ShardingConfig {
             min_regions: 1,
             removal_margin: convoke_singleton::DEFAULT_REMOVAL_MARGIN,
             remember_entities: false,
+            keep_homes: false,
         }
     }
 

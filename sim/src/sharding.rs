@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use convoke_data::RequestId;
-use convoke_membership::UniqueAddress;
+use convoke_membership::{Address, UniqueAddress};
 use convoke_sharding::{EntityId, Host, ShardId, ShardingConfig};
 use convoke_singleton::SingletonConfig;
 use rand::Rng;
@@ -253,6 +253,9 @@ pub struct Shardings {
     /// The modelled store of remembered sets: per shard, the node whose shard read it last
     /// (only its changes are taken) and the entities it holds.
     remembered: BTreeMap<ShardId, (UniqueAddress, BTreeSet<EntityId>)>,
+    /// The modelled store of the coordinator's kept homes (`ShardingConfig::keep_homes`): the
+    /// latest kept.
+    pub(crate) kept_homes: Vec<(ShardId, Address)>,
     /// With entity state: what the entities' writers were told.
     pub(crate) states: Option<EntityStates>,
     /// What happened so far.
@@ -272,6 +275,7 @@ impl Shardings {
             suspects: Vec::new(),
             resumed: Vec::new(),
             remembered: BTreeMap::new(),
+            kept_homes: Vec::new(),
             states: None,
             stats: ShardingStats::default(),
             trace: TraceHash::new(),

@@ -14,7 +14,7 @@ mod storage;
 use std::time::Duration;
 
 pub use convoke_data::crdt::{Crdt, CrdtKind, CrdtOp};
-pub use convoke_data::fenced::{Ballot, FenceOp, FenceRefusal, Fenced, Writer};
+pub use convoke_data::fenced::{Ballot, FenceOp, FenceRefusal, Fenced, Writer, Written};
 pub use convoke_data::version::VersionVector;
 use convoke_data::{Key, Reply, Request};
 pub use convoke_data::{Level, Read, Value};

@@ -13,6 +13,7 @@
 //! An entity is a value implementing [`Entity`], created by the type's factory on its first
 //! message; it handles one message at a time in a task of its own.
 
+mod homes;
 mod region;
 mod remember;
 mod state;
@@ -295,7 +296,10 @@ impl Sharding {
             return Err(ShardingError::AlreadyStarted(type_name.to_owned()));
         }
         let hosting = role.is_none_or(|r| inner.roles.contains(r));
-        let config = inner.settings.config_for(type_name, role, inner.removal_margin);
+        let mut config = inner.settings.config_for(type_name, role, inner.removal_margin);
+        // Where the store runs, the coordinator keeps its homes in it, so that after a full
+        // restart the shards go back to their nodes.
+        config.keep_homes = hosting && inner.data.is_running();
         let store = state::StateStore {
             data: inner.data.clone(),
             type_name: type_name.into(),

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::homes::{self, Homes};
 use super::remember::{Cmd, Remembrance};
 use super::state::{EntityState, StateStore};
 use super::{Entity, EntityContext, ShardingError};
@@ -151,6 +152,8 @@ pub(super) enum Event {
     Loaded(ShardId, Vec<EntityId>),
     /// Shards that have remembered entities, to be allocated if they are not.
     Wake(Vec<ShardId>),
+    /// The coordinator's homes kept in the store, read as it started here.
+    Homes(Vec<(ShardId, convoke_membership::Address)>),
 }
 
 /// Sends entities' answers to their askers, where the host's [`answer`] says.
@@ -333,10 +336,13 @@ pub(super) fn start(
     let (coordinator, coordinator_rx) = mpsc::channel(4);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let self_node = messaging.self_node().clone();
+    let homes = (config.keep_homes && hosting)
+        .then(|| Homes::start(store.clone(), config.retry_interval, events_tx.clone()));
     let remembrance = (config.remember_entities && hosting)
         .then(|| Remembrance::start(store, config.retry_interval, events_tx.clone()));
     let task = Task {
         remembrance,
+        homes,
         gate: Arc::new(Gate::new(config.retry_interval)),
         host: Host::new(config.clone(), self_node, hosting),
         type_name: config.type_name,
@@ -365,6 +371,8 @@ struct EntityHandle {
 struct Task {
     /// Where the remembered entities are kept, when the type remembers them.
     remembrance: Option<Remembrance>,
+    /// Where the coordinator's homes are kept, when the store runs here.
+    homes: Option<Homes>,
     type_name: String,
     host: Host<Asker>,
     gate: Arc<Gate>,
@@ -453,6 +461,7 @@ impl Task {
                     }
                     Event::Loaded(shard, ids) => self.host.entities_loaded(&shard, ids, now()),
                     Event::Wake(shards) => self.host.wake(shards, now()),
+                    Event::Homes(homes) => self.host.homes_loaded(homes, now()),
                 },
                 () = sleep_until(wake) => self.host.handle_timeout(now()),
                 _ = sweep.tick() => {
@@ -515,6 +524,13 @@ impl Task {
     fn remember(&self, cmd: Cmd) {
         if let Some(r) = &self.remembrance {
             r.send(cmd);
+        }
+    }
+
+    /// Passes `cmd` to the kept homes, when the store runs here.
+    fn keep_homes(&self, cmd: homes::Cmd) {
+        if let Some(h) = &self.homes {
+            h.send(cmd);
         }
     }
 
@@ -607,6 +623,8 @@ impl Task {
                 tracing::debug!(%entity_type, %shard, "shard stopped here");
                 self.remember(Cmd::Release(shard));
             }
+            HostOutput::LoadHomes => self.keep_homes(homes::Cmd::Load),
+            HostOutput::SaveHomes(homes) => self.keep_homes(homes::Cmd::Save(homes)),
             HostOutput::CoordinatorStarted(instance) => {
                 tracing::info!(%entity_type, instance, "shard coordinator starting here");
             }

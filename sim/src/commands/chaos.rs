@@ -269,6 +269,8 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
         singleton: Some(singleton_config.clone()),
         sharding: Some(convoke_sharding::ShardingConfig {
             remember_entities: o.remember_entities,
+            // As at run time, where the store runs.
+            keep_homes: o.data || o.entity_state,
             ..sharding::config(&singleton_config)
         }),
         data: (o.data || o.entity_state).then(crate::data::config),

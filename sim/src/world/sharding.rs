@@ -169,6 +169,16 @@ impl Sim {
             HostOutput::Remember { shard, entity } => {
                 s.change_remembered(&shard, me, entity, true);
             }
+            HostOutput::LoadHomes => {
+                let homes = s.kept_homes.clone();
+                let n = homes.len();
+                s.hash(now, slot, "load-homes");
+                if let Some(h) = s.slot_mut(slot).host.as_mut() {
+                    h.homes_loaded(homes, local);
+                }
+                self.note(|| format!("slot {slot} coordinator reads {n} kept homes"));
+            }
+            HostOutput::SaveHomes(homes) => s.kept_homes = homes,
             HostOutput::Forget { shard, entity } => {
                 s.change_remembered(&shard, me, entity, false);
             }
