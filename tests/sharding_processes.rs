@@ -24,7 +24,9 @@
 //! directory of its own: 20,000 increments over 1,000 counters through random processes, each
 //! sent again until it succeeds (the counter counts an increment's id once), `kill -9` of two
 //! processes under that load and their restart, then `kill -9` of all five and a restart of
-//! all: every counter equals the number of its increments, none lost and none counted twice.
+//! all: every shard runs again on the process it ran on before (the coordinator's homes kept in
+//! the store) before any counter is asked for, and every counter equals the number of its
+//! increments, none lost and none counted twice.
 //!
 //! The file runs also read every counter's file once no process runs. The partition run needs root, `ip`
 //! and `iptables` (`.ci/install-test-deps`) and fails without them, so it is opt-in: `.ci/netns`

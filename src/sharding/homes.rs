@@ -12,18 +12,15 @@
 //! [`HostOutput::SaveHomes`]: convoke_sharding::HostOutput::SaveHomes
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use convoke_membership::Address;
 use convoke_sharding::ShardId;
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
 use super::region::Event;
 use super::state::{StateStore, claim};
+use super::store_task::{self, Handle, StoreTask};
 use crate::data::{DataError, Fenced, Writer};
 
 /// Homes by shard, as the host gives and takes them.
@@ -39,37 +36,25 @@ pub(super) enum Cmd {
 }
 
 /// The region task's handle of its type's kept homes.
-#[derive(Clone, Debug)]
-pub(super) struct Homes {
-    tx: mpsc::UnboundedSender<Cmd>,
-}
+pub(super) type Homes = Handle<Cmd>;
 
-impl Homes {
-    /// Starts the task of type `store.type_name`'s homes; what it reads goes to `events`.
-    pub(super) fn start(
-        store: StateStore,
-        retry: Duration,
-        events: mpsc::UnboundedSender<Event>,
-    ) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let key = key(&store.type_name);
-        let task = Task {
-            store,
-            key,
-            retry,
-            events,
-            generation: 0,
-            writer: None,
-            pending: None,
-            busy: false,
-        };
-        tokio::spawn(task.run(rx));
-        Self { tx }
-    }
-
-    pub(super) fn send(&self, cmd: Cmd) {
-        let _ = self.tx.send(cmd);
-    }
+/// Starts the task of type `store.type_name`'s homes; what it reads goes to `events`.
+pub(super) fn start(
+    store: StateStore,
+    retry: Duration,
+    events: mpsc::UnboundedSender<Event>,
+) -> Homes {
+    let key = key(&store.type_name);
+    store_task::spawn(Task {
+        store,
+        key,
+        retry,
+        events,
+        generation: 0,
+        writer: None,
+        pending: None,
+        busy: false,
+    })
 }
 
 /// The key of type `type_name`'s homes.
@@ -84,7 +69,7 @@ enum Done {
     Retry { generation: u64 },
 }
 
-type Work = FuturesUnordered<Pin<Box<dyn Future<Output = Done> + Send>>>;
+type Work = store_task::Work<Done>;
 
 struct Task {
     store: StateStore,
@@ -101,26 +86,22 @@ struct Task {
     busy: bool,
 }
 
-impl Task {
-    async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
-        let mut work = Work::new();
-        loop {
-            tokio::select! {
-                cmd = cmds.recv() => match cmd {
-                    Some(Cmd::Load) => {
-                        self.generation += 1;
-                        self.writer = None;
-                        self.pending = None;
-                        self.busy = true;
-                        self.claim(&mut work);
-                    }
-                    Some(Cmd::Save(homes)) => {
-                        self.pending = Some(homes);
-                        self.maybe_write(&mut work);
-                    }
-                    None => break,
-                },
-                Some(done) = work.next(), if !work.is_empty() => self.on_done(done, &mut work),
+impl StoreTask for Task {
+    type Cmd = Cmd;
+    type Done = Done;
+
+    fn on_cmd(&mut self, cmd: Cmd, work: &mut Work) {
+        match cmd {
+            Cmd::Load => {
+                self.generation += 1;
+                self.writer = None;
+                self.pending = None;
+                self.busy = true;
+                self.claim(work);
+            }
+            Cmd::Save(homes) => {
+                self.pending = Some(homes);
+                self.maybe_write(work);
             }
         }
     }
@@ -171,7 +152,9 @@ impl Task {
             }
         }
     }
+}
 
+impl Task {
     fn claim(&self, work: &mut Work) {
         let (data, key, holder) = (self.store.data.clone(), self.key.clone(), self.store.holder);
         let generation = self.generation;

@@ -17,6 +17,7 @@ mod homes;
 mod region;
 mod remember;
 mod state;
+mod store_task;
 #[doc(hidden)]
 pub use convoke_sharding::wire;
 

@@ -20,7 +20,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::homes::{self, Homes};
-use super::remember::{Cmd, Remembrance};
+use super::remember::{self, Cmd, Remembrance};
 use super::state::{EntityState, StateStore};
 use super::{Entity, EntityContext, ShardingError};
 use crate::control::{Control, Snapshot};
@@ -337,9 +337,9 @@ pub(super) fn start(
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let self_node = messaging.self_node().clone();
     let homes = (config.keep_homes && hosting)
-        .then(|| Homes::start(store.clone(), config.retry_interval, events_tx.clone()));
+        .then(|| homes::start(store.clone(), config.retry_interval, events_tx.clone()));
     let remembrance = (config.remember_entities && hosting)
-        .then(|| Remembrance::start(store, config.retry_interval, events_tx.clone()));
+        .then(|| remember::start(store, config.retry_interval, events_tx.clone()));
     let task = Task {
         remembrance,
         homes,

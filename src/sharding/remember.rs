@@ -19,17 +19,14 @@
 //! [`HostOutput::LoadEntities`]: convoke_sharding::HostOutput::LoadEntities
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use convoke_sharding::{EntityId, ShardId};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
 use super::region::Event;
 use super::state::{StateStore, claim};
+use super::store_task::{self, Handle, StoreTask};
 use crate::data::{Ballot, Crdt, CrdtOp, Data, DataError, Fenced, Value, Writer};
 
 /// What the region task asks of the remembered sets.
@@ -46,37 +43,25 @@ pub(super) enum Cmd {
 }
 
 /// The region task's handle of its remembered sets.
-#[derive(Clone, Debug)]
-pub(super) struct Remembrance {
-    tx: mpsc::UnboundedSender<Cmd>,
-}
+pub(super) type Remembrance = Handle<Cmd>;
 
-impl Remembrance {
-    /// Starts the task of type `store.type_name`'s sets; what it reads goes to `events`.
-    pub(super) fn start(
-        store: StateStore,
-        retry: Duration,
-        events: mpsc::UnboundedSender<Event>,
-    ) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let list = list_key(&store.type_name);
-        tokio::spawn(wake_listed(store.data.clone(), list.clone(), retry, events.clone()));
-        let task = Sets {
-            store,
-            list,
-            retry,
-            events,
-            sets: BTreeMap::new(),
-            listed: BTreeSet::new(),
-            generation: 0,
-        };
-        tokio::spawn(task.run(rx));
-        Self { tx }
-    }
-
-    pub(super) fn send(&self, cmd: Cmd) {
-        let _ = self.tx.send(cmd);
-    }
+/// Starts the task of type `store.type_name`'s sets; what it reads goes to `events`.
+pub(super) fn start(
+    store: StateStore,
+    retry: Duration,
+    events: mpsc::UnboundedSender<Event>,
+) -> Remembrance {
+    let list = list_key(&store.type_name);
+    tokio::spawn(wake_listed(store.data.clone(), list.clone(), retry, events.clone()));
+    store_task::spawn(Sets {
+        store,
+        list,
+        retry,
+        events,
+        sets: BTreeMap::new(),
+        listed: BTreeSet::new(),
+        generation: 0,
+    })
 }
 
 /// The key of shard `shard`'s remembered set.
@@ -167,7 +152,7 @@ enum Done {
 /// A claim's writer and what it read; `None`: outbid on every try.
 type Claim = Option<(Writer, Fenced)>;
 
-type Work = FuturesUnordered<Pin<Box<dyn Future<Output = Done> + Send>>>;
+type Work = store_task::Work<Done>;
 
 struct Sets {
     store: StateStore,
@@ -181,19 +166,9 @@ struct Sets {
     generation: u64,
 }
 
-impl Sets {
-    async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
-        let mut work = Work::new();
-        loop {
-            tokio::select! {
-                cmd = cmds.recv() => match cmd {
-                    Some(cmd) => self.on_cmd(cmd, &mut work),
-                    None => break,
-                },
-                Some(done) = work.next(), if !work.is_empty() => self.on_done(done, &mut work),
-            }
-        }
-    }
+impl StoreTask for Sets {
+    type Cmd = Cmd;
+    type Done = Done;
 
     fn on_cmd(&mut self, cmd: Cmd, work: &mut Work) {
         match cmd {
@@ -232,16 +207,6 @@ impl Sets {
                 }
             }
         }
-    }
-
-    fn change(&mut self, shard: ShardId, id: EntityId, add: bool, work: &mut Work) {
-        let Some(set) = self.sets.get_mut(&shard).filter(|s| !s.released) else { return };
-        if set.claimed.is_none() {
-            set.early.push((id, add));
-            return;
-        }
-        set.apply(id, add);
-        self.maybe_write(&shard, work);
     }
 
     fn on_done(&mut self, done: Done, work: &mut Work) {
@@ -343,6 +308,18 @@ impl Sets {
                 self.maybe_write(&shard, work);
             }
         }
+    }
+}
+
+impl Sets {
+    fn change(&mut self, shard: ShardId, id: EntityId, add: bool, work: &mut Work) {
+        let Some(set) = self.sets.get_mut(&shard).filter(|s| !s.released) else { return };
+        if set.claimed.is_none() {
+            set.early.push((id, add));
+            return;
+        }
+        set.apply(id, add);
+        self.maybe_write(&shard, work);
     }
 
     fn claim(&self, shard: &ShardId, set: &Set, work: &mut Work) {
