@@ -133,7 +133,7 @@ impl Node {
             control.clone(),
             singletons.clone(),
             settings.sharding.clone(),
-            c.core.roles.clone(),
+            &c.core,
             settings.singleton.removal_margin(&c.core),
             data.clone(),
         );

@@ -542,8 +542,10 @@ async fn counters_in_the_store_survive_kill_9_of_two_and_a_full_restart_with_non
 }
 
 /// Where each counter shard runs: the port of the process whose region hosts it, from each
-/// process's `/cluster/shards/counter`. Fails on a shard hosted by two processes.
-async fn placement(client: &reqwest::Client, live: &[Counter]) -> BTreeMap<String, u16> {
+/// process's `/cluster/shards/counter`, read one process after another. `None` when two list one
+/// shard: a shard that moved while they were read (it never runs in two at once, which the
+/// counters' sums check).
+async fn placement(client: &reqwest::Client, live: &[Counter]) -> Option<BTreeMap<String, u16>> {
     let mut placed = BTreeMap::new();
     for c in live {
         let url = format!("{}/cluster/shards/counter", c.management);
@@ -551,11 +553,12 @@ async fn placement(client: &reqwest::Client, live: &[Counter]) -> BTreeMap<Strin
             client.get(&url).send().await.unwrap().json().await.unwrap();
         for shard in report["regions"].as_array().unwrap() {
             let id = shard["shardId"].as_str().unwrap().to_owned();
-            let other = placed.insert(id.clone(), c.proc.port);
-            assert!(other.is_none(), "shard {id} is hosted by {other:?} and {}", c.proc.port);
+            if placed.insert(id, c.proc.port).is_some() {
+                return None;
+            }
         }
     }
-    placed
+    Some(placed)
 }
 
 /// The placement once it is the same in two looks three rebalance intervals apart (no shard
@@ -566,8 +569,8 @@ async fn still_placement(client: &reqwest::Client, live: &[Counter]) -> BTreeMap
     loop {
         tokio::time::sleep(Duration::from_secs(6)).await;
         let now = placement(client, live).await;
-        if now == last {
-            return now;
+        if let Some(placed) = now.as_ref().filter(|p| !p.is_empty() && last.as_ref() == Some(*p)) {
+            return placed.clone();
         }
         assert!(Instant::now() < deadline, "the shards never stopped moving");
         last = now;
@@ -583,7 +586,7 @@ async fn placed_as(
 ) -> Duration {
     let started = Instant::now();
     loop {
-        let now = placement(client, live).await;
+        let now = placement(client, live).await.unwrap_or_default();
         let astray: Vec<_> = before.iter().filter(|(s, p)| now.get(*s) != Some(p)).collect();
         if astray.is_empty() {
             return started.elapsed();

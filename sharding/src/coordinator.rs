@@ -302,7 +302,10 @@ impl Coordinator {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let handoff = self.handoffs.values().map(|h| h.deadline).min();
         let margin = self.removed.values().min().map(|&at| at + self.config.removal_margin);
-        [self.timers.earliest(), handoff, margin].into_iter().flatten().min()
+        [self.timers.earliest(), handoff, margin, self.saved.awaited_until]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether changes to the table wait to be written to a majority. A coordinator stopped
@@ -415,7 +418,7 @@ impl Coordinator {
     /// address, and the saved homes not yet placed again. `None` until the saved homes have been
     /// read (what they hold must not be written over by a table that has not placed them).
     pub fn homes_to_save(&self) -> Option<Vec<(ShardId, Address)>> {
-        if self.saved.awaited_until.is_some_and(|until| self.now < until) {
+        if self.saved.awaited_until.is_some() {
             return None;
         }
         let placed = self.committed.allocations().map(|(s, r)| (s.clone(), r.address.clone()));
@@ -514,6 +517,10 @@ impl Coordinator {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
         self.saved.check = true;
+        if self.saved.awaited_until.is_some_and(|until| until <= now) {
+            // Waited long enough for the saved homes; they are still taken if they come.
+            self.saved.awaited_until = None;
+        }
         if self.timers.take_due(Timer::Retry, now) {
             self.retry(now);
         }
@@ -717,10 +724,10 @@ impl Coordinator {
 
     /// Allocates each shard with a saved home whose node's region has registered (and is Up),
     /// once shards the table does not know may be allocated; forgets the saved homes of shards
-    /// the table places.
+    /// the written table places (not before: until then they are still to be kept).
     fn place_saved(&mut self) {
-        let proposed = &self.proposed;
-        self.saved.hints.retain(|s, _| proposed.home(s).is_none());
+        let committed = &self.committed;
+        self.saved.hints.retain(|s, _| committed.home(s).is_none());
         if self.saved.hints.is_empty() {
             self.saved.check = false;
             return;
@@ -739,7 +746,11 @@ impl Coordinator {
             .map(|r| &r.address)
             .collect();
         let ready: Vec<ShardId> = (self.saved.hints.iter())
-            .filter(|(s, home)| nodes.contains(home) && !self.handoffs.contains_key(*s))
+            .filter(|(s, home)| {
+                nodes.contains(home)
+                    && self.proposed.home(s).is_none()
+                    && !self.handoffs.contains_key(*s)
+            })
             .map(|(s, _)| s.clone())
             .collect();
         for shard in ready {
@@ -883,7 +894,6 @@ impl Coordinator {
         }
         let Some(region) = self.choose_region(&shard) else { return };
         self.freed.remove(&shard);
-        self.saved.hints.remove(&shard);
         self.proposed.allocate(shard.clone(), region.clone());
         if let Some(r) = requester {
             self.waiting.entry(shard.clone()).or_default().insert(r);
@@ -904,7 +914,7 @@ impl Coordinator {
     fn may_allocate_unknown(&self) -> bool {
         let margin = self.config.removal_margin;
         let now = self.now;
-        if self.saved.awaited_until.is_some_and(|until| now < until) {
+        if self.saved.awaited_until.is_some() {
             return false;
         }
         let mut silent = self.must_register.iter().filter(|r| !self.heard(r));

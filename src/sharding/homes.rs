@@ -33,6 +33,8 @@ pub(super) enum Cmd {
     Load,
     /// Keep these homes in place of those kept before.
     Save(HomeList),
+    /// The coordinator has stopped here: what was begun for it is dropped.
+    Stop,
 }
 
 /// The region task's handle of its type's kept homes.
@@ -44,22 +46,25 @@ pub(super) fn start(
     retry: Duration,
     events: mpsc::UnboundedSender<Event>,
 ) -> Homes {
-    let key = key(&store.type_name);
+    let key = key(&store.type_name, &store.data_center);
     store_task::spawn(Task {
         store,
         key,
         retry,
         events,
         generation: 0,
+        loads: 0,
+        active: false,
+        read: false,
         writer: None,
         pending: None,
         busy: false,
     })
 }
 
-/// The key of type `type_name`'s homes.
-fn key(type_name: &str) -> String {
-    format!("coordinator/{type_name}")
+/// The key of the homes of type `type_name` in data center `dc` (each has its coordinator).
+fn key(type_name: &str, dc: &str) -> String {
+    format!("coordinator/{type_name}/{dc}")
 }
 
 /// What a finished claim, write or wait says; `generation` tells the coordinator it was for.
@@ -76,8 +81,14 @@ struct Task {
     key: String,
     retry: Duration,
     events: mpsc::UnboundedSender<Event>,
-    /// Counts the coordinators started here: answers for an earlier one are ignored.
+    /// Counts the coordinators started and stopped here: answers for an earlier one are ignored.
     generation: u64,
+    /// Counts the reads asked for ([`Cmd::Load`]), which the region task counts too.
+    loads: u64,
+    /// A coordinator runs here.
+    active: bool,
+    /// Its homes were read and handed on.
+    read: bool,
     /// The current coordinator's writer, once its claim is answered.
     writer: Option<Writer>,
     /// Homes to write once the claim is answered or the write under way has finished.
@@ -94,14 +105,25 @@ impl StoreTask for Task {
         match cmd {
             Cmd::Load => {
                 self.generation += 1;
+                self.loads += 1;
+                self.active = true;
+                self.read = false;
                 self.writer = None;
                 self.pending = None;
                 self.busy = true;
                 self.claim(work);
             }
-            Cmd::Save(homes) => {
+            Cmd::Save(homes) if self.active => {
                 self.pending = Some(homes);
                 self.maybe_write(work);
+            }
+            Cmd::Save(_) => {}
+            Cmd::Stop => {
+                self.generation += 1;
+                self.active = false;
+                self.writer = None;
+                self.pending = None;
+                self.busy = false;
             }
         }
     }
@@ -114,10 +136,19 @@ impl StoreTask for Task {
             | Done::Retry { generation }
                 if generation != self.generation => {}
             Done::Claimed { result: Ok(Some((writer, current))), .. } => {
-                let homes = decode(&current, type_name);
                 let ballot = writer.ballot().unwrap_or_default();
-                tracing::debug!(entity_type = %type_name, %ballot, shards = homes.len(), "the shard homes kept in the store are read");
-                let _ = self.events.send(Event::Homes(homes));
+                if !std::mem::replace(&mut self.read, true) {
+                    let homes = decode(&current, type_name);
+                    tracing::debug!(entity_type = %type_name, %ballot, shards = homes.len(), "the shard homes kept in the store are read");
+                    // Homes given to keep before the read came back (the coordinator waited no
+                    // longer) do not hold these yet: what they lack is kept too.
+                    if let Some(pending) = &mut self.pending {
+                        let known: std::collections::BTreeSet<ShardId> =
+                            pending.iter().map(|(s, _)| s.clone()).collect();
+                        pending.extend(homes.iter().filter(|(s, _)| !known.contains(s)).cloned());
+                    }
+                    let _ = self.events.send(Event::Homes(self.loads, homes));
+                }
                 self.writer = Some(writer);
                 self.busy = false;
                 self.maybe_write(work);
@@ -133,12 +164,14 @@ impl StoreTask for Task {
                 self.busy = false;
                 self.maybe_write(work);
             }
-            Done::Written { result: Err(e), .. } if e.fence_refusal().is_some() => {
-                // A coordinator started elsewhere since: it keeps the homes now.
-                tracing::debug!(entity_type = %type_name, "another coordinator keeps the shard homes now");
+            Done::Written { result: Err(e), homes, .. } if e.fence_refusal().is_some() => {
+                // Claimed since by another writer: an earlier coordinator's claim that came
+                // late, or one that runs elsewhere at the same time (a partition). The
+                // coordinator that runs here claims again, after the retry interval.
+                tracing::debug!(entity_type = %type_name, "the shard homes were claimed by another writer; claiming them again");
                 self.writer = None;
-                self.pending = None;
-                self.busy = false;
+                self.pending.get_or_insert(homes);
+                self.wait(work);
             }
             Done::Written { result: Err(e), homes, .. } => {
                 tracing::debug!(entity_type = %type_name, error = %e, "cannot keep the shard homes in the store yet");

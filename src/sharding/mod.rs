@@ -209,6 +209,8 @@ struct Inner {
     singletons: Singletons,
     settings: ShardingSettings,
     roles: BTreeSet<String>,
+    /// This node's data center: each has its own coordinators, and keeps their homes apart.
+    data_center: String,
     removal_margin: Duration,
     data: crate::data::Data,
     types: Mutex<BTreeMap<String, TypeHandle>>,
@@ -234,7 +236,7 @@ impl Sharding {
         control: Control,
         singletons: Singletons,
         settings: ShardingSettings,
-        roles: BTreeSet<String>,
+        core: &convoke_membership::config::Config,
         removal_margin: Duration,
         data: crate::data::Data,
     ) -> Self {
@@ -244,7 +246,8 @@ impl Sharding {
                 control,
                 singletons,
                 settings,
-                roles,
+                roles: core.roles.clone(),
+                data_center: core.data_center.clone(),
                 removal_margin,
                 data,
                 types: Mutex::new(BTreeMap::new()),
@@ -305,6 +308,7 @@ impl Sharding {
             data: inner.data.clone(),
             type_name: type_name.into(),
             holder: inner.messaging.self_node().uid.get(),
+            data_center: inner.data_center.as_str().into(),
         };
         if config.remember_entities && hosting && !inner.data.is_running() {
             return Err(ShardingError::Remember(type_name.to_owned()));

@@ -152,8 +152,9 @@ pub(super) enum Event {
     Loaded(ShardId, Vec<EntityId>),
     /// Shards that have remembered entities, to be allocated if they are not.
     Wake(Vec<ShardId>),
-    /// The coordinator's homes kept in the store, read as it started here.
-    Homes(Vec<(ShardId, convoke_membership::Address)>),
+    /// The coordinator's homes kept in the store, read as it started here: the number of the
+    /// read ([`HostOutput::LoadHomes`] counted on this node), and the homes.
+    Homes(u64, Vec<(ShardId, convoke_membership::Address)>),
 }
 
 /// Sends entities' answers to their askers, where the host's [`answer`] says.
@@ -343,6 +344,7 @@ pub(super) fn start(
     let task = Task {
         remembrance,
         homes,
+        home_loads: 0,
         gate: Arc::new(Gate::new(config.retry_interval)),
         host: Host::new(config.clone(), self_node, hosting),
         type_name: config.type_name,
@@ -373,6 +375,8 @@ struct Task {
     remembrance: Option<Remembrance>,
     /// Where the coordinator's homes are kept, when the store runs here.
     homes: Option<Homes>,
+    /// The reads of the kept homes asked for so far.
+    home_loads: u64,
     type_name: String,
     host: Host<Asker>,
     gate: Arc<Gate>,
@@ -461,7 +465,11 @@ impl Task {
                     }
                     Event::Loaded(shard, ids) => self.host.entities_loaded(&shard, ids, now()),
                     Event::Wake(shards) => self.host.wake(shards, now()),
-                    Event::Homes(homes) => self.host.homes_loaded(homes, now()),
+                    // A read for a coordinator that has stopped here since is not this one's.
+                    Event::Homes(load, homes) if load == self.home_loads => {
+                        self.host.homes_loaded(homes, now());
+                    }
+                    Event::Homes(..) => {}
                 },
                 () = sleep_until(wake) => self.host.handle_timeout(now()),
                 _ = sweep.tick() => {
@@ -623,13 +631,17 @@ impl Task {
                 tracing::debug!(%entity_type, %shard, "shard stopped here");
                 self.remember(Cmd::Release(shard));
             }
-            HostOutput::LoadHomes => self.keep_homes(homes::Cmd::Load),
+            HostOutput::LoadHomes => {
+                self.home_loads += 1;
+                self.keep_homes(homes::Cmd::Load);
+            }
             HostOutput::SaveHomes(homes) => self.keep_homes(homes::Cmd::Save(homes)),
             HostOutput::CoordinatorStarted(instance) => {
                 tracing::info!(%entity_type, instance, "shard coordinator starting here");
             }
             HostOutput::CoordinatorStopped => {
                 tracing::info!(%entity_type, "shard coordinator stopped here");
+                self.keep_homes(homes::Cmd::Stop);
                 if let Some(done) = self.coordinator_done.take() {
                     let _ = done.send(());
                 }

@@ -49,6 +49,8 @@ pub(super) struct StateStore {
     pub(super) type_name: Arc<str>,
     /// This node's uid, from which the ids of its writers are made.
     pub(super) holder: u64,
+    /// This node's data center.
+    pub(super) data_center: Arc<str>,
 }
 
 /// The state of one incarnation, once loaded.
