@@ -53,12 +53,8 @@ async fn heartbeat_round_trip(samples: u64, tls: &Tls) -> (Duration, Duration) {
     let peer = b_node.address.clone();
     let responder = tokio::spawn(async move {
         while let Some(inb) = b_rx.recv().await {
-            if let Message::Heartbeat { sequence_nr, creation_time_nanos, .. } = inb.message {
-                let rsp = Message::HeartbeatRsp {
-                    from: b_node.clone(),
-                    sequence_nr,
-                    creation_time_nanos,
-                };
+            if let Message::Heartbeat { sequence_nr, .. } = inb.message {
+                let rsp = Message::HeartbeatRsp { from: b_node.clone(), sequence_nr };
                 b.send(&inb.from.address, rsp);
             }
         }
@@ -67,8 +63,7 @@ async fn heartbeat_round_trip(samples: u64, tls: &Tls) -> (Duration, Duration) {
     let mut rtts = Vec::new();
     for seq in 0..samples + warmup {
         let sent = Instant::now();
-        let hb =
-            Message::Heartbeat { from: a_node.clone(), sequence_nr: seq, creation_time_nanos: 0 };
+        let hb = Message::Heartbeat { from: a_node.clone(), sequence_nr: seq };
         a.send(&peer, hb);
         loop {
             let inb = a_rx.recv().await.unwrap();

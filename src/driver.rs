@@ -30,8 +30,8 @@ pub(crate) struct Network {
 
 struct Driver {
     core: Cluster,
-    /// The `now` the core was created at: heartbeat creation times count from it.
-    core_started: std::time::Instant,
+    /// When the latest heartbeat ticks were sent, to measure round trips by sequence number.
+    heartbeats_sent: HeartbeatsSent,
     metrics: Metrics,
     commands: mpsc::Receiver<Command>,
     network: Option<Network>,
@@ -45,10 +45,9 @@ struct Driver {
     lease: Option<LeaseRuntime>,
 }
 
-/// Starts the driver task for `core`, created at `core_started`, and returns its control.
+/// Starts the driver task for `core` and returns its control.
 pub(crate) fn spawn(
     core: Cluster,
-    core_started: std::time::Instant,
     network: Option<Network>,
     lease: Option<LeaseRuntime>,
     metrics: Metrics,
@@ -58,7 +57,7 @@ pub(crate) fn spawn(
     let (terminated_tx, terminated) = watch::channel(None);
     let driver = Driver {
         core,
-        core_started,
+        heartbeats_sent: HeartbeatsSent::default(),
         metrics,
         commands,
         network,
@@ -117,8 +116,8 @@ impl Driver {
                 },
                 Some(inb) = next_inbound(&mut self.network) => {
                     let now = Instant::now().into_std();
-                    if let convoke_membership::Message::HeartbeatRsp { creation_time_nanos, .. } = &inb.message {
-                        self.record_round_trip(now, *creation_time_nanos);
+                    if let convoke_membership::Message::HeartbeatRsp { sequence_nr, .. } = &inb.message {
+                        self.record_round_trip(now, *sequence_nr);
                     }
                     self.core.handle_queued_message(now, inb.received_at.into_std(), inb.from, inb.message);
                 }
@@ -167,10 +166,10 @@ impl Driver {
         }
     }
 
-    fn record_round_trip(&self, now: std::time::Instant, creation_time_nanos: i64) {
-        let Ok(nanos) = u64::try_from(creation_time_nanos) else { return };
-        let sent = self.core_started + Duration::from_nanos(nanos);
-        if let Some(rtt) = now.checked_duration_since(sent) {
+    fn record_round_trip(&self, now: std::time::Instant, sequence_nr: u64) {
+        if let Some(rtt) =
+            self.heartbeats_sent.sent_at(sequence_nr).and_then(|s| now.checked_duration_since(s))
+        {
             self.metrics.recorded().heartbeat_rtt.observe(rtt.as_secs_f64());
         }
     }
@@ -227,6 +226,9 @@ impl Driver {
             }
         }
         while let Some(t) = self.core.poll_transmit() {
+            if let convoke_membership::Message::Heartbeat { sequence_nr, .. } = &t.message {
+                self.heartbeats_sent.sent(*sequence_nr, std::time::Instant::now());
+            }
             if let Some(network) = &self.network {
                 network.transport.send(&t.to, t.message);
             }
@@ -268,5 +270,58 @@ fn log_event(e: &ClusterEvent) {
             }
             _ => tracing::debug!(event = e.type_name(), "{e:?}"),
         },
+    }
+}
+
+/// The send times of the latest heartbeat ticks. A tick sends one sequence number to every
+/// monitored member; an answer to a tick older than the latest [`HeartbeatsSent::KEPT`] is not
+/// measured.
+#[derive(Debug, Default)]
+struct HeartbeatsSent {
+    ticks: std::collections::VecDeque<(u64, std::time::Instant)>,
+}
+
+impl HeartbeatsSent {
+    const KEPT: usize = 16;
+
+    /// Notes a heartbeat of `sequence_nr` sent at `at`; the first send of a tick counts.
+    fn sent(&mut self, sequence_nr: u64, at: std::time::Instant) {
+        if self.ticks.back().is_some_and(|&(last, _)| last >= sequence_nr) {
+            return;
+        }
+        if self.ticks.len() == Self::KEPT {
+            self.ticks.pop_front();
+        }
+        self.ticks.push_back((sequence_nr, at));
+    }
+
+    /// When the tick of `sequence_nr` was sent, if it is among the latest kept.
+    fn sent_at(&self, sequence_nr: u64) -> Option<std::time::Instant> {
+        self.ticks.iter().find(|&&(s, _)| s == sequence_nr).map(|&(_, at)| at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::HeartbeatsSent;
+
+    #[test]
+    fn a_round_trip_is_timed_from_the_first_send_of_its_tick_while_the_tick_is_kept() {
+        let t = Instant::now();
+        let mut sent = HeartbeatsSent::default();
+        sent.sent(1, t);
+        sent.sent(1, t + Duration::from_millis(5));
+        assert_eq!(sent.sent_at(1), Some(t), "the tick's first send");
+        assert_eq!(sent.sent_at(2), None, "a tick not sent");
+        for seq in 2..=HeartbeatsSent::KEPT as u64 + 1 {
+            sent.sent(seq, t + Duration::from_secs(seq));
+        }
+        assert_eq!(sent.sent_at(1), None, "older than the kept ticks");
+        assert_eq!(sent.sent_at(2), Some(t + Duration::from_secs(2)));
+        // A sequence number at or below the latest is not a new tick.
+        sent.sent(3, t + Duration::from_secs(100));
+        assert_eq!(sent.sent_at(3), Some(t + Duration::from_secs(3)));
     }
 }

@@ -111,7 +111,7 @@ impl Node {
         let messaging_counters = MessagingCounters::default();
         let metrics = Metrics::new(Some(transport.clone()), Some(messaging_counters.clone()));
         let network = Network { transport: transport.clone(), inbound };
-        let control = driver::spawn(core, now, Some(network), lease, metrics.clone());
+        let control = driver::spawn(core, Some(network), lease, metrics.clone());
         crate::rolling_update::spawn(settings, &control, &metrics)?;
         let messaging = Messaging::start(
             self_node.clone(),

@@ -105,7 +105,7 @@ impl Node {
 }
 
 fn heartbeat(from: &UniqueAddress, sequence_nr: u64) -> Message {
-    Message::Heartbeat { from: from.clone(), sequence_nr, creation_time_nanos: 7 }
+    Message::Heartbeat { from: from.clone(), sequence_nr }
 }
 
 /// A small ordinary message tagged with `n`.
@@ -145,12 +145,8 @@ fn answer_heartbeats(mut node: Node, delivered: Arc<AtomicU64>) -> (UniqueAddres
     tokio::spawn(async move {
         while let Some(inbound) = node.rx.recv().await {
             match inbound.message {
-                Message::Heartbeat { sequence_nr, creation_time_nanos, .. } => {
-                    let rsp = Message::HeartbeatRsp {
-                        from: node.id.clone(),
-                        sequence_nr,
-                        creation_time_nanos,
-                    };
+                Message::Heartbeat { sequence_nr, .. } => {
+                    let rsp = Message::HeartbeatRsp { from: node.id.clone(), sequence_nr };
                     node.transport.send(&inbound.from.address, rsp);
                 }
                 _ => {
@@ -283,10 +279,7 @@ async fn two_transports_exchange_messages_both_ways_naming_the_handshake_sender(
     for m in &to_b {
         a.transport.send(&b.address(), m.clone());
     }
-    let to_a = [
-        tagged(10),
-        Message::HeartbeatRsp { from: b.id.clone(), sequence_nr: 1, creation_time_nanos: 7 },
-    ];
+    let to_a = [tagged(10), Message::HeartbeatRsp { from: b.id.clone(), sequence_nr: 1 }];
     for m in &to_a {
         b.transport.send(&a.address(), m.clone());
     }

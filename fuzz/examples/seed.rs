@@ -167,11 +167,11 @@ fn wire_seeds(seeds: &mut Seeds) {
         ),
         (
             "heartbeat",
-            Message::Heartbeat { from: a.clone(), sequence_nr: 42, creation_time_nanos: 1_000 },
+            Message::Heartbeat { from: a.clone(), sequence_nr: 42 },
         ),
         (
             "heartbeat-rsp",
-            Message::HeartbeatRsp { from: b.clone(), sequence_nr: 42, creation_time_nanos: 1_000 },
+            Message::HeartbeatRsp { from: b.clone(), sequence_nr: 42 },
         ),
         ("exiting-confirmed", Message::ExitingConfirmed { node: b }),
     ];
@@ -222,7 +222,6 @@ fn frame_seeds(seeds: &mut Seeds) {
     let heartbeat = wire::encode(&Message::Heartbeat {
         from: node("convoke://convoke@127.0.0.1:25520", 5),
         sequence_nr: 1,
-        creation_time_nanos: 0,
     });
     let gossip = wire::encode(&Message::Welcome {
         from: node("convoke://convoke@127.0.0.1:25520", 5),

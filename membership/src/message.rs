@@ -80,10 +80,8 @@ pub enum Message {
     Heartbeat {
         /// The sender.
         from: UniqueAddress,
-        /// Increments per heartbeat tick.
+        /// Increments per heartbeat tick; the sender measures round trips by it.
         sequence_nr: u64,
-        /// The sender's clock at sending, echoed back to measure round trips.
-        creation_time_nanos: i64,
     },
     /// The answer to a heartbeat.
     HeartbeatRsp {
@@ -91,8 +89,6 @@ pub enum Message {
         from: UniqueAddress,
         /// The request's sequence number.
         sequence_nr: u64,
-        /// The request's creation time.
-        creation_time_nanos: i64,
     },
     /// A node that finished exiting tells the leaders it may be removed.
     ExitingConfirmed {

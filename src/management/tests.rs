@@ -32,7 +32,7 @@ fn unjoined(s: &Settings) -> Handle {
         Cluster::new(s.core_config().unwrap(), self_node.clone(), now, crate::driver::wall_clock())
             .unwrap();
     let metrics = Metrics::default();
-    let control = crate::driver::spawn(core, now, None, None, metrics.clone());
+    let control = crate::driver::spawn(core, None, None, metrics.clone());
     let bootstrap = crate::bootstrap::start(s, None, &self_node.address, &control).unwrap();
     Handle {
         self_node,

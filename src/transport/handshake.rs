@@ -291,11 +291,7 @@ mod tests {
     #[test]
     fn heartbeats_travel_on_the_control_stream() {
         let from = node("convoke://s@h:1", 3);
-        let hb = convoke_membership::Message::Heartbeat {
-            from: from.clone(),
-            sequence_nr: 1,
-            creation_time_nanos: 0,
-        };
+        let hb = convoke_membership::Message::Heartbeat { from: from.clone(), sequence_nr: 1 };
         assert_eq!(StreamKind::of(&hb), StreamKind::Control);
         let exit = convoke_membership::Message::ExitingConfirmed { node: from };
         assert_eq!(StreamKind::of(&exit), StreamKind::Ordinary);

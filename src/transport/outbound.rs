@@ -555,7 +555,6 @@ mod tests {
         Message::Heartbeat {
             from: UniqueAddress::new(address(), Uid::new(1).unwrap()),
             sequence_nr: n,
-            creation_time_nanos: 0,
         }
     }
 

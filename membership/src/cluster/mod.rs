@@ -345,12 +345,8 @@ impl Cluster {
             Message::GossipStatus { from, version, seen_digest } => {
                 self.on_gossip_status(&from, &version, &seen_digest);
             }
-            Message::Heartbeat { sequence_nr, creation_time_nanos, .. } => {
-                let rsp = Message::HeartbeatRsp {
-                    from: self.self_node.clone(),
-                    sequence_nr,
-                    creation_time_nanos,
-                };
+            Message::Heartbeat { sequence_nr, .. } => {
+                let rsp = Message::HeartbeatRsp { from: self.self_node.clone(), sequence_nr };
                 self.send(from.address, rsp);
             }
             Message::HeartbeatRsp { from, sequence_nr, .. } => {
@@ -521,10 +517,6 @@ impl Cluster {
         self.wall_at_start.saturating_add(now.saturating_duration_since(self.start))
     }
 
-    fn nanos_since_start(&self, now: Instant) -> i64 {
-        i64::try_from(now.saturating_duration_since(self.start).as_nanos()).unwrap_or(i64::MAX)
-    }
-
     fn send(&mut self, to: Address, message: Message) {
         if to == self.self_node.address {
             return;
@@ -652,13 +644,8 @@ impl Cluster {
             return;
         }
         let (sequence_nr, receivers) = self.heartbeat.tick(now);
-        let creation_time_nanos = self.nanos_since_start(now);
         for to in receivers {
-            let hb = Message::Heartbeat {
-                from: self.self_node.clone(),
-                sequence_nr,
-                creation_time_nanos,
-            };
+            let hb = Message::Heartbeat { from: self.self_node.clone(), sequence_nr };
             self.send(to.address, hb);
         }
     }

@@ -907,7 +907,7 @@ fn a_message_naming_another_sender_than_its_connection_is_dropped() {
     c.handle_message(t, n(2), gossip_msg(2, n(1), &newer));
     assert_eq!(c.gossip().version(), newer.version());
     // A heartbeat response that speaks for another node is ignored too.
-    let rsp = Message::HeartbeatRsp { from: n(2), sequence_nr: 1, creation_time_nanos: 0 };
+    let rsp = Message::HeartbeatRsp { from: n(2), sequence_nr: 1 };
     c.handle_message(t, n(3), rsp.clone());
     let nack = Message::InitJoinNack { address: a(2) };
     assert_eq!(nack.claimed_address(), Some(&a(2)));
@@ -1530,7 +1530,7 @@ fn a_removed_incarnation_gets_no_heartbeat_answer_but_the_gossip_that_holds_its_
     let t = t0();
     let mut c = removed_three(t);
     let before = Gossip::clone(c.gossip());
-    let heartbeat = Message::Heartbeat { from: n(3), sequence_nr: 1, creation_time_nanos: 0 };
+    let heartbeat = Message::Heartbeat { from: n(3), sequence_nr: 1 };
     c.handle_message(t + secs(2), n(3), heartbeat);
     let sent = transmits(&mut c);
     assert_eq!(sent.len(), 1, "{sent:?}");
@@ -1544,13 +1544,12 @@ fn a_removed_incarnation_gets_no_heartbeat_answer_but_the_gossip_that_holds_its_
     assert_eq!(**c.gossip(), before);
     assert_eq!(of_kind(&transmits(&mut c), "Gossip").len(), 1, "answered with the tombstone");
     // A heartbeat response from it feeds no failure detector and is not answered.
-    let rsp = Message::HeartbeatRsp { from: n(3), sequence_nr: 1, creation_time_nanos: 0 };
+    let rsp = Message::HeartbeatRsp { from: n(3), sequence_nr: 1 };
     c.handle_message(t + secs(2), n(3), rsp);
     assert!(transmits(&mut c).is_empty());
     // A new incarnation on the same address is another node and is answered as usual.
     let fresh = node("h3:2552", 33);
-    let heartbeat =
-        Message::Heartbeat { from: fresh.clone(), sequence_nr: 1, creation_time_nanos: 0 };
+    let heartbeat = Message::Heartbeat { from: fresh.clone(), sequence_nr: 1 };
     c.handle_message(t + secs(2), fresh, heartbeat);
     assert_eq!(of_kind(&transmits(&mut c), "HeartbeatRsp").len(), 1);
 }
@@ -1562,7 +1561,7 @@ fn a_node_that_finds_its_own_tombstone_in_a_members_gossip_stops_as_downed() {
     // Node 3 was paused through its removal: it still holds {1, 2, 3} all Up.
     let mut paused =
         member_core(3, no_reaper(), t, 2, gossip([up(1, 1), up(2, 2), up(3, 3)], &[2]));
-    let heartbeat = Message::Heartbeat { from: n(3), sequence_nr: 1, creation_time_nanos: 0 };
+    let heartbeat = Message::Heartbeat { from: n(3), sequence_nr: 1 };
     answering.handle_message(t + secs(30), n(3), heartbeat);
     let notice = transmits(&mut answering).remove(0);
 
@@ -1973,12 +1972,12 @@ fn prepare_for_full_shutdown_moves_up_members_to_preparing_and_others_follow_on_
 // ---- heartbeats and the reaper ------------------------------------------------------------------
 
 #[test]
-fn any_core_answers_a_heartbeat_echoing_its_sequence_number_and_creation_time() {
+fn any_core_answers_a_heartbeat_echoing_its_sequence_number() {
     let t = t0();
     let mut c = new_core(1, cfg(), t);
-    let hb = Message::Heartbeat { from: n(2), sequence_nr: 7, creation_time_nanos: 12_345 };
+    let hb = Message::Heartbeat { from: n(2), sequence_nr: 7 };
     c.handle_message(t, n(2), hb);
-    let rsp = Message::HeartbeatRsp { from: n(1), sequence_nr: 7, creation_time_nanos: 12_345 };
+    let rsp = Message::HeartbeatRsp { from: n(1), sequence_nr: 7 };
     assert_eq!(transmits(&mut c), [Transmit { to: a(2), message: rsp }]);
 }
 
@@ -2019,7 +2018,7 @@ fn the_reaper_marks_a_silent_node_unreachable_and_reachable_again_when_heartbeat
     assert_eq!(c.gossip().reachability().status_by(&n(1), &n(2)), ReachabilityStatus::Unreachable);
     assert_eq!(event_names(&events(&mut c)), ["UnreachableMember"]);
 
-    let rsp = Message::HeartbeatRsp { from: n(2), sequence_nr: 9, creation_time_nanos: 0 };
+    let rsp = Message::HeartbeatRsp { from: n(2), sequence_nr: 9 };
     c.handle_message(t + ms(9_500), n(2), rsp);
     run_until(&mut c, t + secs(10));
     assert!(c.gossip().reachability().is_reachable_by(&n(1), &n(2)));
@@ -2052,8 +2051,7 @@ fn scripted_run(seed: u64) -> (Vec<(Duration, Transmit)>, Vec<ClusterEvent>) {
         collect(&mut c, at, ticks);
         if s % 3 == 0 {
             for i in [2, 4, 6] {
-                let rsp =
-                    Message::HeartbeatRsp { from: n(i), sequence_nr: s, creation_time_nanos: 0 };
+                let rsp = Message::HeartbeatRsp { from: n(i), sequence_nr: s };
                 c.handle_message(at, n(i), rsp);
             }
         }
@@ -2176,7 +2174,7 @@ fn member_about_to_pause() -> (Cluster, Instant) {
 }
 
 fn heartbeat_rsp(from: u64, sequence_nr: u64) -> Message {
-    Message::HeartbeatRsp { from: n(from), sequence_nr, creation_time_nanos: 0 }
+    Message::HeartbeatRsp { from: n(from), sequence_nr }
 }
 
 /// Runs `c` for a second from `resumed` and answers, a second after `resumed`, the first heartbeat

@@ -69,20 +69,18 @@ pub(super) fn to_pb_with(
                 seen_digest: seen_digest.clone(),
             })
         }
-        Message::Heartbeat { from, sequence_nr, creation_time_nanos } => {
-            Kind::Heartbeat(pb::Heartbeat {
-                from: sender_pb(from),
-                sequence_nr: *sequence_nr,
-                creation_time_nanos: *creation_time_nanos,
-            })
-        }
-        Message::HeartbeatRsp { from, sequence_nr, creation_time_nanos } => {
-            Kind::HeartbeatRsp(pb::HeartbeatRsp {
-                from: sender_pb(from),
-                sequence_nr: *sequence_nr,
-                creation_time_nanos: *creation_time_nanos,
-            })
-        }
+        // Field 3 (a creation time, echoed back) is left at its default, which costs no bytes:
+        // round trips are measured by sequence number (docs/benchmarks.md, "Steady traffic").
+        Message::Heartbeat { from, sequence_nr } => Kind::Heartbeat(pb::Heartbeat {
+            from: sender_pb(from),
+            sequence_nr: *sequence_nr,
+            creation_time_nanos: 0,
+        }),
+        Message::HeartbeatRsp { from, sequence_nr } => Kind::HeartbeatRsp(pb::HeartbeatRsp {
+            from: sender_pb(from),
+            sequence_nr: *sequence_nr,
+            creation_time_nanos: 0,
+        }),
         Message::ExitingConfirmed { node } => {
             Kind::ExitingConfirmed(pb::ExitingConfirmed { node: Some(unique_to_pb(node)) })
         }
@@ -159,12 +157,10 @@ pub(super) fn from_pb(
         Kind::Heartbeat(m) => Message::Heartbeat {
             from: sender(m.from, "Heartbeat.from")?,
             sequence_nr: m.sequence_nr,
-            creation_time_nanos: m.creation_time_nanos,
         },
         Kind::HeartbeatRsp(m) => Message::HeartbeatRsp {
             from: sender(m.from, "HeartbeatRsp.from")?,
             sequence_nr: m.sequence_nr,
-            creation_time_nanos: m.creation_time_nanos,
         },
         Kind::ExitingConfirmed(m) => {
             Message::ExitingConfirmed { node: unique_from_pb(m.node, "ExitingConfirmed.node")? }

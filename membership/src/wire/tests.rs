@@ -140,20 +140,10 @@ fn arb_message() -> impl Strategy<Value = Message> {
         (arb_node(), arb_clock(), prop::collection::vec(any::<u8>(), 0..24)).prop_map(
             |(from, version, seen_digest)| Message::GossipStatus { from, version, seen_digest }
         ),
-        (arb_node(), any::<u64>(), any::<i64>()).prop_map(
-            |(from, sequence_nr, creation_time_nanos)| Message::Heartbeat {
-                from,
-                sequence_nr,
-                creation_time_nanos
-            }
-        ),
-        (arb_node(), any::<u64>(), any::<i64>()).prop_map(
-            |(from, sequence_nr, creation_time_nanos)| Message::HeartbeatRsp {
-                from,
-                sequence_nr,
-                creation_time_nanos
-            }
-        ),
+        (arb_node(), any::<u64>())
+            .prop_map(|(from, sequence_nr)| Message::Heartbeat { from, sequence_nr }),
+        (arb_node(), any::<u64>())
+            .prop_map(|(from, sequence_nr)| Message::HeartbeatRsp { from, sequence_nr }),
         arb_node().prop_map(|node| Message::ExitingConfirmed { node }),
     ]
 }
@@ -450,7 +440,7 @@ fn an_index_past_the_end_of_its_table_is_rejected() {
 
 #[test]
 fn a_zero_uid_is_rejected_in_a_frame_and_in_a_gossip() {
-    let hb = pb::Heartbeat { from: Some(pb_unique(0)), sequence_nr: 1, creation_time_nanos: 1 };
+    let hb = pb::Heartbeat { from: Some(pb_unique(0)), sequence_nr: 1, creation_time_nanos: 0 };
     assert_eq!(decode(&frame(pb::envelope::Kind::Heartbeat(hb))), Err(DecodeError::ZeroUid));
     let mut p = one_member_payload();
     p.all_addresses[0].uid = 0;
@@ -595,9 +585,8 @@ fn missing_fields_are_named() {
 fn on_a_connection_heartbeats_and_gossip_status_leave_their_sender_out() {
     let from = n("10.0.0.1", 42);
     let encoder = GossipEncoder::default();
-    let hb =
-        Message::Heartbeat { from: from.clone(), sequence_nr: 7, creation_time_nanos: 1 << 40 };
-    let rsp = Message::HeartbeatRsp { from: from.clone(), sequence_nr: 7, creation_time_nanos: 9 };
+    let hb = Message::Heartbeat { from: from.clone(), sequence_nr: 7 };
+    let rsp = Message::HeartbeatRsp { from: from.clone(), sequence_nr: 7 };
     let status = Message::GossipStatus {
         from: from.clone(),
         version: VectorClock::new(),
@@ -803,5 +792,36 @@ fn compress_gives_the_bytes_of_a_gzip_encoder_at_the_fastest_level_payload_after
         let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
         encoder.write_all(&raw).unwrap();
         assert_eq!(compress(&raw), encoder.finish().unwrap(), "{} bytes", raw.len());
+    }
+}
+
+#[test]
+fn heartbeats_carry_no_creation_time_and_those_of_earlier_releases_that_do_are_read() {
+    let from = n("10.0.0.1", 42);
+    let encoder = GossipEncoder::default();
+    let hb = Message::Heartbeat { from: from.clone(), sequence_nr: 300 };
+    // On a connection: the envelope's tag and length, then the sequence number's tag and two
+    // bytes of varint.
+    assert_eq!(encoder.encode_on_connection(&hb).len(), 5);
+    // An earlier release set field 3 to its clock; the field is read past and ignored.
+    for kind in [
+        pb::envelope::Kind::Heartbeat(pb::Heartbeat {
+            from: Some(pb_unique(42)),
+            sequence_nr: 300,
+            creation_time_nanos: 1 << 40,
+        }),
+        pb::envelope::Kind::HeartbeatRsp(pb::HeartbeatRsp {
+            from: Some(pb_unique(42)),
+            sequence_nr: 300,
+            creation_time_nanos: 1 << 40,
+        }),
+    ] {
+        let decoded = decode(&frame(kind)).unwrap();
+        let (Message::Heartbeat { sequence_nr, .. } | Message::HeartbeatRsp { sequence_nr, .. }) =
+            decoded
+        else {
+            panic!("not a heartbeat: {decoded:?}");
+        };
+        assert_eq!(sequence_nr, 300);
     }
 }
