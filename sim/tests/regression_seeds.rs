@@ -702,6 +702,16 @@ const CASES: &[Case] = &[
               them, and slot 1 led a second cluster (fixed: a Welcome is taken only as the \
               answer to the join outstanding)",
     },
+    Case {
+        seed: 41300618,
+        nodes: 8,
+        downing: ChaosDowning::Resolver,
+        why: "S14: slot 7 was paused while still Joining; the others downed and removed it, and \
+              then all of them were restarted. Cut off, slot 7 became leader of its old view, \
+              moved itself to WeaklyUp, let two restarted nodes join and ran on past the bound, \
+              because only a node already Up waited for word from a member after a pause \
+              (fixed: a joiner waits too, and downs itself without word)",
+    },
 ];
 
 /// Runs the case; why it failed, with the command that reproduces it.

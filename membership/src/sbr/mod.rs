@@ -311,10 +311,13 @@ impl SplitBrainResolver {
     /// Deciding on that view could keep a side the others gave up, so the resolver takes no
     /// decision until it hears from a member again ([`handle_member_contact`](Self::handle_member_contact)),
     /// and if no member answers within `stable_after` it downs this node
-    /// ([`Decision::DownSelfAfterPause`]). A node with no other member to hear from, or paused
-    /// for less, goes on deciding as before. Either way the reachability changes counted for
-    /// down-all-when-unstable start over (the pause says nothing about the network), and so does
-    /// the wait for stability. (The core reports gaps longer than `stable_after` only.)
+    /// ([`Decision::DownSelfAfterPause`]). This holds for a node still Joining too: the others
+    /// may have downed and removed it as well, and cut off from them it would make itself leader,
+    /// move itself to WeaklyUp and admit new joiners into a membership nobody else holds. A node
+    /// with no other member to hear from, or paused for less, goes on deciding as before. Either
+    /// way the reachability changes counted for down-all-when-unstable start over (the pause says
+    /// nothing about the network), and so does the wait for stability. (The core reports gaps
+    /// longer than `stable_after` only.)
     pub fn handle_resumed(&mut self, now: Instant, paused_for: Duration) {
         if self.stopped {
             return;
@@ -322,7 +325,7 @@ impl SplitBrainResolver {
         self.stats = ChangeStats::new(now);
         self.reset_stable_deadline(now);
         let others = self.model.members(true, false).any(|m| !self.is_self(m.node()));
-        if paused_for > self.stable_after && others && self.self_member_added {
+        if paused_for > self.stable_after && others {
             self.contact_deadline = Some(now + self.stable_after);
         }
     }

@@ -738,6 +738,28 @@ fn after_a_pause_word_from_a_member_resumes_deciding_once_stable_again() {
     assert_eq!(h.sbr.poll_decision().unwrap().decision, Decision::DownUnreachable);
 }
 
+/// A joiner is downed and removed by the others as well while it is paused. Cut off from them
+/// after it resumes, it would become leader of what it holds, move itself to WeaklyUp and decide
+/// for a membership nobody else holds: without word from a member it downs itself instead.
+#[test]
+fn a_node_paused_while_still_joining_downs_itself_without_word_from_a_member() {
+    let (a, b, c, d, _) = abcde();
+    let mut h = Harness::keep_majority(secs(5), &d);
+    h.member_up(&[&a, &b, &c]);
+    h.event(ClusterEvent::MemberJoined(with_status(&d, MemberStatus::Joining)));
+    h.advance(secs(30));
+    h.sbr.handle_resumed(h.now, secs(30));
+    assert_eq!(h.sbr.contact_deadline(), Some(h.now + secs(5)));
+    h.leader(&d);
+    h.event(ClusterEvent::MemberWeaklyUp(with_status(&d, MemberStatus::WeaklyUp)));
+    h.unreachable(&[&a, &b, &c]);
+    h.ticks_without_decision(4, secs(1));
+    h.advance(secs(1));
+    h.tick();
+    h.expect_down_called(&[&d]);
+    assert_eq!(h.sbr.poll_decision().unwrap().decision, Decision::DownSelfAfterPause);
+}
+
 #[test]
 fn a_short_pause_or_one_with_nobody_else_to_hear_from_changes_nothing() {
     let (mut h, [a, _, _, d]) = paused_leader_of_four();
