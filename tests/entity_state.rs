@@ -190,6 +190,39 @@ async fn a_write_of_a_superseded_incarnation_is_refused_and_the_next_message_rea
     }
 }
 
+/// A claim above the running incarnation that wrote nothing (one that reached a replica and then
+/// failed leaves such a promise behind): the incarnation's next write is refused, it claims
+/// again, finds its own state, and the message succeeds without a new incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promise_of_a_claim_that_wrote_nothing_does_not_stop_the_running_incarnation() {
+    let _live = support::live().await;
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = start(&dirs).await;
+    let starts = Starts::default();
+    let refs = start_counters(&nodes, &starts);
+    for n in 1..=3 {
+        assert_eq!(ask_until(&refs[0], "orphan", || Cmd::Add(1)).await.0, n);
+    }
+    let key = "entity/counter/orphan";
+    let data = nodes[2].data();
+    let held = data.fenced_read(key).await.unwrap().expect("the counter's state");
+    let running = held.state.as_ref().expect("written").ballot;
+    let orphan = held.promise.next(42);
+    data.fenced_write(key, FenceOp::Claim(orphan)).await.unwrap();
+
+    let answer = refs[1].ask("orphan", &Cmd::Add(1), ASK).await.unwrap();
+    assert_eq!(answer.map(|(value, _)| value), Ok(4));
+    assert_eq!(starts.lock().unwrap()["orphan"], 1, "the same incarnation carried on");
+    let held = data.fenced_read(key).await.unwrap().expect("the counter's state");
+    let written = held.state.expect("written");
+    assert_eq!(written.bytes, b"4".to_vec());
+    assert!(written.ballot > orphan, "{} claimed above {orphan}", written.ballot);
+    assert_eq!(written.ballot.holder, running.holder, "by the running incarnation's writer");
+    for n in &nodes {
+        n.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entity_on_a_node_without_the_store_is_told_so_when_it_asks_for_its_state() {
     let _live = support::live().await;

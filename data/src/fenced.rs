@@ -206,17 +206,29 @@ impl History {
 ///
 /// It claims the key above the promise each refusal reports, at most [`Writer::CLAIM_ATTEMPTS`]
 /// times; once claimed, each write takes the next sequence number, never one used before (a
-/// write that failed may still reach a replica, and a later state must supersede it). A write
-/// refused means a newer writer has claimed the key: the writer is *fenced* and makes no more
-/// operations.
+/// write that failed may still reach a replica, and a later state must supersede it).
+///
+/// A write refused means a newer ballot has been claimed since. That need not be a writer that
+/// took over: a claim that reached a single replica and then failed leaves its promise there,
+/// and merging spreads it to the others. So the writer claims again, above the promise the
+/// refusal names, and carries on only if the state that claim reads is still one it knows —
+/// the state its first claim read, or one of its own writes (its ballots carry its id, which no
+/// other writer has). Any other state is a newer writer's: the writer is then *fenced* and makes
+/// no more operations, and so it is after [`Writer::RECLAIMS`] claims made again, or when a
+/// claim is outbid on every try.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Writer {
     holder: u64,
     /// The ballot of the last claim made, or of the claim that succeeded.
     ballot: Ballot,
-    /// Claims made so far.
+    /// Claims made so far for the current ballot.
     attempts: u32,
     claimed: bool,
+    /// The (ballot, seq) of the state the first claim read: `Some(None)` for a key never
+    /// written, `None` before that claim is answered.
+    first_read: Option<Option<(Ballot, u64)>>,
+    /// Claims made again after a refused write.
+    reclaims: u32,
     /// The sequence number of the last write made.
     seq: u64,
     fenced: bool,
@@ -225,6 +237,10 @@ pub struct Writer {
 impl Writer {
     /// How many claims a writer makes, each above the promise that refused the one before.
     pub const CLAIM_ATTEMPTS: u32 = 5;
+
+    /// How many times a writer claims the key again after a refused write before it gives up.
+    /// Two writers that both believe they hold the key fence each other at most this often.
+    pub const RECLAIMS: u32 = 3;
 
     /// The id of writer number `n` of the node with uid `node`. Every writer of a key needs an
     /// id no other writer ever had, not even an earlier one on the same node: replicas take in
@@ -247,22 +263,43 @@ impl Writer {
             ballot: Ballot::default().next(holder),
             attempts: 0,
             claimed: false,
+            first_read: None,
+            reclaims: 0,
             seq: 0,
             fenced: false,
         }
     }
 
-    /// The first claim to make.
+    /// The claim to make: the first one, again after a claim that failed without an answer, or
+    /// the one [`write_refused`](Self::write_refused) asks for.
     pub fn claim(&mut self) -> FenceOp {
         self.attempts = 1;
         FenceOp::Claim(self.ballot)
     }
 
-    /// The claim was answered: the key is this writer's, and the answer holds every write
-    /// acknowledged to an older writer. Returns the ballot it writes under.
-    pub fn claimed(&mut self) -> Ballot {
+    /// The claim was answered with `read`, the state the key's replicas held, which includes
+    /// every write acknowledged to an older writer. Returns the ballot this writer writes under,
+    /// or `None` when it is fenced: it claimed again after a refused write and found a state it
+    /// does not know, a newer writer's.
+    pub fn claimed(&mut self, read: Option<&Written>) -> Option<Ballot> {
+        let read = read.map(|w| (w.ballot, w.seq));
+        match self.first_read {
+            None => self.first_read = Some(read),
+            Some(first) => {
+                let own = read.is_some_and(|(b, _)| b.holder == self.holder);
+                if read != first && !own {
+                    self.fenced = true;
+                    return None;
+                }
+            }
+        }
         self.claimed = true;
-        self.ballot
+        Some(self.ballot)
+    }
+
+    /// Whether a claim has been answered and no write refused since.
+    pub fn is_claimed(&self) -> bool {
+        self.claimed && !self.fenced
     }
 
     /// The claim was refused by `refusal`: the next claim, above the promise it reports, or
@@ -287,9 +324,19 @@ impl Writer {
         Some(FenceOp::Write { ballot: self.ballot, seq: self.seq, bytes })
     }
 
-    /// A write was refused: a newer writer holds the key, and this one makes no more writes.
-    pub fn write_refused(&mut self) {
-        self.fenced = true;
+    /// A write was refused by `refusal`: a newer ballot has been claimed. Returns whether to
+    /// claim again ([`claim`](Self::claim) gives the claim, above the refusal's promise, and
+    /// [`claimed`](Self::claimed) whether the writer may carry on); `false` once it has done so
+    /// [`Writer::RECLAIMS`] times, and the writer is then fenced.
+    pub fn write_refused(&mut self, refusal: &FenceRefusal) -> bool {
+        self.claimed = false;
+        if self.reclaims >= Self::RECLAIMS || self.first_read.is_none() {
+            self.fenced = true;
+            return false;
+        }
+        self.reclaims += 1;
+        self.ballot = refusal.promise.max(self.ballot).next(self.holder);
+        true
     }
 
     /// The ballot it writes under, once claimed.

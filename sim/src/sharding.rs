@@ -227,8 +227,11 @@ pub struct ShardingStats {
     pub state_claims: u64,
     /// Writes of an entity's state acknowledged.
     pub state_writes: u64,
-    /// Incarnations fenced: a write refused, or a claim outbid on every try.
+    /// Incarnations fenced: a write refused and a newer writer's state found on claiming
+    /// again (or claims made again too often), or a claim outbid on every try.
     pub state_fenced: u64,
+    /// Claims made again after a refused write.
+    pub state_reclaims: u64,
     /// Claims and writes that failed otherwise (too few replicas, a timeout).
     pub state_failed: u64,
     /// Entities listed in the remembered sets read (each started then unless it ran already).

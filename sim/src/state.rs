@@ -10,8 +10,10 @@
 //!   messages acknowledged since, plus one, at quorum, and answers the message only once the
 //!   write is acknowledged. Messages wait in the incarnation's queue meanwhile, one claim or write
 //!   in flight at a time.
-//! - A refused write, or a claim outbid on every try, means another incarnation holds the state:
-//!   the queued messages fail, and the entity passivates, as at run time. A write or claim that
+//! - A refused write makes the writer claim the key again; it carries on if the state that
+//!   claim reads is its own (the higher ballot was a claim that came to nothing). A state of
+//!   another writer found then, or a claim outbid on every try, means another incarnation holds
+//!   the state: the queued messages fail, and the entity passivates, as at run time. A write or claim that
 //!   fails otherwise (too few replicas, a timeout) fails the message it was for; the next message
 //!   tries again.
 //! - An entity the host asks to stop finishes what is queued first (the runtime's entity drains

@@ -77,3 +77,22 @@ fn s20_finds_the_write_a_claim_misses_after_the_replicas_that_held_it_went_down(
     assert_eq!(v.invariant, "S20", "{v}");
     assert!(v.message.contains("an acknowledged write was lost"), "{v}");
 }
+
+/// L9 at three nodes with remembered entities: a claim of entity e190's state at 521 s reached
+/// only its own node's replica and timed out. Merging spread its promise, which is above the
+/// ballot of the incarnation that claimed the key at 591 s, so that incarnation's write at 650 s
+/// was refused, it was fenced and an ask failed after the shards were balanced. A writer refused
+/// now claims again and carries on when the state it reads is still its own.
+#[test]
+fn a_promise_left_by_a_claim_that_came_to_nothing_does_not_fence_the_writer_for_good() {
+    let mut o = ChaosOptions::new(29_040_107, 3, Duration::from_secs(600));
+    o.remember_entities = true;
+    o.entity_state = true;
+    let r = run_seed(&o);
+    assert_passed(&r, "--remember-entities");
+    assert!(
+        r.sharding.state_reclaims > 0,
+        "a write was refused and claimed again: {:?}",
+        r.sharding
+    );
+}

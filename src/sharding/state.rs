@@ -6,7 +6,8 @@
 //! state under that ballot at a quorum of the key's replicas before the handler goes on. Should
 //! another incarnation have claimed the key since (which the sharding prevents, so only after a
 //! freeze or a split the resolver has not settled yet), the write is refused and the entity is
-//! stopped instead of writing over the newer state.
+//! stopped instead of writing over the newer state. A refusal by the promise of a claim that came
+//! to nothing does not stop it: the writer claims again and finds its own state.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -138,34 +139,55 @@ impl EntityState {
     }
 
     /// Writes `new` as the state; in memory only once stored.
+    ///
+    /// A refused write means a newer ballot was claimed since this incarnation claimed the key:
+    /// it claims again and writes once more if the state it reads is still its own (the newer
+    /// ballot was a claim that came to nothing); otherwise another incarnation holds the state,
+    /// and this one is fenced (the sans-IO [`Writer`] decides, `docs/data.md`).
     pub(super) async fn persist<S>(&mut self, new: S) -> Result<(), StateError>
     where
         S: Serialize + DeserializeOwned + Default + Send + Sync + 'static,
     {
         let bytes = serde_json::to_vec(&new).map_err(|e| type_error::<S>(&self.entity, e))?;
-        let loaded = self.load::<S>().await?;
-        let Some(op) = loaded.writer.write(bytes) else { return Err(self.fenced_error()) };
-        match self.store.data.fenced_write(&self.key, op).await {
-            Ok(_) => {
-                if let Some(loaded) = self.loaded.as_mut() {
+        self.load::<S>().await?;
+        let store = self.store.clone();
+        let Some(loaded) = self.loaded.as_mut() else { return Err(self.fenced_error()) };
+        let writer = &mut loaded.writer;
+        loop {
+            // After a refused write, or a claim made again that failed without an answer.
+            if !writer.is_claimed()
+                && !writer.is_fenced()
+                && claim_with(&store.data, &self.key, writer).await?.is_none()
+            {
+                break;
+            }
+            let Some(op) = writer.write(bytes.clone()) else { break };
+            match store.data.fenced_write(&self.key, op).await {
+                Ok(_) => {
                     loaded.value = Box::new(new);
+                    return Ok(());
                 }
-                Ok(())
+                Err(e) => match e.fence_refusal() {
+                    Some(refusal) if writer.write_refused(refusal) => {
+                        tracing::debug!(
+                            entity = %self.entity,
+                            key = %self.key,
+                            %refusal,
+                            "entity state write refused; claiming the key again"
+                        );
+                    }
+                    Some(_) => break,
+                    None => return Err(e.into()),
+                },
             }
-            Err(e) if e.fence_refusal().is_some() => {
-                if let Some(loaded) = self.loaded.as_mut() {
-                    loaded.writer.write_refused();
-                }
-                tracing::warn!(
-                    entity = %self.entity,
-                    key = %self.key,
-                    "another incarnation holds this entity's state; the write is refused and \
-                     the entity stops"
-                );
-                Err(self.fenced_error())
-            }
-            Err(e) => Err(e.into()),
         }
+        tracing::warn!(
+            entity = %self.entity,
+            key = %self.key,
+            "another incarnation holds this entity's state; the write is refused and the entity \
+             stops"
+        );
+        Err(self.fenced_error())
     }
 }
 
@@ -183,13 +205,22 @@ pub(super) async fn claim(
     node: u64,
 ) -> Result<Option<(Writer, Fenced)>, DataError> {
     let mut writer = Writer::new(Writer::holder(node, WRITERS.fetch_add(1, Ordering::Relaxed)));
+    let read = claim_with(data, key, &mut writer).await?;
+    Ok(read.map(|read| (writer, read)))
+}
+
+/// Makes `writer`'s claim of `key`, again above each promise that refuses it, and returns what
+/// the key's replicas held; `None` when the writer is fenced (outbid on every attempt, or, for a
+/// claim made again after a refused write, a newer writer's state found).
+async fn claim_with(
+    data: &Data,
+    key: &str,
+    writer: &mut Writer,
+) -> Result<Option<Fenced>, DataError> {
     let mut op = writer.claim();
     loop {
         match data.fenced_write(key, op).await {
-            Ok(current) => {
-                writer.claimed();
-                return Ok(Some((writer, current)));
-            }
+            Ok(current) => return Ok(writer.claimed(current.state.as_ref()).map(|_| current)),
             // The key has promised a ballot at least this one: claim above it.
             Err(e) => match e.fence_refusal() {
                 Some(refusal) => match writer.claim_refused(refusal) {

@@ -70,7 +70,7 @@ fn a_writer_claims_above_each_refusal_numbers_its_writes_and_stops_once_fenced()
     let mut old = Writer::new(7);
     assert_eq!(old.write(b"early".to_vec()), None, "no write before the claim");
     key.apply(old.claim()).expect("the first claim");
-    assert_eq!(old.claimed(), b(1, 7));
+    assert_eq!(old.claimed(key.state.as_ref()), Some(b(1, 7)));
     for (seq, bytes) in [(1, b"one"), (2, b"two")] {
         let op = old.write(bytes.to_vec()).expect("claimed");
         assert_eq!(op, write(b(1, 7), seq, bytes));
@@ -83,13 +83,17 @@ fn a_writer_claims_above_each_refusal_numbers_its_writes_and_stops_once_fenced()
     let again = new.claim_refused(&refusal).expect("a second try");
     assert_eq!(again, FenceOp::Claim(b(2, 3)));
     key.apply(again).expect("above the promise");
-    assert_eq!(new.claimed(), b(2, 3));
+    assert_eq!(new.claimed(key.state.as_ref()), Some(b(2, 3)));
     assert_eq!(key.state.as_ref().map(|w| w.bytes.as_slice()), Some(&b"two"[..]));
 
-    // The old writer's next write is refused: it is fenced and makes no more.
-    let refused = key.apply(old.write(b"three".to_vec()).expect("not fenced yet"));
-    assert!(refused.is_err());
-    old.write_refused();
+    // The new writer writes; the old writer's next write is refused. It claims again, finds
+    // the new writer's state, and is fenced: it makes no more operations.
+    key.apply(new.write(b"new".to_vec()).expect("claimed")).expect("the new writer");
+    let refusal = key.apply(old.write(b"three".to_vec()).expect("not fenced yet")).expect_err("");
+    assert!(old.write_refused(&refusal), "claims again");
+    assert_eq!(old.write(b"early".to_vec()), None, "no write before that claim is answered");
+    key.apply(old.claim()).expect("above the promise");
+    assert_eq!(old.claimed(key.state.as_ref()), None, "a newer writer's state");
     assert!(old.is_fenced());
     assert_eq!(old.write(b"four".to_vec()), None);
     assert_eq!(old.seq(), 3, "the refused write used its number");
@@ -110,6 +114,47 @@ fn a_writer_claims_above_each_refusal_numbers_its_writes_and_stops_once_fenced()
     assert_eq!(claims, Writer::CLAIM_ATTEMPTS);
     assert!(late.is_fenced());
     assert_eq!(late.ballot(), None);
+}
+
+/// A claim that reached one replica and then failed leaves its promise there; merged into the
+/// others, it refuses the writer that holds the key. Nobody wrote since, so the writer claims
+/// again and carries on, with the next sequence number, up to `RECLAIMS` times.
+#[test]
+fn a_writer_refused_by_a_claim_that_came_to_nothing_claims_again_and_carries_on() {
+    let mut key = Fenced::default();
+    let mut w = Writer::new(7);
+    key.apply(w.claim()).expect("the first claim");
+    assert_eq!(w.claimed(key.state.as_ref()), Some(b(1, 7)));
+    key.apply(w.write(b"one".to_vec()).expect("claimed")).expect("written");
+    for reclaim in 1..=Writer::RECLAIMS {
+        // An orphaned claim above the writer's ballot.
+        key.apply(FenceOp::Claim(key.promise.next(9))).expect("the orphan's claim");
+        let refusal = key.apply(w.write(b"refused".to_vec()).expect("claimed")).expect_err("");
+        assert!(w.write_refused(&refusal), "claim number {reclaim} made again");
+        assert!(!w.is_claimed());
+        let claim = w.claim();
+        assert_eq!(claim, FenceOp::Claim(key.promise.next(7)));
+        key.apply(claim).expect("above the orphan");
+        let ballot = w.claimed(key.state.as_ref()).expect("its own state");
+        let op = w.write(b"again".to_vec()).expect("claimed again");
+        assert_eq!(op, write(ballot, 2 * u64::from(reclaim) + 1, b"again"));
+        key.apply(op).expect("written under the new ballot");
+    }
+    key.apply(FenceOp::Claim(key.promise.next(9))).expect("one orphan too many");
+    let refusal = key.apply(w.write(b"last".to_vec()).expect("claimed")).expect_err("");
+    assert!(!w.write_refused(&refusal));
+    assert!(w.is_fenced());
+
+    // Claimed again before its first write: the state the first claim read is still its own.
+    let mut key = Fenced::default();
+    let mut w = Writer::new(7);
+    key.apply(w.claim()).expect("the first claim");
+    w.claimed(None).expect("a key never written");
+    key.apply(FenceOp::Claim(key.promise.next(9))).expect("the orphan's claim");
+    let refusal = key.apply(w.write(b"one".to_vec()).expect("claimed")).expect_err("");
+    assert!(w.write_refused(&refusal));
+    key.apply(w.claim()).expect("above the orphan");
+    assert!(w.claimed(None).is_some(), "nobody wrote");
 }
 
 #[test]

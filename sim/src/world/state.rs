@@ -63,7 +63,9 @@ impl Sim {
             self.state_stop_if_done(slot, entity);
             return;
         }
-        let (op, kind) = match inc.count {
+        // Not claimed: the first claim, or one made again after a refused write (either also
+        // after a claim that failed without an answer).
+        let (op, kind) = match inc.count.filter(|_| inc.writer.is_claimed()) {
             None => (inc.writer.claim(), StateOp::Claim),
             Some(count) => {
                 let Some(op) = inc.writer.write(encode(count + 1)) else { return };
@@ -120,11 +122,18 @@ impl Sim {
         let then = match (kind, result) {
             (StateOp::Claim, Ok(Reply::Read(read))) => {
                 let held = read.fenced().and_then(counted);
-                let ballot = inc.writer.claimed();
-                inc.count = Some(held.map_or(0, |(_, _, count)| count));
-                stats.state_claims += 1;
-                if let Some(states) = states {
-                    checked = states.claimed(&entity, ballot, held);
+                match inc.writer.claimed(read.fenced().and_then(|f| f.state.as_ref())) {
+                    Some(ballot) => {
+                        // A claim made again after a refused write carries on from the count
+                        // in memory: the state it read is this incarnation's own.
+                        inc.count =
+                            Some(inc.count.unwrap_or(held.map_or(0, |(_, _, count)| count)));
+                        stats.state_claims += 1;
+                        if let Some(states) = states {
+                            checked = states.claimed(&entity, ballot, held);
+                        }
+                    }
+                    None => stats.state_fenced += 1,
                 }
                 Then::Pump
             }
@@ -155,10 +164,15 @@ impl Sim {
                     }
                 }
             }
-            (StateOp::Write { .. }, Err(DataError::Refused(Refused::Fenced(_)))) => {
-                inc.writer.write_refused();
-                stats.state_fenced += 1;
-                Then::Pump
+            (StateOp::Write { .. }, Err(DataError::Refused(Refused::Fenced(refusal)))) => {
+                if inc.writer.write_refused(&refusal) {
+                    stats.state_reclaims += 1;
+                    inc.busy = true;
+                    Then::Again(inc.writer.claim())
+                } else {
+                    stats.state_fenced += 1;
+                    Then::Pump
+                }
             }
             (kind, result) => {
                 // The message it was for fails; the next one tries again.
@@ -237,7 +251,7 @@ impl Sim {
 enum Then {
     /// The next claim or write, if something waits.
     Pump,
-    /// The claim again, above the promise that refused it.
+    /// A claim again: above the promise that refused the claim, or the write, before.
     Again(FenceOp),
     /// Answer a message (and passivate the entity, of this shard, once it has answered).
     Answer(convoke_sharding::Reply, ReplyTo<u64>, Option<ShardId>),
