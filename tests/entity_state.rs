@@ -88,6 +88,29 @@ fn start_counters(nodes: &[Node], starts: &Starts) -> Vec<EntityRef<Counter>> {
         .collect()
 }
 
+/// Three nodes with counters, counter `id` at 3 through node 0, and what the store holds for it
+/// (read through node 2). The directories must live as long as the nodes: bind them.
+struct Three {
+    dirs: Vec<tempfile::TempDir>,
+    nodes: Vec<Node>,
+    starts: Starts,
+    refs: Vec<EntityRef<Counter>>,
+    held: convoke::data::Fenced,
+}
+
+async fn three_counting_to_three(id: &str) -> Three {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = start(&dirs).await;
+    let starts = Starts::default();
+    let refs = start_counters(&nodes, &starts);
+    for n in 1..=3 {
+        assert_eq!(ask_until(&refs[0], id, || Cmd::Add(1)).await.0, n);
+    }
+    let key = format!("entity/counter/{id}");
+    let held = nodes[2].data().fenced_read(&key).await.unwrap().expect("the counter's state");
+    Three { dirs, nodes, starts, refs, held }
+}
+
 /// Asks until an answer comes back (the shard or the store may be settling after a crash).
 async fn ask_until(r: &EntityRef<Counter>, id: &str, cmd: fn() -> Cmd) -> (u64, usize) {
     let deadline = tokio::time::Instant::now() + T;
@@ -152,18 +175,11 @@ async fn a_counters_value_in_the_store_follows_it_to_another_node_when_its_node_
 async fn a_write_of_a_superseded_incarnation_is_refused_and_the_next_message_reads_the_newer_state()
 {
     let _live = support::live().await;
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes = start(&dirs).await;
-    let starts = Starts::default();
-    let refs = start_counters(&nodes, &starts);
-    for n in 1..=3 {
-        assert_eq!(ask_until(&refs[0], "fenced", || Cmd::Add(1)).await.0, n);
-    }
+    let Three { dirs: _dirs, nodes, starts, refs, held } = three_counting_to_three("fenced").await;
     // Another writer claims the counter's state above the running incarnation and stores 100,
     // as an incarnation on the far side of a freeze would.
     let key = "entity/counter/fenced";
     let data = nodes[2].data();
-    let held = data.fenced_read(key).await.unwrap().expect("the counter's state");
     let first = held.state.as_ref().expect("written").ballot;
     let ballot = held.promise.next(42);
     let claimed = data.fenced_write(key, FenceOp::Claim(ballot)).await.unwrap();
@@ -196,16 +212,9 @@ async fn a_write_of_a_superseded_incarnation_is_refused_and_the_next_message_rea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promise_of_a_claim_that_wrote_nothing_does_not_stop_the_running_incarnation() {
     let _live = support::live().await;
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes = start(&dirs).await;
-    let starts = Starts::default();
-    let refs = start_counters(&nodes, &starts);
-    for n in 1..=3 {
-        assert_eq!(ask_until(&refs[0], "orphan", || Cmd::Add(1)).await.0, n);
-    }
+    let Three { dirs: _dirs, nodes, starts, refs, held } = three_counting_to_three("orphan").await;
     let key = "entity/counter/orphan";
     let data = nodes[2].data();
-    let held = data.fenced_read(key).await.unwrap().expect("the counter's state");
     let running = held.state.as_ref().expect("written").ballot;
     let orphan = held.promise.next(42);
     data.fenced_write(key, FenceOp::Claim(orphan)).await.unwrap();
