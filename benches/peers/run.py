@@ -67,7 +67,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 REPO = Path(__file__).resolve().parents[2]
-SUITE = REPO / "bench" / "peers"
+SUITE = REPO / "benches" / "peers"
 LIBRARIES = ["convoke", "memberlist", "foca", "chitchat"]
 START_MARKER = "<!-- peers-table:start -->"
 END_MARKER = "<!-- peers-table:end -->"
