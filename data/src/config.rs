@@ -114,6 +114,11 @@ pub struct DataConfig {
     pub arcs_per_round: usize,
     /// Keys per handoff message.
     pub handoff_batch: usize,
+    /// How long a member that held data and went away without a graceful leave (it crashed,
+    /// or was downed) keeps its place on the ring, so that the keys it replicated wait for its
+    /// copies rather than move to members that never held them (docs/data.md, "Absent
+    /// holders").
+    pub absent_timeout: Duration,
 }
 
 impl Default for DataConfig {
@@ -133,6 +138,7 @@ impl Default for DataConfig {
             anti_entropy_interval: Duration::from_secs(1),
             arcs_per_round: 4,
             handoff_batch: 1000,
+            absent_timeout: Duration::from_secs(600),
         }
     }
 }

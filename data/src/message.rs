@@ -247,6 +247,18 @@ pub enum Message {
         /// What it holds.
         result: Result<Fenced, DataError>,
     },
+    /// Node → node: the members it keeps on the ring while they are away, and the rings it
+    /// remembers (see docs/data.md, "Absent holders"), so that a node that never saw them
+    /// places keys, and claims them, as the others do. Addresses as `convoke://system@host:port`.
+    Rings {
+        /// Each absent holder's address, and how long it has been away, in milliseconds.
+        absent: Vec<(String, u64)>,
+        /// Each remembered ring's members, and how long ago it was replaced, in milliseconds.
+        past: Vec<(Vec<String>, u64)>,
+        /// Members it saw leave gracefully lately (they handed their keys over first), and how
+        /// long ago, in milliseconds.
+        left: Vec<(String, u64)>,
+    },
 }
 
 impl Message {
@@ -266,6 +278,7 @@ impl Message {
             Self::Forward { .. } => "Forward",
             Self::ForwardReply { .. } => "ForwardReply",
             Self::FencedAck { .. } => "FencedAck",
+            Self::Rings { .. } => "Rings",
         }
     }
 }

@@ -56,6 +56,13 @@ pub trait Storage {
     /// Every (replica, key) a write is held for, as the storage holds them at start.
     fn hints(&mut self) -> Result<Vec<(Address, Key)>, Self::Error>;
 
+    /// The members of the ring as this replica last saw it (none in a new storage): what a
+    /// restarted node waits for before keys move (docs/data.md, "Absent holders").
+    fn ring(&mut self) -> Result<Vec<Address>, Self::Error>;
+
+    /// Stages `members` as the ring's.
+    fn put_ring(&mut self, members: &[Address]) -> Result<(), Self::Error>;
+
     /// Makes every staged write durable.
     fn sync(&mut self) -> Result<(), Self::Error>;
 }
@@ -67,8 +74,11 @@ pub struct MemoryStorage {
     /// By (hash of the key, key).
     objects: BTreeMap<(u64, Key), Object>,
     hints: BTreeMap<(Address, Key), Object>,
+    ring: Vec<Address>,
     /// What each entry changed since the last sync held before, for a crash to restore.
     undo: BTreeMap<Slot, Option<Object>>,
+    /// The ring as of the last sync, when it changed since.
+    ring_undo: Option<Vec<Address>>,
 }
 
 /// An entry of [`MemoryStorage`].
@@ -93,6 +103,9 @@ impl MemoryStorage {
                 (Slot::Hint(a, k), Some(o)) => drop(self.hints.insert((a, k), o)),
                 (Slot::Hint(a, k), None) => drop(self.hints.remove(&(a, k))),
             }
+        }
+        if let Some(ring) = self.ring_undo.take() {
+            self.ring = ring;
         }
     }
 
@@ -186,8 +199,19 @@ impl Storage for MemoryStorage {
         Ok(self.hints.keys().cloned().collect())
     }
 
+    fn ring(&mut self) -> Result<Vec<Address>, Infallible> {
+        Ok(self.ring.clone())
+    }
+
+    fn put_ring(&mut self, members: &[Address]) -> Result<(), Infallible> {
+        let before = std::mem::replace(&mut self.ring, members.to_vec());
+        self.ring_undo.get_or_insert(before);
+        Ok(())
+    }
+
     fn sync(&mut self) -> Result<(), Infallible> {
         self.undo.clear();
+        self.ring_undo = None;
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 use convoke_membership::timers::{Timer, Timers};
-use convoke_membership::{Address, Member, UniqueAddress};
+use convoke_membership::{Address, Member, MemberStatus, UniqueAddress};
 
 use crate::config::{DataConfig, Level};
 use crate::crdt::CrdtKind;
@@ -186,7 +186,17 @@ pub struct Store<S> {
     past_rings: VecDeque<(Instant, Ring)>,
     /// Set by [`Store::begin_leave`]: what is handed to the ring without this node.
     leaving: Option<maintenance::Leave>,
+    /// Members kept on the ring though they hold no data now, with since when: they went away
+    /// without a graceful leave, or were on the ring this node's storage remembers
+    /// (docs/data.md, "Absent holders").
+    absent: BTreeMap<Address, Instant>,
+    /// Members seen leaving gracefully, with when: another node's word that they are absent
+    /// is not taken for [`DataConfig::absent_timeout`].
+    left: BTreeMap<Address, Instant>,
 }
+
+/// The most absent holders a node takes from another's word.
+const MAX_ABSENT: usize = 1024;
 
 /// The most past rings kept.
 const PAST_RINGS: usize = 8;
@@ -206,6 +216,11 @@ impl<S: Storage> Store<S> {
         for (replica, key) in held {
             hints.entry(replica).or_default().insert(key);
         }
+        // Until they are seen Up again, the members of the ring before the restart keep their
+        // places on it.
+        let remembered = storage.ring()?;
+        let ring = Ring::new(remembered.iter().cloned(), config.vnodes);
+        let absent = remembered.into_iter().map(|a| (a, now)).collect();
         let mut timers = Timers::default();
         timers.set(StoreTimer::Hints, now + config.hint_interval);
         timers.set(StoreTimer::Maintenance, now + config.anti_entropy_interval);
@@ -214,7 +229,7 @@ impl<S: Storage> Store<S> {
             config,
             me,
             storage,
-            ring: Ring::default(),
+            ring,
             nodes: BTreeMap::new(),
             unreachable: BTreeSet::new(),
             next_req: 0,
@@ -230,6 +245,8 @@ impl<S: Storage> Store<S> {
             exchanged: BTreeMap::new(),
             past_rings: VecDeque::new(),
             leaving: None,
+            absent,
+            left: BTreeMap::new(),
         })
     }
 
@@ -273,32 +290,226 @@ impl<S: Storage> Store<S> {
         self.pending.len()
     }
 
+    /// The rings replaced lately that a claim also asks, oldest first (docs/data.md, "When
+    /// the ring changes").
+    pub fn past_rings(&self) -> impl Iterator<Item = &Ring> + '_ {
+        self.past_rings.iter().map(|(_, r)| r)
+    }
+
+    /// The members kept on the ring while away, with since when (docs/data.md, "Absent
+    /// holders").
+    pub fn absent(&self) -> &BTreeMap<Address, Instant> {
+        &self.absent
+    }
+
     /// The members changed, or their reachability: the ring is rebuilt from the Up members with
-    /// the store's role.
+    /// the store's role, and the absent holders: members that were on the ring and went away
+    /// without a graceful leave keep their places for [`DataConfig::absent_timeout`], or
+    /// until they are Up again.
     pub fn handle_members(
         &mut self,
         members: &[Member],
         unreachable: &BTreeSet<UniqueAddress>,
         now: Instant,
     ) {
-        let ring = Ring::of_members(members, self.config.role.as_deref(), self.config.vnodes);
-        if ring.members() != self.ring.members() {
-            let old = std::mem::replace(&mut self.ring, ring);
-            if !old.members().is_empty() {
-                self.past_rings.push_back((now, old));
+        let up = Ring::of_members(members, self.config.role.as_deref(), self.config.vnodes);
+        let holding: BTreeSet<&Address> = up.members().iter().collect();
+        let left = |a: &Address| {
+            members.iter().any(|m| {
+                m.address() == a
+                    && matches!(m.status(), MemberStatus::Leaving | MemberStatus::Exiting)
+            })
+        };
+        for a in self.ring.members() {
+            if left(a) {
+                self.left.insert(a.clone(), now);
+            } else if !holding.contains(a) && !self.absent.contains_key(a) {
+                self.absent.insert(a.clone(), now);
             }
         }
+        let timeout = self.config.absent_timeout;
+        self.absent.retain(|a, since| {
+            !holding.contains(a) && !left(a) && now.saturating_duration_since(*since) < timeout
+        });
+        self.left.retain(|a, since| {
+            !holding.contains(a) && now.saturating_duration_since(*since) < timeout
+        });
+        let ring = if self.absent.is_empty() {
+            up
+        } else {
+            let all = holding.into_iter().cloned().chain(self.absent.keys().cloned());
+            Ring::new(all, self.config.vnodes)
+        };
+        let before: BTreeSet<Address> = self.ring.members().iter().cloned().collect();
+        self.set_ring(ring, now);
+        self.forget_past_rings(now);
+        let nodes: BTreeMap<Address, UniqueAddress> =
+            members.iter().map(|m| (m.address().clone(), m.node().clone())).collect();
+        // Members not seen before, and members new on the ring (they were told while Joining,
+        // before the ring their arrival replaced was a past one).
+        let newcomers: Vec<UniqueAddress> = nodes
+            .iter()
+            .filter(|(a, n)| {
+                let seen = self.nodes.get(*a) == Some(*n);
+                let on_ring = self.ring.members().contains(*a) && !self.absent.contains_key(*a);
+                **a != self.me.address && (!seen || (on_ring && !before.contains(*a)))
+            })
+            .map(|(_, n)| n.clone())
+            .collect();
+        self.nodes = nodes;
+        self.unreachable = unreachable.iter().map(|n| n.address.clone()).collect();
+        self.leave_ring_changed();
+        // A member this node had not seen, or new on the ring, learns at once which holders it
+        // keeps and which rings it remembers.
+        if !self.absent.is_empty() || !self.past_rings.is_empty() || !self.left.is_empty() {
+            for n in newcomers {
+                self.send(n, self.rings_message(now, true));
+            }
+        }
+    }
+
+    /// The absent holders, and the past rings when `past`, as told to other nodes at `now`.
+    pub(super) fn rings_message(&self, now: Instant, past: bool) -> Message {
+        let ago = |since: &Instant| {
+            u64::try_from(now.saturating_duration_since(*since).as_millis()).unwrap_or(u64::MAX)
+        };
+        let absent = self.absent.iter().map(|(a, since)| (a.to_string(), ago(since))).collect();
+        let past = if past {
+            let names = |r: &Ring| r.members().iter().map(ToString::to_string).collect();
+            self.past_rings.iter().map(|(at, r)| (names(r), ago(at))).collect()
+        } else {
+            Vec::new()
+        };
+        let left = self.left.iter().map(|(a, since)| (a.to_string(), ago(since))).collect();
+        Message::Rings { absent, past, left }
+    }
+
+    /// Member `from` remembers `past` rings and keeps `absent` holders on its ring while they
+    /// are away: rings this node does not remember it remembers too, and holders it does not
+    /// see Up, nor saw leave, it keeps too, each for what is left of its time.
+    fn rings_received(
+        &mut self,
+        from: &Address,
+        absent: Vec<(String, u64)>,
+        past: Vec<(Vec<String>, u64)>,
+        left: Vec<(String, u64)>,
+        now: Instant,
+    ) {
+        if !self.nodes.contains_key(from) {
+            return;
+        }
+        // A member the sender saw leave handed its keys over first: it is not absent here
+        // either, though this node saw it go without a word, or never saw it.
+        let mut gone = BTreeSet::new();
+        for (h, ago) in left.iter().take(MAX_ABSENT) {
+            let ago = std::time::Duration::from_millis(*ago);
+            let Ok(a) = h.parse::<Address>() else { continue };
+            let holding = self.ring.members().contains(&a) && !self.absent.contains_key(&a);
+            if ago >= self.config.absent_timeout || a == self.me.address || holding {
+                continue;
+            }
+            if self.absent.remove(&a).is_some() {
+                gone.insert(a.clone());
+            }
+            self.left.entry(a).or_insert(now.checked_sub(ago).unwrap_or(now));
+        }
+        if !gone.is_empty() {
+            let rest = self.ring.members().iter().filter(|a| !gone.contains(*a)).cloned();
+            let ring = Ring::new(rest, self.config.vnodes);
+            self.set_ring(ring, now);
+            self.leave_ring_changed();
+        }
+        let mut added = Vec::new();
+        for (h, away) in absent.iter().take(MAX_ABSENT) {
+            let away = std::time::Duration::from_millis(*away);
+            let Ok(a) = h.parse::<Address>() else { continue };
+            let known = self.ring.members().contains(&a) && !self.absent.contains_key(&a);
+            if a == self.me.address
+                || known
+                || self.left.contains_key(&a)
+                || away >= self.config.absent_timeout
+            {
+                continue;
+            }
+            if self.absent.len() < MAX_ABSENT && !self.absent.contains_key(&a) {
+                self.absent.insert(a.clone(), now.checked_sub(away).unwrap_or(now));
+                added.push(a);
+            }
+        }
+        if !added.is_empty() {
+            let all = self.ring.members().iter().cloned().chain(added);
+            let ring = Ring::new(all, self.config.vnodes);
+            self.set_ring(ring, now);
+            self.leave_ring_changed();
+        }
+        for (names, ago) in past.into_iter().take(PAST_RINGS) {
+            let members: Vec<Address> =
+                names.iter().take(MAX_ABSENT).filter_map(|n| n.parse().ok()).collect();
+            let ring = Ring::new(members, self.config.vnodes);
+            let known = ring.members() == self.ring.members()
+                || self.past_rings.iter().any(|(_, r)| r.members() == ring.members());
+            if ring.is_empty() || known {
+                continue;
+            }
+            let at = now.checked_sub(std::time::Duration::from_millis(ago)).unwrap_or(now);
+            let i = self.past_rings.partition_point(|(t, _)| *t <= at);
+            self.past_rings.insert(i, (at, ring));
+        }
+        // Those older than a ring is remembered here go at once.
+        self.forget_past_rings(now);
+    }
+
+    /// Makes `ring` the current one, when it differs, remembering the one it replaces.
+    fn set_ring(&mut self, ring: Ring, now: Instant) {
+        if ring.members() == self.ring.members() {
+            return;
+        }
+        // Kept so that a restart finds the holders it must wait for. Staged: it reaches the
+        // disk with the next sync, before anything this ring places is acknowledged.
+        if self.storage.put_ring(ring.members()).is_ok() {
+            self.staged = true;
+        }
+        let old = std::mem::replace(&mut self.ring, ring);
+        if !old.members().is_empty() {
+            self.past_rings.push_back((now, old));
+        }
+    }
+
+    /// Forgets the rings replaced longer than [`Store::ring_memory`] ago, except those with an
+    /// absent holder: anti-entropy cannot have copied what only it holds. At most
+    /// [`PAST_RINGS`] are kept.
+    fn forget_past_rings(&mut self, now: Instant) {
         let memory = self.ring_memory();
-        while self.past_rings.len() > PAST_RINGS
-            || self
-                .past_rings
-                .front()
-                .is_some_and(|(at, _)| now.saturating_duration_since(*at) > memory)
-        {
+        let absent = &self.absent;
+        let old = |(at, ring): &(Instant, Ring)| {
+            now.saturating_duration_since(*at) > memory
+                && !ring.members().iter().any(|a| absent.contains_key(a))
+        };
+        self.past_rings.retain(|r| !old(r));
+        while self.past_rings.len() > PAST_RINGS {
             self.past_rings.pop_front();
         }
-        self.nodes = members.iter().map(|m| (m.address().clone(), m.node().clone())).collect();
-        self.unreachable = unreachable.iter().map(|n| n.address.clone()).collect();
+    }
+
+    /// Absent holders away longer than [`DataConfig::absent_timeout`] leave the ring: their
+    /// keys move to the members that remain. Past rings are forgotten on the way.
+    fn expire_absent(&mut self, now: Instant) {
+        self.forget_past_rings(now);
+        let timeout = self.config.absent_timeout;
+        let expired: BTreeSet<Address> = self
+            .absent
+            .iter()
+            .filter(|(_, since)| now.saturating_duration_since(**since) >= timeout)
+            .map(|(a, _)| a.clone())
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        self.absent.retain(|a, _| !expired.contains(a));
+        let rest = self.ring.members().iter().filter(|a| !expired.contains(*a)).cloned();
+        let ring = Ring::new(rest, self.config.vnodes);
+        self.set_ring(ring, now);
+        self.forget_past_rings(now);
         self.leave_ring_changed();
     }
 
@@ -361,6 +572,9 @@ impl<S: Storage> Store<S> {
             Message::Reap { key, digest } => self.reap(&key, digest),
             Message::Forward { req, request } => {
                 self.start(Origin::Remote(from.clone(), req), request, now);
+            }
+            Message::Rings { absent, past, left } => {
+                self.rings_received(&from.address, absent, past, left, now);
             }
             Message::ForwardReply { req, result } => {
                 if let Some(p) = self.pending.remove(&req)
@@ -487,6 +701,26 @@ impl<S: Storage> Store<S> {
         all.into_iter().filter(|a| self.reachable(a)).map(|a| (a, None)).collect()
     }
 
+    /// The reachable replicas of `key` on a remembered ring that has too few of them, if any.
+    /// A claim must meet every quorum of `needed` replicas that may have acknowledged a write
+    /// there, so of the ring's n replicas it must reach n − `needed` + 1. Members that left
+    /// gracefully since do not count: they handed their copies to the ring without them. A ring
+    /// on which the key had fewer than `needed` replicas (a cluster still forming) is passed
+    /// over: no fenced write was acknowledged on it.
+    fn past_quorum_missing(&self, key: &Key, needed: usize) -> Option<usize> {
+        self.past_rings.iter().find_map(|(_, ring)| {
+            let replicas = ring.replicas(key.as_bytes(), self.config.replicas);
+            if replicas.len() < needed {
+                return None;
+            }
+            let stayed: Vec<&Address> =
+                replicas.into_iter().filter(|a| !self.left.contains_key(*a)).collect();
+            let must = (stayed.len() + 1).saturating_sub(needed);
+            let reachable = stayed.into_iter().filter(|a| self.reachable(a)).count();
+            (reachable < must).then_some(reachable)
+        })
+    }
+
     fn pending_for(&self, origin: Origin, state: Flight, now: Instant) -> Pending {
         Pending { origin, deadline: now + self.config.request_timeout, state }
     }
@@ -555,7 +789,13 @@ impl<S: Storage> Store<S> {
             return self.finish(origin, Err(DataError::Unavailable { needed, reachable }));
         }
         let targets = if let Request::FencedWrite { op: FenceOp::Claim(_), .. } = &request {
-            // A claim waits for every reachable replica of the key, past ones too: its answer
+            // A claim needs a quorum of the key's replicas on each ring remembered too, as on
+            // the current one: a write acknowledged on that ring is held by a quorum of it
+            // until anti-entropy has copied it on (docs/data.md, "When the ring changes").
+            if let Some(reachable) = self.past_quorum_missing(&key, needed) {
+                return self.finish(origin, Err(DataError::Unavailable { needed, reachable }));
+            }
+            // It waits for every reachable replica of the key, past ones too: its answer
             // must hold every write acknowledged to an older writer (docs/data.md).
             let all = self.claim_targets(&key, replicas);
             needed = all.len();

@@ -545,6 +545,17 @@ fn data_message_seeds(seeds: &mut Seeds) {
         ("handoff", DataMessage::Handoff { req: 4, entries: vec![(key.clone(), object.clone())] }),
         ("reap", DataMessage::Reap { key: key.clone(), digest: 9 }),
         ("forward", DataMessage::Forward { req: 5, request: DataRequest::Get { key, r: Level::Quorum } }),
+        (
+            "rings",
+            DataMessage::Rings {
+                absent: vec![("convoke://convoke@127.0.0.1:25522".into(), 1500)],
+                past: vec![(
+                    vec!["convoke://convoke@127.0.0.1:25521".into(), "convoke://convoke@127.0.0.1:25522".into()],
+                    30_000,
+                )],
+                left: vec![("convoke://convoke@127.0.0.1:25523".into(), 4000)],
+            },
+        ),
     ];
     for (name, m) in messages {
         let bytes = encode(&m);

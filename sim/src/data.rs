@@ -29,8 +29,9 @@
 //!   context (no fault here destroys a synced disk). Disks change by a crash or by a store's own
 //!   writes; a store only drops a copy once another disk holds it, so a loss between two checks
 //!   is still missing at the next one.
-//! - **D3** at the end, after the load stopped: every key's replicas hold the same versions
-//!   within the anti-entropy bound.
+//! - **D3** at the end, after the load stopped: every key's replicas that run hold the same
+//!   versions within the anti-entropy bound (a replica whose process is gone is an absent
+//!   holder, whose copy waits for its return).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

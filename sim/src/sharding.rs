@@ -194,6 +194,8 @@ pub struct AskRecord {
     pub incarnation: u32,
     /// The shard of the entity asked.
     pub shard: ShardId,
+    /// The entity asked.
+    pub entity: EntityId,
     /// When it was sent.
     pub sent_at: Duration,
     /// When the answer arrived, and whether it was a success.
@@ -384,17 +386,18 @@ impl Shardings {
         Some((slot, format!("e{entity}").into()))
     }
 
-    /// Records a new ask to shard `shard` from `from_slot` (incarnation `incarnation`) at `now`;
+    /// Records a new ask to `entity` of shard `shard` from `from_slot` (incarnation `incarnation`) at `now`;
     /// its number.
     pub(crate) fn new_ask(
         &mut self,
         shard: ShardId,
+        entity: EntityId,
         from_slot: usize,
         incarnation: u32,
         now: Duration,
     ) -> u64 {
         let id = u64::try_from(self.asks.len()).unwrap_or(u64::MAX) + 1;
-        let ask = AskRecord { from_slot, incarnation, shard, sent_at: now, answered: None };
+        let ask = AskRecord { from_slot, incarnation, shard, entity, sent_at: now, answered: None };
         self.asks.insert(id, ask);
         self.stats.asks += 1;
         id

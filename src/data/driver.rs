@@ -245,6 +245,12 @@ impl Driver {
             hinted_handoffs_pending: self.store.hint_count() as u64,
             requests_in_flight: self.store.in_flight() as u64,
             ring_members: self.store.ring().members().len() as u64,
+            absent_holders: self
+                .store
+                .absent()
+                .iter()
+                .map(|(a, t)| (a.to_string(), at.saturating_duration_since(*t).as_secs_f64()))
+                .collect(),
             last_anti_entropy: self
                 .store
                 .anti_entropy_exchanges()

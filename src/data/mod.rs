@@ -87,8 +87,11 @@ pub struct DataStats {
     pub hinted_handoffs_pending: u64,
     /// Requests in flight on this node.
     pub requests_in_flight: u64,
-    /// Members on the ring.
+    /// Members on the ring, absent holders included.
     pub ring_members: u64,
+    /// Members kept on the ring while away (crashed or downed, not left), with the seconds
+    /// since they went: keys they replicate wait for them (`data.absent_timeout`).
+    pub absent_holders: std::collections::BTreeMap<String, f64>,
     /// Per peer, seconds since the last anti-entropy exchange with it.
     pub last_anti_entropy: std::collections::BTreeMap<String, f64>,
 }

@@ -1,10 +1,11 @@
 //! The replicas on disk: the store machine's [`Storage`] over fjall (`docs/data.md`, "Storage
 //! engine").
 //!
-//! Two keyspaces in one database under `data.dir`: `objects`, keyed by the key's ring hash
+//! Three keyspaces in one database under `data.dir`: `objects`, keyed by the key's ring hash
 //! (8 bytes, big-endian) followed by the key, so that a range of the ring is one range of the
-//! keyspace; and `hints`, keyed by the replica's address, a zero byte, then the same. Values are
-//! the postcard encoding of the key's versions. Writes are visible at once and durable after
+//! keyspace; `hints`, keyed by the replica's address, a zero byte, then the same; and `meta`,
+//! whose `ring` holds the addresses on the ring as last seen, one per line. Values of the first
+//! two are the postcard encoding of the key's versions. Writes are visible at once and durable after
 //! [`Storage::sync`], which syncs fjall's journal to disk.
 
 use std::path::Path;
@@ -27,6 +28,9 @@ pub enum DiskError {
         /// Why.
         source: postcard::Error,
     },
+    /// The ring's members as stored do not read as addresses.
+    #[error("the stored ring holds {0:?}, which is not an address")]
+    CorruptRing(String),
 }
 
 /// The replicas and hints of one node, in fjall.
@@ -35,6 +39,7 @@ pub(super) struct FjallStorage {
     db: fjall::Database,
     objects: fjall::Keyspace,
     hints: fjall::Keyspace,
+    meta: fjall::Keyspace,
     /// Keys in `objects`, counted at open and kept up to date by every put and remove.
     count: u64,
     /// Whether [`Storage::sync`] syncs the journal (`data.sync = "always"`), or leaves it to a
@@ -47,6 +52,9 @@ impl std::fmt::Debug for FjallStorage {
         f.debug_struct("FjallStorage").field("sync_each", &self.sync_each).finish_non_exhaustive()
     }
 }
+
+/// The key of the ring's members in `meta`.
+const RING: &str = "ring";
 
 fn object_key(key: &Key) -> Vec<u8> {
     let mut k = hash(key.as_bytes()).to_be_bytes().to_vec();
@@ -88,12 +96,13 @@ impl FjallStorage {
         let db = fjall::Database::builder(dir).open()?;
         let objects = db.keyspace("objects", fjall::KeyspaceCreateOptions::default)?;
         let hints = db.keyspace("hints", fjall::KeyspaceCreateOptions::default)?;
+        let meta = db.keyspace("meta", fjall::KeyspaceCreateOptions::default)?;
         let mut count = 0;
         for guard in objects.iter() {
             guard.key()?;
             count += 1;
         }
-        Ok(Self { dir: dir.to_path_buf(), db, objects, hints, count, sync_each })
+        Ok(Self { dir: dir.to_path_buf(), db, objects, hints, meta, count, sync_each })
     }
 
     /// Syncs the journal to disk, whatever the sync mode (the interval timer's call).
@@ -215,6 +224,19 @@ impl Storage for FjallStorage {
             }
         }
         Ok(out)
+    }
+
+    fn ring(&mut self) -> Result<Vec<Address>, DiskError> {
+        let Some(stored) = self.meta.get(RING)? else { return Ok(Vec::new()) };
+        let text = String::from_utf8_lossy(&stored);
+        text.lines()
+            .map(|line| line.parse().map_err(|_| DiskError::CorruptRing(line.to_owned())))
+            .collect()
+    }
+
+    fn put_ring(&mut self, members: &[Address]) -> Result<(), DiskError> {
+        let text: Vec<String> = members.iter().map(ToString::to_string).collect();
+        Ok(self.meta.insert(RING, text.join("\n"))?)
     }
 
     fn sync(&mut self) -> Result<(), DiskError> {

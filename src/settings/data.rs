@@ -65,6 +65,10 @@ pub struct DataSettings {
     pub arcs_per_round: usize,
     /// Keys per handoff message when ranges move.
     pub handoff_batch: usize,
+    /// How long a member that held data and went away without leaving (crashed, downed) keeps
+    /// its ranges: keys it replicated wait for its return rather than move.
+    #[serde(with = "text::duration")]
+    pub absent_timeout: Duration,
 }
 
 impl Default for DataSettings {
@@ -89,6 +93,7 @@ impl Default for DataSettings {
             anti_entropy_interval: c.anti_entropy_interval,
             arcs_per_round: c.arcs_per_round,
             handoff_batch: c.handoff_batch,
+            absent_timeout: c.absent_timeout,
         }
     }
 }
@@ -144,6 +149,7 @@ impl DataSettings {
             ("data.request_timeout", self.request_timeout),
             ("data.hint_interval", self.hint_interval),
             ("data.anti_entropy_interval", self.anti_entropy_interval),
+            ("data.absent_timeout", self.absent_timeout),
         ];
         for (key, d) in durations {
             if d.is_zero() {
@@ -174,6 +180,7 @@ impl DataSettings {
             anti_entropy_interval: self.anti_entropy_interval,
             arcs_per_round: self.arcs_per_round,
             handoff_batch: self.handoff_batch,
+            absent_timeout: self.absent_timeout,
         }
     }
 }

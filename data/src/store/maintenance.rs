@@ -141,6 +141,9 @@ impl<S: Storage> Store<S> {
                 leave.done.insert(arc);
                 continue;
             }
+            // Absent holders are not waited for: back, they catch up by anti-entropy.
+            let replicas: Vec<Address> =
+                replicas.into_iter().filter(|a| !self.absent.contains_key(a)).collect();
             if replicas.is_empty() || !replicas.iter().all(|a| self.reachable(a)) {
                 continue;
             }
@@ -188,6 +191,7 @@ impl<S: Storage> Store<S> {
     /// this node replicates are compared, each with one of its other replicas in turn, and a
     /// batch of keys it holds but no longer replicates is handed off.
     pub(super) fn maintain(&mut self, now: Instant) {
+        self.expire_absent(now);
         let (mine, _) = self.arcs();
         let mut to_peer: BTreeMap<Address, Vec<SpanDigest>> = BTreeMap::new();
         for _ in 0..self.config.arcs_per_round.min(mine.len()) {
@@ -210,6 +214,11 @@ impl<S: Storage> Store<S> {
         for (peer, spans) in to_peer {
             self.exchanged.insert(peer.clone(), now);
             self.send_to(&peer, Message::Digests { spans });
+            // Repeated while it keeps an absent holder or saw a member leave lately, in case
+            // the first word was lost.
+            if !self.absent.is_empty() || !self.left.is_empty() {
+                self.send_to(&peer, self.rings_message(now, false));
+            }
         }
         self.hand_off(now);
     }

@@ -854,6 +854,187 @@ fn a_claim_after_the_ring_moved_the_key_finds_a_write_held_by_a_replica_it_moved
     assert_eq!(claimed.values.len(), 1);
 }
 
+impl Net {
+    /// Node `i` is gone from the members (crashed, downed and removed) and cut off.
+    fn remove_member(&mut self, i: usize) {
+        let address = self.nodes[i].address.clone();
+        self.members.retain(|m| *m.address() != address);
+        self.cut.insert(i);
+        self.views();
+    }
+
+    /// Node `i` is back, Up, with the disk it had.
+    fn return_member(&mut self, i: usize) {
+        let roles = self.members[0].roles().clone();
+        let up = UpNumber(u32::try_from(i).expect("small") + 1);
+        let m = Member::from_parts(
+            self.nodes[i].clone(),
+            up,
+            MemberStatus::Up,
+            roles,
+            AppVersion::default(),
+        );
+        self.members.push(m);
+        self.cut.remove(&i);
+        self.views();
+    }
+
+    /// Node `i`'s process restarts: a new machine over the storage the old one synced.
+    fn restart(&mut self, i: usize) {
+        let config = self.stores[i].config().clone();
+        let (u, now) = (self.nodes[i].clone(), self.now);
+        let blank =
+            Store::new(config.clone(), u.clone(), MemoryStorage::new(), now).expect("memory");
+        let mut disk = std::mem::replace(&mut self.stores[i], blank).into_storage();
+        disk.crash();
+        self.stores[i] = Store::new(config, u, disk, now).expect("memory");
+    }
+
+    /// What a claim of `key` at `at` with `ballot` read, or why it failed.
+    fn claim(
+        &mut self,
+        at: usize,
+        key: &str,
+        ballot: Ballot,
+    ) -> Result<Option<Vec<u8>>, DataError> {
+        match self.fence(at, key, FenceOp::Claim(ballot))? {
+            Reply::Read(read) => match read.values.as_slice() {
+                [Value::Fenced(f)] => Ok(f.state.clone().map(|w| w.bytes)),
+                [] => Ok(None),
+                other => panic!("a fenced value, not {other:?}"),
+            },
+            other => panic!("claimed, not {other:?}"),
+        }
+    }
+}
+
+/// A key of a four-node net, its three replicas there (the first two to take a write, the
+/// third cut off meanwhile) and the node that is not one; the write "a1" is acknowledged.
+fn written_by_two_of_four(net: &mut Net) -> (&'static str, [usize; 3], usize) {
+    let key = "e";
+    let r = net.replicas(key);
+    let other = (0..4).find(|i| !r.contains(i)).expect("four nodes, three replicas");
+    net.fence(r[0], key, FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    net.cut.insert(r[2]);
+    net.views();
+    net.fence(r[0], key, fenced_write(ballot(1, 1), 1, b"a1")).expect("written");
+    net.cut.clear();
+    net.views();
+    (key, [r[0], r[1], r[2]], other)
+}
+
+#[test]
+fn a_claim_waits_for_holders_that_were_downed_rather_than_start_from_members_that_never_held_the_key()
+ {
+    let mut net = Net::new(4);
+    let (key, [a, b, c], other) = written_by_two_of_four(&mut net);
+    // Both holders of the write crash and are downed and removed. The ring keeps them: the
+    // key's replicas stay a, b and c, and c alone cannot answer for them.
+    net.remove_member(a);
+    net.remove_member(b);
+    assert_eq!(net.stores[c].ring().members().len(), 4);
+    assert_eq!(net.stores[c].absent().len(), 2);
+    let e = net.claim(c, key, ballot(2, 2)).expect_err("two of the three replicas are away");
+    assert!(matches!(e, DataError::Unavailable { needed: 2, reachable: 1 }), "{e:?}");
+    assert!(matches!(net.claim(other, key, ballot(2, 2)), Err(DataError::Unavailable { .. })));
+    // a comes back with its disk: the claim finds the write.
+    net.return_member(a);
+    assert_eq!(net.stores[c].absent().len(), 1);
+    assert_eq!(net.claim(c, key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+    // b stays away past data.absent_timeout: it leaves the ring, its keys move.
+    net.advance(net.stores[c].config().absent_timeout + Duration::from_secs(2));
+    assert!(net.stores[c].absent().is_empty());
+    assert_eq!(net.stores[c].ring().members().len(), 3);
+    assert_eq!(net.claim(c, key, ballot(3, 2)), Ok(Some(b"a1".to_vec())));
+}
+
+#[test]
+fn after_a_restart_of_every_node_a_claim_waits_for_the_holders_the_disk_remembers() {
+    let mut net = Net::new(4);
+    let (key, [a, b, c], other) = written_by_two_of_four(&mut net);
+    // Every process restarts; c and the fourth node are Up again first. Their new machines
+    // know the ring from their disks, and the key's replicas are still a, b and c.
+    let address = |i: usize| node(i).address;
+    net.members.retain(|m| *m.address() == address(c) || *m.address() == address(other));
+    net.cut.extend([a, b]);
+    for i in 0..4 {
+        net.restart(i);
+    }
+    net.views();
+    assert_eq!(net.stores[c].ring().members().len(), 4);
+    let e = net.claim(c, key, ballot(2, 2)).expect_err("a and b are not back");
+    assert!(matches!(e, DataError::Unavailable { needed: 2, reachable: 1 }), "{e:?}");
+    net.return_member(b);
+    assert_eq!(net.claim(c, key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+}
+
+#[test]
+fn a_member_that_joins_after_the_holders_were_removed_learns_of_them_and_waits_too() {
+    let mut net = Net::new(4);
+    let (key, [a, b, _], _) = written_by_two_of_four(&mut net);
+    net.remove_member(a);
+    net.remove_member(b);
+    // Node 4 never saw a nor b: the others tell it which holders they keep and which rings
+    // they remember, so that it claims as they would.
+    let new = net.add_node();
+    net.settle();
+    assert_eq!(net.stores[new].absent().len(), 2);
+    assert_eq!(net.stores[new].ring().members().len(), 5);
+    assert!(matches!(net.claim(new, key, ballot(2, 2)), Err(DataError::Unavailable { .. })));
+    net.return_member(a);
+    assert_eq!(net.claim(new, key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+}
+
+#[test]
+fn a_cluster_that_has_just_formed_member_by_member_can_claim_at_once() {
+    // Rings of one and two members came before the three: the claim needs a quorum of the
+    // key's replicas on each remembered ring on which a fenced write could have been
+    // acknowledged, and on the ring of one member none could.
+    let mut net = Net::new(1);
+    net.add_node();
+    net.add_node();
+    assert_eq!(net.stores[0].past_rings().count(), 2);
+    assert_eq!(net.claim(0, "e", ballot(1, 1)), Ok(None));
+}
+
+#[test]
+fn a_claim_does_not_wait_for_a_member_that_left_gracefully_on_the_ring_before() {
+    let mut net = Net::new(4);
+    // A key node 3 replicated; node 3 hands its keys over and leaves.
+    let key = (0..1000)
+        .map(|i| format!("e{i}"))
+        .find(|k| net.replicas(k).contains(&3))
+        .expect("such a key");
+    let before = net.replicas(&key);
+    let now = net.now;
+    net.stores[3].begin_leave(now);
+    net.settle();
+    net.members[3] = net.members[3].with_status(MemberStatus::Leaving).expect("Up may leave");
+    net.views();
+    net.members.truncate(3);
+    net.cut.insert(3);
+    net.views();
+    // One of the key's two other replicas on the ring before is cut off too. Of that ring's
+    // replicas only those that stayed count: one of the two is enough to meet every quorum
+    // that could have acknowledged a write without node 3.
+    let other = *before.iter().find(|r| **r != 0 && **r != 3).expect("three replicas");
+    net.cut.insert(other);
+    net.views();
+    assert_eq!(net.stores[0].past_rings().count(), 1);
+    assert_eq!(net.claim(0, &key, ballot(1, 1)), Ok(None));
+}
+
+#[test]
+fn a_member_that_leaves_gracefully_leaves_the_ring_at_once() {
+    let mut net = Net::new(4);
+    net.members[3] = net.members[3].with_status(MemberStatus::Leaving).expect("Up may leave");
+    net.views();
+    net.members.truncate(3);
+    net.views();
+    assert!(net.stores[0].absent().is_empty());
+    assert_eq!(net.stores[0].ring().members().len(), 3);
+}
+
 /// A writer of one fenced key, as an entity's incarnations are: claims, then writes its count
 /// plus one, again and again; a refused write ends the incarnation and the next one claims.
 #[derive(Debug)]

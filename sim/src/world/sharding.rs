@@ -393,7 +393,7 @@ impl Sim {
         let Some((slot, entity)) = s.draw_ask(&running) else { return };
         let incarnation = self.procs.slot(slot).incarnations;
         let shard = shard_for_entity(&entity, SHARDS);
-        let id = s.new_ask(shard.clone(), slot, incarnation, now);
+        let id = s.new_ask(shard.clone(), entity.clone(), slot, incarnation, now);
         // The payload is the ask's number, which the entity sends back.
         let payload = id.to_le_bytes().to_vec();
         self.note(|| format!("slot {slot} asks {entity} (shard {shard}), ask {id}"));

@@ -161,7 +161,7 @@ impl Sim {
     }
 
     /// Per key of the store's load, the slots of its replicas as the first running store's ring
-    /// places them.
+    /// places them, those with a running process only.
     pub fn data_replicas(&self) -> std::collections::BTreeMap<u32, Vec<usize>> {
         let Some(d) = self.data.as_ref() else { return Default::default() };
         let Some(store) = (0..self.procs.len()).find_map(|i| {
@@ -178,10 +178,39 @@ impl Sim {
                     .replicas(crate::data::key(k).as_bytes(), n)
                     .into_iter()
                     .filter_map(|a| self.procs.slot_of(a))
+                    // An absent holder's copy waits for its return (docs/data.md).
+                    .filter(|i| self.is_running(*i))
                     .collect();
                 (k, slots)
             })
             .collect()
+    }
+
+    /// Whether fewer than a quorum of the replicas of `entity`'s state have a running process,
+    /// on a ring some running process's store places the key by (its current ring, absent
+    /// holders included, or one it remembers): the state is out of reach until they return or
+    /// `data.absent_timeout` passes. False without entity state.
+    pub fn state_quorum_gone(&self, entity: &convoke_sharding::EntityId) -> bool {
+        if self.shardings.as_ref().and_then(|s| s.states()).is_none() {
+            return false;
+        }
+        let Some(d) = self.data.as_ref() else { return false };
+        let n = d.config().replicas;
+        let key = crate::state::key(crate::sharding::TYPE_NAME, entity);
+        let short = |ring: &convoke_data::ring::Ring| {
+            let replicas = ring.replicas(key.as_bytes(), n);
+            let running = replicas
+                .iter()
+                .filter(|a| self.procs.slot_of(a).is_some_and(|i| self.is_running(i)))
+                .count();
+            running < n / 2 + 1
+        };
+        (0..self.procs.len()).filter(|i| self.is_running(*i)).any(|i| {
+            d.slot(i)
+                .store
+                .as_ref()
+                .is_some_and(|s| std::iter::once(s.ring()).chain(s.past_rings()).any(short))
+        })
     }
 
     /// The cluster singleton layer, when the run has one.
