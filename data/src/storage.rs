@@ -56,12 +56,13 @@ pub trait Storage {
     /// Every (replica, key) a write is held for, as the storage holds them at start.
     fn hints(&mut self) -> Result<Vec<(Address, Key)>, Self::Error>;
 
-    /// The members of the ring as this replica last saw it (none in a new storage): what a
-    /// restarted node waits for before keys move (docs/data.md, "Absent holders").
-    fn ring(&mut self) -> Result<Vec<Address>, Self::Error>;
+    /// The members of the ring as this replica last saw it, then of each ring it still
+    /// remembered, newest first (none in a new storage): what a restarted node waits for
+    /// before keys move (docs/data.md, "Absent holders").
+    fn rings(&mut self) -> Result<Vec<Vec<Address>>, Self::Error>;
 
-    /// Stages `members` as the ring's.
-    fn put_ring(&mut self, members: &[Address]) -> Result<(), Self::Error>;
+    /// Stages `rings` (the current ring's members, then the remembered rings', newest first).
+    fn put_rings(&mut self, rings: &[Vec<Address>]) -> Result<(), Self::Error>;
 
     /// Makes every staged write durable.
     fn sync(&mut self) -> Result<(), Self::Error>;
@@ -74,11 +75,11 @@ pub struct MemoryStorage {
     /// By (hash of the key, key).
     objects: BTreeMap<(u64, Key), Object>,
     hints: BTreeMap<(Address, Key), Object>,
-    ring: Vec<Address>,
+    rings: Vec<Vec<Address>>,
     /// What each entry changed since the last sync held before, for a crash to restore.
     undo: BTreeMap<Slot, Option<Object>>,
-    /// The ring as of the last sync, when it changed since.
-    ring_undo: Option<Vec<Address>>,
+    /// The rings as of the last sync, when they changed since.
+    rings_undo: Option<Vec<Vec<Address>>>,
 }
 
 /// An entry of [`MemoryStorage`].
@@ -104,8 +105,8 @@ impl MemoryStorage {
                 (Slot::Hint(a, k), None) => drop(self.hints.remove(&(a, k))),
             }
         }
-        if let Some(ring) = self.ring_undo.take() {
-            self.ring = ring;
+        if let Some(rings) = self.rings_undo.take() {
+            self.rings = rings;
         }
     }
 
@@ -199,19 +200,19 @@ impl Storage for MemoryStorage {
         Ok(self.hints.keys().cloned().collect())
     }
 
-    fn ring(&mut self) -> Result<Vec<Address>, Infallible> {
-        Ok(self.ring.clone())
+    fn rings(&mut self) -> Result<Vec<Vec<Address>>, Infallible> {
+        Ok(self.rings.clone())
     }
 
-    fn put_ring(&mut self, members: &[Address]) -> Result<(), Infallible> {
-        let before = std::mem::replace(&mut self.ring, members.to_vec());
-        self.ring_undo.get_or_insert(before);
+    fn put_rings(&mut self, rings: &[Vec<Address>]) -> Result<(), Infallible> {
+        let before = std::mem::replace(&mut self.rings, rings.to_vec());
+        self.rings_undo.get_or_insert(before);
         Ok(())
     }
 
     fn sync(&mut self) -> Result<(), Infallible> {
         self.undo.clear();
-        self.ring_undo = None;
+        self.rings_undo = None;
         Ok(())
     }
 }

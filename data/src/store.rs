@@ -193,6 +193,9 @@ pub struct Store<S> {
     /// Members seen leaving gracefully, with when: another node's word that they are absent
     /// is not taken for [`DataConfig::absent_timeout`].
     left: BTreeMap<Address, Instant>,
+    /// What each peer was last told of the absent and departed members (a digest of the two
+    /// lists), with when: told again only when it changed or [`RINGS_REPEAT`] rounds passed.
+    rings_told: BTreeMap<Address, (u64, Instant)>,
 }
 
 /// The most absent holders a node takes from another's word.
@@ -200,6 +203,10 @@ const MAX_ABSENT: usize = 1024;
 
 /// The most past rings kept.
 const PAST_RINGS: usize = 8;
+
+/// Maintenance rounds after which a peer is told the absent and departed members again, though
+/// they did not change, in case the first word was lost.
+const RINGS_REPEAT: u32 = 10;
 
 impl<S: Storage> Store<S> {
     /// The store of node `me`, over `storage`, which may hold objects and hints from an earlier
@@ -218,9 +225,15 @@ impl<S: Storage> Store<S> {
         }
         // Until they are seen Up again, the members of the ring before the restart keep their
         // places on it.
-        let remembered = storage.ring()?;
-        let ring = Ring::new(remembered.iter().cloned(), config.vnodes);
-        let absent = remembered.into_iter().map(|a| (a, now)).collect();
+        // The rings it remembered are remembered again, as if replaced now.
+        let mut remembered = storage.rings()?.into_iter();
+        let current = remembered.next().unwrap_or_default();
+        let ring = Ring::new(current.iter().cloned(), config.vnodes);
+        let absent = current.into_iter().map(|a| (a, now)).collect();
+        let newest: Vec<Vec<Address>> =
+            remembered.filter(|r| !r.is_empty()).take(PAST_RINGS).collect();
+        let past_rings =
+            newest.into_iter().rev().map(|r| (now, Ring::new(r, config.vnodes))).collect();
         let mut timers = Timers::default();
         timers.set(StoreTimer::Hints, now + config.hint_interval);
         timers.set(StoreTimer::Maintenance, now + config.anti_entropy_interval);
@@ -243,10 +256,11 @@ impl<S: Storage> Store<S> {
             ae_next: 0,
             epoch: 0,
             exchanged: BTreeMap::new(),
-            past_rings: VecDeque::new(),
+            past_rings,
             leaving: None,
             absent,
             left: BTreeMap::new(),
+            rings_told: BTreeMap::new(),
         })
     }
 
@@ -327,6 +341,17 @@ impl<S: Storage> Store<S> {
                 self.absent.insert(a.clone(), now);
             }
         }
+        // A holder back Up brings its copies back: the rings kept for it are kept as long
+        // again from now, for anti-entropy to copy on what only it holds.
+        let back: BTreeSet<&Address> = self.absent.keys().filter(|a| holding.contains(a)).collect();
+        if !back.is_empty() {
+            for (at, ring) in &mut self.past_rings {
+                if ring.members().iter().any(|a| back.contains(a)) {
+                    *at = now;
+                }
+            }
+            self.past_rings.make_contiguous().sort_by_key(|(at, _)| *at);
+        }
         let timeout = self.config.absent_timeout;
         self.absent.retain(|a, since| {
             !holding.contains(a) && !left(a) && now.saturating_duration_since(*since) < timeout
@@ -351,12 +376,12 @@ impl<S: Storage> Store<S> {
             .iter()
             .filter(|(a, n)| {
                 let seen = self.nodes.get(*a) == Some(*n);
-                let on_ring = self.ring.members().contains(*a) && !self.absent.contains_key(*a);
-                **a != self.me.address && (!seen || (on_ring && !before.contains(*a)))
+                **a != self.me.address && (!seen || (self.holds(a) && !before.contains(*a)))
             })
             .map(|(_, n)| n.clone())
             .collect();
         self.nodes = nodes;
+        self.rings_told.retain(|a, _| self.nodes.contains_key(a));
         self.unreachable = unreachable.iter().map(|n| n.address.clone()).collect();
         self.leave_ring_changed();
         // A member this node had not seen, or new on the ring, learns at once which holders it
@@ -404,28 +429,23 @@ impl<S: Storage> Store<S> {
         for (h, ago) in left.iter().take(MAX_ABSENT) {
             let ago = std::time::Duration::from_millis(*ago);
             let Ok(a) = h.parse::<Address>() else { continue };
-            let holding = self.ring.members().contains(&a) && !self.absent.contains_key(&a);
-            if ago >= self.config.absent_timeout || a == self.me.address || holding {
+            if ago >= self.config.absent_timeout || a == self.me.address || self.holds(&a) {
                 continue;
             }
             if self.absent.remove(&a).is_some() {
                 gone.insert(a.clone());
             }
-            self.left.entry(a).or_insert(now.checked_sub(ago).unwrap_or(now));
+            if self.left.len() < MAX_ABSENT {
+                self.left.entry(a).or_insert(now.checked_sub(ago).unwrap_or(now));
+            }
         }
-        if !gone.is_empty() {
-            let rest = self.ring.members().iter().filter(|a| !gone.contains(*a)).cloned();
-            let ring = Ring::new(rest, self.config.vnodes);
-            self.set_ring(ring, now);
-            self.leave_ring_changed();
-        }
+        self.rebuild_ring(&gone, &[], now);
         let mut added = Vec::new();
         for (h, away) in absent.iter().take(MAX_ABSENT) {
             let away = std::time::Duration::from_millis(*away);
             let Ok(a) = h.parse::<Address>() else { continue };
-            let known = self.ring.members().contains(&a) && !self.absent.contains_key(&a);
             if a == self.me.address
-                || known
+                || self.holds(&a)
                 || self.left.contains_key(&a)
                 || away >= self.config.absent_timeout
             {
@@ -436,12 +456,8 @@ impl<S: Storage> Store<S> {
                 added.push(a);
             }
         }
-        if !added.is_empty() {
-            let all = self.ring.members().iter().cloned().chain(added);
-            let ring = Ring::new(all, self.config.vnodes);
-            self.set_ring(ring, now);
-            self.leave_ring_changed();
-        }
+        self.rebuild_ring(&BTreeSet::new(), &added, now);
+        let mut learnt = false;
         for (names, ago) in past.into_iter().take(PAST_RINGS) {
             let members: Vec<Address> =
                 names.iter().take(MAX_ABSENT).filter_map(|n| n.parse().ok()).collect();
@@ -454,9 +470,13 @@ impl<S: Storage> Store<S> {
             let at = now.checked_sub(std::time::Duration::from_millis(ago)).unwrap_or(now);
             let i = self.past_rings.partition_point(|(t, _)| *t <= at);
             self.past_rings.insert(i, (at, ring));
+            learnt = true;
         }
         // Those older than a ring is remembered here go at once.
         self.forget_past_rings(now);
+        if learnt {
+            self.keep_rings();
+        }
     }
 
     /// Makes `ring` the current one, when it differs, remembering the one it replaces.
@@ -464,14 +484,25 @@ impl<S: Storage> Store<S> {
         if ring.members() == self.ring.members() {
             return;
         }
-        // Kept so that a restart finds the holders it must wait for. Staged: it reaches the
-        // disk with the next sync, before anything this ring places is acknowledged.
-        if self.storage.put_ring(ring.members()).is_ok() {
-            self.staged = true;
-        }
         let old = std::mem::replace(&mut self.ring, ring);
         if !old.members().is_empty() {
+            // The same ring remembered twice is remembered once, from the later time.
+            self.past_rings.retain(|(_, r)| r.members() != old.members());
             self.past_rings.push_back((now, old));
+        }
+        self.keep_rings();
+    }
+
+    /// Stages the current ring and the remembered ones, so that a restart finds the holders it
+    /// must wait for and the rings a claim must still ask. Staged: they reach the disk with
+    /// the next sync, before anything the current ring places is acknowledged.
+    fn keep_rings(&mut self) {
+        let rings: Vec<Vec<Address>> = std::iter::once(&self.ring)
+            .chain(self.past_rings.iter().rev().map(|(_, r)| r))
+            .map(|r| r.members().to_vec())
+            .collect();
+        if self.storage.put_rings(&rings).is_ok() {
+            self.staged = true;
         }
     }
 
@@ -486,8 +517,12 @@ impl<S: Storage> Store<S> {
                 && !ring.members().iter().any(|a| absent.contains_key(a))
         };
         self.past_rings.retain(|r| !old(r));
+        // Over the cap, the oldest ring without an absent holder goes first.
         while self.past_rings.len() > PAST_RINGS {
-            self.past_rings.pop_front();
+            let kept_for_absent =
+                |(_, ring): &(Instant, Ring)| ring.members().iter().any(|a| absent.contains_key(a));
+            let i = self.past_rings.iter().position(|r| !kept_for_absent(r)).unwrap_or(0);
+            self.past_rings.remove(i);
         }
     }
 
@@ -506,10 +541,24 @@ impl<S: Storage> Store<S> {
             return;
         }
         self.absent.retain(|a, _| !expired.contains(a));
-        let rest = self.ring.members().iter().filter(|a| !expired.contains(*a)).cloned();
-        let ring = Ring::new(rest, self.config.vnodes);
-        self.set_ring(ring, now);
+        self.rebuild_ring(&expired, &[], now);
         self.forget_past_rings(now);
+    }
+
+    /// Whether `a` holds data on the current ring: it is on it and not absent.
+    fn holds(&self, a: &Address) -> bool {
+        self.ring.members().contains(a) && !self.absent.contains_key(a)
+    }
+
+    /// Makes the ring its members without `gone` and with `added`, and re-plans a leave in
+    /// progress; nothing when both are empty.
+    fn rebuild_ring(&mut self, gone: &BTreeSet<Address>, added: &[Address], now: Instant) {
+        if gone.is_empty() && added.is_empty() {
+            return;
+        }
+        let members = self.ring.members().iter().filter(|a| !gone.contains(*a)).chain(added);
+        let ring = Ring::new(members.cloned(), self.config.vnodes);
+        self.set_ring(ring, now);
         self.leave_ring_changed();
     }
 

@@ -100,6 +100,8 @@ pub struct SlotData {
     pub(crate) requests: BTreeMap<RequestId, usize>,
     /// The context of this incarnation's last read of each key.
     pub(crate) read_contexts: BTreeMap<u32, VersionVector>,
+    /// This incarnation was told to leave: its store hands its keys over first.
+    pub(crate) leaving: bool,
 }
 
 /// What a client asked.

@@ -157,6 +157,7 @@ enum Event {
     SingletonTimer { slot: usize, generation: u64 },
     InstanceStopped { slot: usize, incarnation: u32, since: Duration },
     LingerEnd { slot: usize, incarnation: u32 },
+    LeaveTimeout { slot: usize, incarnation: u32 },
     DeliverSharding(ShardingInFlight),
     ShardingTimer { slot: usize, generation: u64 },
     ShardingAsk,
@@ -353,6 +354,9 @@ impl Sim {
                 self.instance_stopped(slot, incarnation, since)
             }
             Event::LingerEnd { slot, incarnation } => self.linger_end(slot, incarnation),
+            Event::LeaveTimeout { slot, incarnation } => {
+                self.data_leave_timeout(slot, incarnation);
+            }
             Event::DeliverSharding(m) => self.arrive_sharding(m),
             Event::ShardingTimer { slot, generation } => self.fire_sharding_timer(slot, generation),
             Event::ShardingAsk => self.sharding_ask(),

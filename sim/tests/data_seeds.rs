@@ -74,14 +74,29 @@ fn entity_states_under_faults_never_fork_nor_lose_a_write_where_the_replicas_sta
 /// process that joined after two members were removed never knew them, and its claim missed
 /// the write they held. Members that went away without leaving now keep their places on the
 /// ring (absent holders, docs/data.md), restarted nodes read the ring from their disks, and
-/// nodes tell newcomers of both: each claim waits until those holders are back.
+/// nodes tell newcomers of both: each claim waits until those holders are back. Seed 60300221
+/// at seven nodes: a process left while its store was still handing its keys over, and a claim
+/// on the ring without it missed a write only it and an absent holder had; the simulated leave
+/// now waits for the handoff, as the runtime's does.
 #[test]
 fn a_claim_waits_for_the_replicas_that_took_a_write_in_after_they_went_down_or_were_forgotten() {
-    for (seed, nodes) in [(109, 4), (60_300_032, 5)] {
+    for (seed, nodes) in [(109, 4), (60_300_032, 5), (60_300_221, 7)] {
         let r = run(seed, nodes, true);
         assert_passed(&r, "--entity-state");
         assert!(r.sharding.state_claims > 100, "{:?}", r.sharding);
     }
+}
+
+/// S20 at 24 nodes, seed 62000031: a write of entity e270 was held by two of its three
+/// replicas, one of which then went away; members joined and the key's replicas moved, and the
+/// process that coordinated the next claim restarted before anything was copied on. It had kept
+/// only its current ring on disk, so its claim asked the new replicas alone and read nothing.
+/// The rings a node remembers are now kept on its disk too.
+#[test]
+fn a_restarted_coordinator_still_asks_the_replicas_of_the_rings_it_remembered() {
+    let r = run(62_000_031, 24, true);
+    assert_passed(&r, "--entity-state");
+    assert!(r.sharding.state_claims > 100, "{:?}", r.sharding);
 }
 
 /// L9 at three nodes with remembered entities: a claim of entity e190's state at 521 s reached

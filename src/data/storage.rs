@@ -4,7 +4,8 @@
 //! Three keyspaces in one database under `data.dir`: `objects`, keyed by the key's ring hash
 //! (8 bytes, big-endian) followed by the key, so that a range of the ring is one range of the
 //! keyspace; `hints`, keyed by the replica's address, a zero byte, then the same; and `meta`,
-//! whose `ring` holds the addresses on the ring as last seen, one per line. Values of the first
+//! whose `ring` holds the addresses on the ring as last seen, one per line, then those of each
+//! ring still remembered, newest first, each after an empty line. Values of the first
 //! two are the postcard encoding of the key's versions. Writes are visible at once and durable after
 //! [`Storage::sync`], which syncs fjall's journal to disk.
 
@@ -53,7 +54,7 @@ impl std::fmt::Debug for FjallStorage {
     }
 }
 
-/// The key of the ring's members in `meta`.
+/// The key of the rings' members in `meta`.
 const RING: &str = "ring";
 
 fn object_key(key: &Key) -> Vec<u8> {
@@ -226,17 +227,24 @@ impl Storage for FjallStorage {
         Ok(out)
     }
 
-    fn ring(&mut self) -> Result<Vec<Address>, DiskError> {
+    fn rings(&mut self) -> Result<Vec<Vec<Address>>, DiskError> {
         let Some(stored) = self.meta.get(RING)? else { return Ok(Vec::new()) };
         let text = String::from_utf8_lossy(&stored);
-        text.lines()
-            .map(|line| line.parse().map_err(|_| DiskError::CorruptRing(line.to_owned())))
+        text.split("\n\n")
+            .map(|ring| {
+                ring.lines()
+                    .map(|line| line.parse().map_err(|_| DiskError::CorruptRing(line.to_owned())))
+                    .collect()
+            })
             .collect()
     }
 
-    fn put_ring(&mut self, members: &[Address]) -> Result<(), DiskError> {
-        let text: Vec<String> = members.iter().map(ToString::to_string).collect();
-        Ok(self.meta.insert(RING, text.join("\n"))?)
+    fn put_rings(&mut self, rings: &[Vec<Address>]) -> Result<(), DiskError> {
+        let text: Vec<String> = rings
+            .iter()
+            .map(|ring| ring.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))
+            .collect();
+        Ok(self.meta.insert(RING, text.join("\n\n"))?)
     }
 
     fn sync(&mut self) -> Result<(), DiskError> {
@@ -278,5 +286,31 @@ mod tests {
         assert_eq!(s.get(&k).unwrap(), Some(object("v")));
         let all = s.scan(Span::ALL, None, usize::MAX).unwrap();
         assert_eq!(all.len(), 1000);
+    }
+
+    #[test]
+    fn the_rings_are_read_back_in_order_and_a_bad_address_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let address = |port| Address::new("convoke", "127.0.0.1", port).unwrap();
+        let rings = vec![
+            vec![address(1), address(2), address(3)],
+            vec![address(1), address(2)],
+            vec![address(4)],
+        ];
+        let mut s = FjallStorage::open(dir.path(), true).unwrap();
+        assert!(s.rings().unwrap().is_empty());
+        s.put_rings(&rings).unwrap();
+        s.sync().unwrap();
+        drop(s);
+        let mut s = FjallStorage::open(dir.path(), true).unwrap();
+        assert_eq!(s.rings().unwrap(), rings);
+        // A ring stored before the remembered rings were kept reads as the current one.
+        s.meta
+            .insert(RING, "convoke://convoke@127.0.0.1:1\nconvoke://convoke@127.0.0.1:2")
+            .unwrap();
+        assert_eq!(s.rings().unwrap(), vec![vec![address(1), address(2)]]);
+        s.meta.insert(RING, "convoke://convoke@127.0.0.1:1\n\nnot an address").unwrap();
+        let e = s.rings().unwrap_err();
+        assert!(e.to_string().contains("not an address"), "{e}");
     }
 }

@@ -2,11 +2,12 @@
 //! and handoff of the keys it holds but no longer replicates (`docs/data.md`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
 use convoke_membership::Address;
 
-use super::{Flight, Origin, RequestId, Store};
+use super::{Flight, Origin, RINGS_REPEAT, RequestId, Store};
 use crate::message::{Message, SpanDigest};
 use crate::object::{Key, Object};
 use crate::ring::{Arc, Ring, Span, hash};
@@ -214,13 +215,29 @@ impl<S: Storage> Store<S> {
         for (peer, spans) in to_peer {
             self.exchanged.insert(peer.clone(), now);
             self.send_to(&peer, Message::Digests { spans });
-            // Repeated while it keeps an absent holder or saw a member leave lately, in case
-            // the first word was lost.
-            if !self.absent.is_empty() || !self.left.is_empty() {
-                self.send_to(&peer, self.rings_message(now, false));
-            }
+            self.tell_rings(&peer, now);
         }
         self.hand_off(now);
+    }
+
+    /// Tells `peer` the absent and departed members, while there are any, when it was not told
+    /// them yet, or not for [`RINGS_REPEAT`] rounds in case the word was lost.
+    fn tell_rings(&mut self, peer: &Address, now: Instant) {
+        if self.absent.is_empty() && self.left.is_empty() {
+            return;
+        }
+        let mut hasher = std::hash::DefaultHasher::new();
+        (self.absent.keys().collect::<Vec<_>>(), self.left.keys().collect::<Vec<_>>())
+            .hash(&mut hasher);
+        let said = hasher.finish();
+        let again = self.config.anti_entropy_interval * RINGS_REPEAT;
+        let told = self.rings_told.get(peer).is_some_and(|(digest, at)| {
+            *digest == said && now.saturating_duration_since(*at) < again
+        });
+        if !told {
+            self.rings_told.insert(peer.clone(), (said, now));
+            self.send_to(peer, self.rings_message(now, false));
+        }
     }
 
     /// Digest and count of the keys held in `span`; `None` when the storage fails.

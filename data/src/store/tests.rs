@@ -1025,6 +1025,87 @@ fn a_claim_does_not_wait_for_a_member_that_left_gracefully_on_the_ring_before() 
 }
 
 #[test]
+fn a_restarted_node_still_asks_the_replicas_of_the_rings_it_remembered() {
+    // As above: a write held by `gone` and kept[0], then node 4 joins and moves the key away
+    // from `gone`.
+    let mut net = Net::new(4);
+    let (key, old, new) = (0..1000)
+        .map(|i| format!("e{i}"))
+        .find_map(|key| {
+            let old = replicas_among(&net, &[0, 1, 2, 3], &key);
+            let new = replicas_among(&net, &[0, 1, 2, 3, 4], &key);
+            (new.contains(&4) && old.iter().filter(|r| new.contains(r)).count() == 2)
+                .then_some((key, old, new))
+        })
+        .expect("such a key");
+    let gone = *old.iter().find(|r| !new.contains(r)).expect("moved away");
+    let kept: Vec<usize> = old.iter().copied().filter(|r| *r != gone).collect();
+    net.fence(gone, &key, FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    net.cut.insert(kept[1]);
+    net.views();
+    net.fence(gone, &key, fenced_write(ballot(1, 1), 1, b"a1")).expect("written");
+    net.cut.clear();
+    net.views();
+    net.add_node();
+    net.cut.insert(kept[0]);
+    net.views();
+    // kept[1]'s process restarts before anti-entropy copied the key on. Its disk remembers the
+    // ring before node 4 as well as the current one: the claim still asks `gone`, where a
+    // quorum of the current replicas (kept[1] and node 4) would have read nothing.
+    let at = kept[1];
+    net.settle();
+    net.restart(at);
+    net.views();
+    assert_eq!(net.stores[at].past_rings().count(), 1);
+    assert_eq!(net.claim(at, &key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+}
+
+#[test]
+fn a_ring_kept_for_an_absent_holder_is_kept_a_while_after_it_is_back() {
+    let mut net = Net::new(4);
+    let (_, [a, _, c], _) = written_by_two_of_four(&mut net);
+    net.remove_member(a);
+    // Node 4 joins while a is away: the ring before it is kept for as long as a is absent.
+    net.add_node();
+    // Longer than a replaced ring is remembered (96 s with the defaults), shorter than
+    // data.absent_timeout.
+    let memory = Duration::from_secs(100);
+    net.advance(memory);
+    net.views();
+    assert_eq!(net.stores[c].past_rings().count(), 1);
+    // a is back: what only it holds is not copied on yet, so the ring stays remembered for
+    // another while from now, and is forgotten after that.
+    net.return_member(a);
+    assert_eq!(net.stores[c].past_rings().count(), 1);
+    net.advance(memory / 2);
+    net.views();
+    assert_eq!(net.stores[c].past_rings().count(), 1);
+    net.advance(memory);
+    net.views();
+    assert_eq!(net.stores[c].past_rings().count(), 0);
+}
+
+#[test]
+fn absent_holders_are_told_to_a_peer_once_and_again_only_when_they_change() {
+    let mut net = Net::new(5);
+    net.remove_member(4);
+    net.sent.clear();
+    // Rounds of anti-entropy: each peer is told once, then every RINGS_REPEAT rounds.
+    let interval = net.stores[0].config().anti_entropy_interval;
+    for _ in 0..super::RINGS_REPEAT {
+        net.advance(interval);
+    }
+    let told = net.sent.get("Rings").copied().unwrap_or(0);
+    assert!(told > 0, "the peers are told");
+    assert!(told <= 2 * 4 * 3, "each of 4 nodes tells each of its 3 peers once or twice: {told}");
+    // A change is told at once.
+    net.sent.clear();
+    net.remove_member(3);
+    net.advance(interval);
+    assert!(net.sent.get("Rings").copied().unwrap_or(0) > 0);
+}
+
+#[test]
 fn a_member_that_leaves_gracefully_leaves_the_ring_at_once() {
     let mut net = Net::new(4);
     net.members[3] = net.members[3].with_status(MemberStatus::Leaving).expect("Up may leave");

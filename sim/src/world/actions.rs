@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use convoke_membership::{Address, Cluster, UniqueAddress};
 
+use super::data::LEAVE_TIMEOUT;
 use super::{Event, Sim, into_queue};
 use crate::control::{Action, Control};
 use crate::invariants::Cause;
@@ -44,11 +45,14 @@ impl Sim {
             }
             Action::SetNet(net) => self.delivery.set_net(net),
             Action::Leave(slot) => {
-                let address = self.slot(slot).address.clone();
-                // The runtime hands the store's keys over before it leaves (bounded by the
-                // leave timeout); here the two start together.
-                self.data_begin_leave(slot);
-                self.command(slot, "leave", |c, now| c.leave(now, &address));
+                // As the runtime, the store hands its keys over before the node leaves, for at
+                // most the leave timeout.
+                if self.data_begin_leave(slot) {
+                    let incarnation = self.procs.slot(slot).incarnations;
+                    self.push(now + LEAVE_TIMEOUT, Event::LeaveTimeout { slot, incarnation });
+                } else {
+                    self.leave_now(slot);
+                }
             }
             Action::Down { from, target } => {
                 let address = self.slot(target).address.clone();
@@ -60,6 +64,12 @@ impl Sim {
                 self.delivery.stray(now, slot, core, system, into_queue(&mut self.queue, now));
             }
         }
+    }
+
+    /// The process in `slot` leaves the cluster.
+    pub(super) fn leave_now(&mut self, slot: usize) {
+        let address = self.slot(slot).address.clone();
+        self.command(slot, "leave", |c, now| c.leave(now, &address));
     }
 
     /// Starts a new incarnation in `slot` with a fresh uid, if no process runs there. Returns

@@ -15,6 +15,10 @@ use crate::data::{DataLayer, OP_INTERVAL, Outcome};
 use crate::delivery::DataInFlight;
 use crate::invariants::Violation;
 
+/// How long a leaving process waits for its store to hand its keys over, as
+/// `cluster.leave_timeout` (default) bounds it in the runtime.
+pub(super) const LEAVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 impl Sim {
     /// Feeds one input to the store of `slot`, if one runs there, and carries out the outputs.
     fn data_input(
@@ -33,14 +37,51 @@ impl Sim {
     }
 
     /// The process in `slot` is about to leave: its store hands every key to the ring without
-    /// it, as `Node::shutdown` has it do.
-    pub(super) fn data_begin_leave(&mut self, slot: usize) {
+    /// it, as `Node::shutdown` has it do. Returns whether a store runs there: if so the leave
+    /// itself waits for [`Sim::data_leave_ready`] or [`LEAVE_TIMEOUT`].
+    pub(super) fn data_begin_leave(&mut self, slot: usize) -> bool {
+        let Some(d) = self.data.as_mut() else { return false };
+        let s = d.slot_mut(slot);
+        if s.store.is_none() {
+            return false;
+        }
+        if std::mem::replace(&mut s.leaving, true) {
+            return true;
+        }
         self.data_input(slot, "begin leave", Store::begin_leave);
+        true
+    }
+
+    /// Whether the store in `slot` was told to leave and has handed every key over; the leave
+    /// pending on it is taken.
+    fn data_leave_ready(&mut self, slot: usize) -> bool {
+        let Some(d) = self.data.as_mut() else { return false };
+        let s = d.slot_mut(slot);
+        let ready = s.leaving && s.store.as_ref().and_then(Store::leave_remaining) == Some(0);
+        if ready {
+            s.leaving = false;
+        }
+        ready
+    }
+
+    /// `cluster.leave_timeout` passed since incarnation `incarnation` of `slot` began to hand
+    /// its keys over: it leaves now if it has not already.
+    pub(super) fn data_leave_timeout(&mut self, slot: usize, incarnation: u32) {
+        if self.procs.slot(slot).incarnations != incarnation {
+            return;
+        }
+        let Some(d) = self.data.as_mut() else { return };
+        if std::mem::take(&mut d.slot_mut(slot).leaving) {
+            self.leave_now(slot);
+        }
     }
 
     /// After an input: outputs out, the sync scheduled when writes are staged, the timer armed.
     pub(super) fn data_after_input(&mut self, slot: usize) {
         self.data_drain(slot);
+        if self.data_leave_ready(slot) {
+            self.leave_now(slot);
+        }
         let Some(d) = self.data.as_mut() else { return };
         let needs_sync = d.slot(slot).store.as_ref().is_some_and(Store::needs_sync);
         if needs_sync {
@@ -141,6 +182,7 @@ impl Sim {
                 s.store = Some(store);
                 s.node = Some(node.clone());
                 s.read_contexts.clear();
+                s.leaving = false;
             }
             Err(e) => match e {},
         }
@@ -154,6 +196,7 @@ impl Sim {
         let Some(d) = self.data.as_mut() else { return };
         d.requests_ended(slot, now);
         let s = d.slot_mut(slot);
+        s.leaving = false;
         if let Some(store) = s.store.take() {
             let unsynced = store.needs_sync();
             let mut disk = store.into_storage();
