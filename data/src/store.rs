@@ -193,6 +193,9 @@ pub struct Store<S> {
     /// Members seen leaving gracefully, with when: another node's word that they are absent
     /// is not taken for [`DataConfig::absent_timeout`].
     left: BTreeMap<Address, Instant>,
+    /// Members that said they handed every key over ahead of leaving, with when: only those
+    /// count as leaving gracefully (see `maintenance::announce_handed_over`).
+    handed: BTreeMap<Address, Instant>,
     /// What each peer was last told of the absent and departed members (a digest of the two
     /// lists), with when: told again only when it changed or [`RINGS_REPEAT`] rounds passed.
     rings_told: BTreeMap<Address, (u64, Instant)>,
@@ -260,6 +263,7 @@ impl<S: Storage> Store<S> {
             leaving: None,
             absent,
             left: BTreeMap::new(),
+            handed: BTreeMap::new(),
             rings_told: BTreeMap::new(),
         })
     }
@@ -328,11 +332,15 @@ impl<S: Storage> Store<S> {
     ) {
         let up = Ring::of_members(members, self.config.role.as_deref(), self.config.vnodes);
         let holding: BTreeSet<&Address> = up.members().iter().collect();
+        // Leaving gracefully: Leaving or Exiting, after it said it had handed its keys over.
+        // One that did not say so goes as an absent holder.
+        let handed = &self.handed;
         let left = |a: &Address| {
-            members.iter().any(|m| {
-                m.address() == a
-                    && matches!(m.status(), MemberStatus::Leaving | MemberStatus::Exiting)
-            })
+            handed.contains_key(a)
+                && members.iter().any(|m| {
+                    m.address() == a
+                        && matches!(m.status(), MemberStatus::Leaving | MemberStatus::Exiting)
+                })
         };
         for a in self.ring.members() {
             if left(a) {
@@ -341,9 +349,16 @@ impl<S: Storage> Store<S> {
                 self.absent.insert(a.clone(), now);
             }
         }
-        // A holder back Up brings its copies back: the rings kept for it are kept as long
-        // again from now, for anti-entropy to copy on what only it holds.
-        let back: BTreeSet<&Address> = self.absent.keys().filter(|a| holding.contains(a)).collect();
+        // A holder back Up, or reachable again, brings its copies back: the rings kept for it
+        // are kept as long again from now, for anti-entropy to copy on what only it holds.
+        let unreachable_now: BTreeSet<Address> =
+            unreachable.iter().map(|n| n.address.clone()).collect();
+        let back: BTreeSet<&Address> = self
+            .absent
+            .keys()
+            .filter(|a| holding.contains(a))
+            .chain(self.unreachable.iter().filter(|a| !unreachable_now.contains(*a)))
+            .collect();
         if !back.is_empty() {
             for (at, ring) in &mut self.past_rings {
                 if ring.members().iter().any(|a| back.contains(a)) {
@@ -359,6 +374,7 @@ impl<S: Storage> Store<S> {
         self.left.retain(|a, since| {
             !holding.contains(a) && now.saturating_duration_since(*since) < timeout
         });
+        self.handed.retain(|_, since| now.saturating_duration_since(*since) < timeout);
         let ring = if self.absent.is_empty() {
             up
         } else {
@@ -382,11 +398,15 @@ impl<S: Storage> Store<S> {
             .collect();
         self.nodes = nodes;
         self.rings_told.retain(|a, _| self.nodes.contains_key(a));
-        self.unreachable = unreachable.iter().map(|n| n.address.clone()).collect();
+        self.unreachable = unreachable_now;
         self.leave_ring_changed();
         // A member this node had not seen, or new on the ring, learns at once which holders it
         // keeps and which rings it remembers.
-        if !self.absent.is_empty() || !self.past_rings.is_empty() || !self.left.is_empty() {
+        if !self.absent.is_empty()
+            || !self.past_rings.is_empty()
+            || !self.left.is_empty()
+            || self.handed_over()
+        {
             for n in newcomers {
                 self.send(n, self.rings_message(now, true));
             }
@@ -405,7 +425,11 @@ impl<S: Storage> Store<S> {
         } else {
             Vec::new()
         };
-        let left = self.left.iter().map(|(a, since)| (a.to_string(), ago(since))).collect();
+        let mut left: Vec<(String, u64)> =
+            self.left.iter().map(|(a, since)| (a.to_string(), ago(since))).collect();
+        if self.handed_over() {
+            left.push((self.me.address.to_string(), 0));
+        }
         Message::Rings { absent, past, left }
     }
 
@@ -429,6 +453,10 @@ impl<S: Storage> Store<S> {
         for (h, ago) in left.iter().take(MAX_ABSENT) {
             let ago = std::time::Duration::from_millis(*ago);
             let Ok(a) = h.parse::<Address>() else { continue };
+            // The sender's own word that it handed every key over.
+            if a == *from && self.handed.len() < MAX_ABSENT {
+                self.handed.insert(a.clone(), now);
+            }
             if ago >= self.config.absent_timeout || a == self.me.address || self.holds(&a) {
                 continue;
             }
@@ -507,21 +535,18 @@ impl<S: Storage> Store<S> {
     }
 
     /// Forgets the rings replaced longer than [`Store::ring_memory`] ago, except those with an
-    /// absent holder: anti-entropy cannot have copied what only it holds. At most
-    /// [`PAST_RINGS`] are kept.
+    /// absent or unreachable member: anti-entropy cannot have copied what only it holds. At
+    /// most [`PAST_RINGS`] are kept.
     fn forget_past_rings(&mut self, now: Instant) {
         let memory = self.ring_memory();
-        let absent = &self.absent;
-        let old = |(at, ring): &(Instant, Ring)| {
-            now.saturating_duration_since(*at) > memory
-                && !ring.members().iter().any(|a| absent.contains_key(a))
+        let (absent, unreachable) = (&self.absent, &self.unreachable);
+        let waits = |(_, ring): &(Instant, Ring)| {
+            ring.members().iter().any(|a| absent.contains_key(a) || unreachable.contains(a))
         };
-        self.past_rings.retain(|r| !old(r));
-        // Over the cap, the oldest ring without an absent holder goes first.
+        self.past_rings.retain(|r| now.saturating_duration_since(r.0) <= memory || waits(r));
+        // Over the cap, the oldest ring that waits for nobody goes first.
         while self.past_rings.len() > PAST_RINGS {
-            let kept_for_absent =
-                |(_, ring): &(Instant, Ring)| ring.members().iter().any(|a| absent.contains_key(a));
-            let i = self.past_rings.iter().position(|r| !kept_for_absent(r)).unwrap_or(0);
+            let i = self.past_rings.iter().position(|r| !waits(r)).unwrap_or(0);
             self.past_rings.remove(i);
         }
     }
@@ -543,6 +568,11 @@ impl<S: Storage> Store<S> {
         self.absent.retain(|a, _| !expired.contains(a));
         self.rebuild_ring(&expired, &[], now);
         self.forget_past_rings(now);
+    }
+
+    /// Whether this node is leaving and has handed every key over.
+    pub(super) fn handed_over(&self) -> bool {
+        self.leave_remaining() == Some(0)
     }
 
     /// Whether `a` holds data on the current ring: it is on it and not absent.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use convoke_sim::commands::chaos::{ChaosOptions, SeedReport, run_seed};
+use convoke_sim::commands::chaos::{ChaosDowning, ChaosOptions, SeedReport, run_seed};
 
 /// Seed `seed` at `nodes` nodes with the store, and with entities that keep a state in it when
 /// `entity_state`.
@@ -97,6 +97,26 @@ fn a_restarted_coordinator_still_asks_the_replicas_of_the_rings_it_remembered() 
     let r = run(62_000_031, 24, true);
     assert_passed(&r, "--entity-state");
     assert!(r.sharding.state_claims > 100, "{:?}", r.sharding);
+}
+
+/// S20 with the oracle's downing. Seed 62100257 at seven nodes: a write taken while the cluster
+/// was forming was held by replicas the key moved away from when more members came Up; one of
+/// them was unreachable, so nothing was copied on, and the ring was forgotten by time all the
+/// same. A ring with an unreachable member is now kept, as one with an absent holder is. Seed
+/// 62100229 at five nodes: a process left after its handoff had timed out, and the others no
+/// longer counted it although a write was on it and on a replica that had crashed. A member
+/// now counts as gone gracefully only after it said its handoff was done.
+#[test]
+fn a_claim_waits_for_holders_that_were_unreachable_or_left_before_their_handoff_was_done() {
+    for (seed, nodes) in [(62_100_257, 7), (62_100_229, 5)] {
+        let mut o = ChaosOptions::new(seed, nodes, Duration::from_secs(600));
+        o.data = true;
+        o.entity_state = true;
+        o.downing = ChaosDowning::Oracle;
+        let r = run_seed(&o);
+        assert_passed(&r, "--downing oracle");
+        assert!(r.sharding.state_claims > 100, "{:?}", r.sharding);
+    }
 }
 
 /// L9 at three nodes with remembered entities: a claim of entity e190's state at 521 s reached

@@ -45,6 +45,8 @@ pub(super) struct Leave {
     done: BTreeSet<Arc>,
     /// Arcs whose batches are in flight, with how many have not been acknowledged by all.
     in_flight: BTreeMap<Arc, usize>,
+    /// Whether the other members were told that every arc was acknowledged.
+    announced: bool,
 }
 
 impl<S: Storage> Store<S> {
@@ -61,9 +63,30 @@ impl<S: Storage> Store<S> {
                 ring: self.ring_without_me(),
                 done: BTreeSet::new(),
                 in_flight: BTreeMap::new(),
+                announced: false,
             });
         }
         self.hand_off(now);
+        self.announce_handed_over(now);
+    }
+
+    /// Once every arc is acknowledged, tells every other member so, once: they count this
+    /// node as gone gracefully when it leaves, and a claim no longer waits for it. A node
+    /// that leaves before (its handoff timed out) stays an absent holder for them
+    /// (docs/data.md, "Absent holders").
+    fn announce_handed_over(&mut self, now: Instant) {
+        if !self.handed_over() || self.leaving.as_ref().is_none_or(|l| l.announced) {
+            return;
+        }
+        if let Some(leave) = &mut self.leaving {
+            leave.announced = true;
+        }
+        let message = self.rings_message(now, false);
+        let others: Vec<_> =
+            self.nodes.values().filter(|n| n.address != self.me.address).cloned().collect();
+        for n in others {
+            self.send(n, message.clone());
+        }
     }
 
     /// After [`Store::begin_leave`]: how many arcs of the ring without this node still wait for
@@ -85,7 +108,8 @@ impl<S: Storage> Store<S> {
         if let Some(leave) = &mut self.leaving
             && leave.ring.members() != ring.members()
         {
-            *leave = Leave { ring, done: BTreeSet::new(), in_flight: BTreeMap::new() };
+            *leave =
+                Leave { ring, done: BTreeSet::new(), in_flight: BTreeMap::new(), announced: false };
         }
     }
 
@@ -101,6 +125,7 @@ impl<S: Storage> Store<S> {
             }
         }
         self.hand_off(now);
+        self.announce_handed_over(now);
     }
 
     /// A batch of `arc` handed over for the leave was refused or timed out: the whole arc goes
@@ -223,7 +248,7 @@ impl<S: Storage> Store<S> {
     /// Tells `peer` the absent and departed members, while there are any, when it was not told
     /// them yet, or not for [`RINGS_REPEAT`] rounds in case the word was lost.
     fn tell_rings(&mut self, peer: &Address, now: Instant) {
-        if self.absent.is_empty() && self.left.is_empty() {
+        if self.absent.is_empty() && self.left.is_empty() && !self.handed_over() {
             return;
         }
         let mut hasher = std::hash::DefaultHasher::new();

@@ -807,9 +807,11 @@ fn replicas_among(net: &Net, members: &[usize], key: &str) -> Vec<usize> {
         .collect()
 }
 
-#[test]
-fn a_claim_after_the_ring_moved_the_key_finds_a_write_held_by_a_replica_it_moved_away_from() {
-    // A key whose replicas on nodes 0..4 include one that node 4's joining moves it away from.
+/// A four-node net where node 4 then joins, and a key whose replicas on nodes 0..4 include
+/// one, `gone`, that the join moves it away from; before the join a write "a1" was
+/// acknowledged by `gone` and `kept[0]` only (`kept[1]` cut off meanwhile). After the join
+/// `kept[0]`, the other holder, is cut off. Returns (net, key, gone, kept).
+fn written_then_moved() -> (Net, String, usize, Vec<usize>) {
     let mut net = Net::new(4);
     let (key, old, new) = (0..1000)
         .map(|i| format!("e{i}"))
@@ -823,16 +825,20 @@ fn a_claim_after_the_ring_moved_the_key_finds_a_write_held_by_a_replica_it_moved
     let gone = *old.iter().find(|r| !new.contains(r)).expect("moved away");
     let kept: Vec<usize> = old.iter().copied().filter(|r| *r != gone).collect();
     net.fence(gone, &key, FenceOp::Claim(ballot(1, 1))).expect("claimed");
-    // A write acknowledged by `gone` and kept[0] only (kept[1] cut off meanwhile).
     net.cut.insert(kept[1]);
     net.views();
     net.fence(gone, &key, fenced_write(ballot(1, 1), 1, b"a1")).expect("written");
     net.cut.clear();
     net.views();
-    // Node 4 joins, the key moves away from `gone`; kept[0], the other holder, is cut off.
     net.add_node();
     net.cut.insert(kept[0]);
     net.views();
+    (net, key, gone, kept)
+}
+
+#[test]
+fn a_claim_after_the_ring_moved_the_key_finds_a_write_held_by_a_replica_it_moved_away_from() {
+    let (mut net, key, _, kept) = written_then_moved();
     // A quorum of the key's current replicas (kept[1] and node 4) holds nothing: the claim
     // also asks `gone`, a replica of the key on the ring before.
     let at = kept[1];
@@ -1026,29 +1032,7 @@ fn a_claim_does_not_wait_for_a_member_that_left_gracefully_on_the_ring_before() 
 
 #[test]
 fn a_restarted_node_still_asks_the_replicas_of_the_rings_it_remembered() {
-    // As above: a write held by `gone` and kept[0], then node 4 joins and moves the key away
-    // from `gone`.
-    let mut net = Net::new(4);
-    let (key, old, new) = (0..1000)
-        .map(|i| format!("e{i}"))
-        .find_map(|key| {
-            let old = replicas_among(&net, &[0, 1, 2, 3], &key);
-            let new = replicas_among(&net, &[0, 1, 2, 3, 4], &key);
-            (new.contains(&4) && old.iter().filter(|r| new.contains(r)).count() == 2)
-                .then_some((key, old, new))
-        })
-        .expect("such a key");
-    let gone = *old.iter().find(|r| !new.contains(r)).expect("moved away");
-    let kept: Vec<usize> = old.iter().copied().filter(|r| *r != gone).collect();
-    net.fence(gone, &key, FenceOp::Claim(ballot(1, 1))).expect("claimed");
-    net.cut.insert(kept[1]);
-    net.views();
-    net.fence(gone, &key, fenced_write(ballot(1, 1), 1, b"a1")).expect("written");
-    net.cut.clear();
-    net.views();
-    net.add_node();
-    net.cut.insert(kept[0]);
-    net.views();
+    let (mut net, key, _, kept) = written_then_moved();
     // kept[1]'s process restarts before anti-entropy copied the key on. Its disk remembers the
     // ring before node 4 as well as the current one: the claim still asks `gone`, where a
     // quorum of the current replicas (kept[1] and node 4) would have read nothing.
@@ -1106,14 +1090,35 @@ fn absent_holders_are_told_to_a_peer_once_and_again_only_when_they_change() {
 }
 
 #[test]
-fn a_member_that_leaves_gracefully_leaves_the_ring_at_once() {
+fn a_member_that_leaves_after_handing_its_keys_over_leaves_the_ring_at_once() {
     let mut net = Net::new(4);
+    let now = net.now;
+    net.stores[3].begin_leave(now);
+    net.settle();
+    assert_eq!(net.stores[3].leave_remaining(), Some(0));
     net.members[3] = net.members[3].with_status(MemberStatus::Leaving).expect("Up may leave");
     net.views();
     net.members.truncate(3);
     net.views();
     assert!(net.stores[0].absent().is_empty());
     assert_eq!(net.stores[0].ring().members().len(), 3);
+}
+
+#[test]
+fn a_member_that_leaves_before_its_handoff_is_done_stays_an_absent_holder() {
+    // Its handoff timed out (here: it never began): what it alone held with another replica
+    // may be on no member that stays, so a claim waits for it as for a crashed one.
+    let mut net = Net::new(4);
+    let (key, [a, b, c], _) = written_by_two_of_four(&mut net);
+    net.members[a] = net.members[a].with_status(MemberStatus::Leaving).expect("Up may leave");
+    net.views();
+    net.members.retain(|m| *m.address() != node(a).address);
+    net.cut.insert(a);
+    net.cut.insert(b);
+    net.views();
+    assert!(net.stores[c].absent().contains_key(&node(a).address));
+    assert_eq!(net.stores[c].ring().members().len(), 4);
+    assert!(matches!(net.claim(c, key, ballot(2, 2)), Err(DataError::Unavailable { .. })));
 }
 
 /// A writer of one fenced key, as an entity's incarnations are: claims, then writes its count
