@@ -371,11 +371,14 @@ pub fn check_asks(sim: &Sim, phases: &[AskPhase]) -> Result<(), Unmet> {
                 ASK_BOUND.as_secs_f64()
             ),
             // An entity whose state's replicas are mostly on processes that are gone waits for
-            // them (docs/data.md, "Absent holders"): its asks fail meanwhile.
+            // them (docs/data.md, "Absent holders"): its asks fail meanwhile. Judged when its
+            // state failed, not now: the processes may be back since.
             Some((at, false))
                 if a.sent_at >= p.ok_from
                     && (p.last || at < p.until)
-                    && !sim.state_quorum_gone(&a.entity) =>
+                    && !shardings
+                        .states()
+                        .is_some_and(|s| s.was_unavailable(&a.entity, a.sent_at, at)) =>
             {
                 "was answered with a failure after the shards were balanced".to_owned()
             }

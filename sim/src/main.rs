@@ -524,12 +524,14 @@ fn print_seed(r: &SeedReport) {
             r.asks_checked,
             if r.sharding.state_claims > 0 {
                 format!(
-                    ", entity state {} claims ({} made again) {} writes {} fenced {} failed",
+                    ", entity state {} claims ({} made again) {} writes {} fenced {} failed \
+                     ({} with the replicas gone)",
                     r.sharding.state_claims,
                     r.sharding.state_reclaims,
                     r.sharding.state_writes,
                     r.sharding.state_fenced,
-                    r.sharding.state_failed
+                    r.sharding.state_failed,
+                    r.sharding.state_unavailable
                 )
             } else {
                 String::new()

@@ -236,6 +236,8 @@ pub struct ShardingStats {
     pub state_reclaims: u64,
     /// Claims and writes that failed otherwise (too few replicas, a timeout).
     pub state_failed: u64,
+    /// Of those, the ones that failed while most of the key's replicas were not running.
+    pub state_unavailable: u64,
     /// Entities listed in the remembered sets read (each started then unless it ran already).
     pub remembered_starts: u64,
     /// Sharding messages sent.

@@ -26,6 +26,7 @@
 //! lower ballot, whenever that write was acknowledged).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use convoke_data::Key;
 use convoke_data::fenced::{Ballot, Counted, Fenced, History, HistoryError, Writer};
@@ -106,6 +107,10 @@ impl Incarnation {
 pub struct EntityStates {
     /// Per entity, the claims answered and the writes acknowledged, over all incarnations.
     histories: BTreeMap<EntityId, History>,
+    /// Per entity, when a claim or write of its state failed while most of the key's replicas,
+    /// on some ring a store still asks, were not running (`Sim::state_quorum_gone`): the
+    /// message it was for failed, as it must (docs/data.md, "Absent holders").
+    unavailable: BTreeMap<EntityId, Vec<Duration>>,
 }
 
 impl EntityStates {
@@ -126,6 +131,17 @@ impl EntityStates {
         let h = self.histories.entry(entity.clone()).or_default();
         h.acked.push(write);
         h.check()
+    }
+
+    /// Records that a claim or write of `entity` failed `at` while its replicas were mostly gone.
+    pub(crate) fn unavailable(&mut self, entity: &EntityId, at: Duration) {
+        self.unavailable.entry(entity.clone()).or_default().push(at);
+    }
+
+    /// Whether a claim or write of `entity` failed within `from..=to` while its replicas were
+    /// mostly gone: an ask of it answered with a failure then was answered as it must be.
+    pub fn was_unavailable(&self, entity: &EntityId, from: Duration, to: Duration) -> bool {
+        self.unavailable.get(entity).is_some_and(|at| at.iter().any(|t| (from..=to).contains(t)))
     }
 
     /// Per entity, what its writers were told.
@@ -154,6 +170,19 @@ mod tests {
         s.claimed(&e2, b, Some((a, 1, 1))).expect("saw it");
         assert!(matches!(s.acked(&e2, (b, 1, 1)), Err(HistoryError::Fork(_))));
         assert_eq!(s.histories().len(), 2);
+    }
+
+    #[test]
+    fn a_failure_with_the_replicas_gone_excuses_only_the_asks_of_its_entity_it_fell_within() {
+        let mut s = EntityStates::default();
+        let (e1, e2): (EntityId, EntityId) = ("e1".into(), "e2".into());
+        let at = Duration::from_secs;
+        s.unavailable(&e1, at(670));
+        assert!(s.was_unavailable(&e1, at(670), at(671)));
+        assert!(s.was_unavailable(&e1, at(669), at(670)));
+        assert!(!s.was_unavailable(&e1, at(671), at(672)), "sent after it");
+        assert!(!s.was_unavailable(&e1, at(660), at(669)), "answered before it");
+        assert!(!s.was_unavailable(&e2, at(660), at(680)), "another entity");
     }
 
     #[test]

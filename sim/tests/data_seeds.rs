@@ -99,6 +99,18 @@ fn a_restarted_coordinator_still_asks_the_replicas_of_the_rings_it_remembered() 
     assert!(r.sharding.state_claims > 100, "{:?}", r.sharding);
 }
 
+/// L9 at 25 nodes, seed 62000420: entity e22's key had moved off a ring on which two of its
+/// three replicas were gone (one crashed for good, one downed and not yet back), so its claim
+/// at 670 s failed, as it must, and so did the ask it was for. The liveness check judged whether
+/// the replicas were gone at the end of the run, when the second was back. It now judges it when
+/// the claim fails.
+#[test]
+fn an_ask_that_failed_while_its_states_replicas_were_gone_is_not_held_against_liveness() {
+    let r = run(62_000_420, 25, true);
+    assert_passed(&r, "--entity-state");
+    assert!(r.sharding.state_unavailable > 0, "{:?}", r.sharding);
+}
+
 /// S20 with the oracle's downing. Seed 62100257 at seven nodes: a write taken while the cluster
 /// was forming was held by replicas the key moved away from when more members came Up; one of
 /// them was unreachable, so nothing was copied on, and the ring was forgotten by time all the

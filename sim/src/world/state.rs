@@ -115,6 +115,9 @@ impl Sim {
             let note = format!("slot {slot} entity {entity} state {kind:?}: {outcome}");
             self.note(|| note);
         }
+        // Judged now, as it fails, from the processes running (liveness, L9).
+        let gone = result.is_err() && self.state_quorum_gone(&entity);
+        let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
         let (ss, stats, states, config) = s.state_parts(slot);
         let Some(inc) = ss.states.get_mut(&entity) else { return };
@@ -177,6 +180,10 @@ impl Sim {
             (kind, result) => {
                 // The message it was for fails; the next one tries again.
                 stats.state_failed += 1;
+                if let Some(states) = states.filter(|_| gone) {
+                    stats.state_unavailable += 1;
+                    states.unavailable(&entity, now);
+                }
                 let why = match result {
                     Err(e) => e.to_string(),
                     Ok(_) => format!("a {kind:?} answered with the wrong kind of reply"),
