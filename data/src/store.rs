@@ -570,8 +570,9 @@ impl<S: Storage> Store<S> {
         self.forget_past_rings(now);
     }
 
-    /// Whether this node is leaving and has handed every key over.
-    pub(super) fn handed_over(&self) -> bool {
+    /// Whether this node is leaving and has handed every key over: its membership leave may
+    /// go ahead (see [`Store::leave_remaining`]).
+    pub fn handed_over(&self) -> bool {
         self.leave_remaining() == Some(0)
     }
 

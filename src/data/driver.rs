@@ -211,7 +211,7 @@ impl Driver {
     }
 
     fn outputs(&mut self) {
-        if !self.leaving.is_empty() && self.store.leave_remaining() == Some(0) {
+        if !self.leaving.is_empty() && self.store.handed_over() {
             for done in self.leaving.drain(..) {
                 let _ = done.send(());
             }

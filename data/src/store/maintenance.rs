@@ -237,24 +237,32 @@ impl<S: Storage> Store<S> {
             let spans: Vec<SpanDigest> = arc.spans().filter_map(|s| self.span_digest(s)).collect();
             to_peer.entry(peer).or_default().extend(spans);
         }
+        let said = self.rings_digest();
         for (peer, spans) in to_peer {
             self.exchanged.insert(peer.clone(), now);
             self.send_to(&peer, Message::Digests { spans });
-            self.tell_rings(&peer, now);
+            if let Some(said) = said {
+                self.tell_rings(&peer, said, now);
+            }
         }
         self.hand_off(now);
     }
 
-    /// Tells `peer` the absent and departed members, while there are any, when it was not told
-    /// them yet, or not for [`RINGS_REPEAT`] rounds in case the word was lost.
-    fn tell_rings(&mut self, peer: &Address, now: Instant) {
+    /// A digest of the absent and departed members, while there are any to tell (or this node
+    /// has handed its keys over on leaving); what [`Self::tell_rings`] compares.
+    fn rings_digest(&self) -> Option<u64> {
         if self.absent.is_empty() && self.left.is_empty() && !self.handed_over() {
-            return;
+            return None;
         }
         let mut hasher = std::hash::DefaultHasher::new();
         (self.absent.keys().collect::<Vec<_>>(), self.left.keys().collect::<Vec<_>>())
             .hash(&mut hasher);
-        let said = hasher.finish();
+        Some(hasher.finish())
+    }
+
+    /// Tells `peer` the absent and departed members (`said` is their digest) when it was not
+    /// told them yet, or not for [`RINGS_REPEAT`] rounds in case the word was lost.
+    fn tell_rings(&mut self, peer: &Address, said: u64, now: Instant) {
         let again = self.config.anti_entropy_interval * RINGS_REPEAT;
         let told = self.rings_told.get(peer).is_some_and(|(digest, at)| {
             *digest == said && now.saturating_duration_since(*at) < again

@@ -57,7 +57,7 @@ impl Sim {
     fn data_leave_ready(&mut self, slot: usize) -> bool {
         let Some(d) = self.data.as_mut() else { return false };
         let s = d.slot_mut(slot);
-        let ready = s.leaving && s.store.as_ref().and_then(Store::leave_remaining) == Some(0);
+        let ready = s.leaving && s.store.as_ref().is_some_and(Store::handed_over);
         if ready {
             s.leaving = false;
         }
