@@ -167,9 +167,9 @@ impl<S: Storage> Store<S> {
                 leave.done.insert(arc);
                 continue;
             }
-            // Absent holders are not waited for: back, they catch up by anti-entropy.
-            let replicas: Vec<Address> =
-                replicas.into_iter().filter(|a| !self.absent.contains_key(a)).collect();
+            // Absent holders are waited for too: a write held here and by one replica only,
+            // handed to the present replicas, could be on no quorum of the ring without this
+            // node once that replica fails (docs/data.md, "Handoff").
             if replicas.is_empty() || !replicas.iter().all(|a| self.reachable(a)) {
                 continue;
             }

@@ -1105,6 +1105,34 @@ fn a_member_that_leaves_after_handing_its_keys_over_leaves_the_ring_at_once() {
 }
 
 #[test]
+fn a_leaving_member_hands_its_keys_to_an_absent_replica_too_before_its_handoff_is_done() {
+    // The write is on a and b; c was away, then crashed and was removed: an absent holder. On
+    // the ring without a, the key's replicas are b, c and the fourth node. Handed to b and the
+    // fourth alone, it would be on b only of the nodes c's return makes a quorum with.
+    let mut net = Net::new(4);
+    let (key, [a, b, c], _) = written_by_two_of_four(&mut net);
+    net.remove_member(c);
+    assert!(net.stores[a].absent().contains_key(&node(c).address));
+    let now = net.now;
+    net.stores[a].begin_leave(now);
+    net.settle();
+    let round = net.stores[a].config().anti_entropy_interval;
+    net.advance(round);
+    assert!(!net.stores[a].handed_over(), "c is waited for: {:?}", net.stores[a].leave_remaining());
+    net.return_member(c);
+    net.advance(round);
+    assert!(net.stores[a].handed_over());
+    // a leaves, b fails: c and the fourth node answer for the write.
+    let at = net.members.iter().position(|m| *m.address() == node(a).address).expect("a member");
+    net.members[at] = net.members[at].with_status(MemberStatus::Leaving).expect("Up may leave");
+    net.views();
+    net.remove_member(a);
+    net.remove_member(b);
+    assert_eq!(net.stores[c].absent().keys().collect::<Vec<_>>(), [&node(b).address]);
+    assert_eq!(net.claim(c, key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+}
+
+#[test]
 fn a_member_that_leaves_before_its_handoff_is_done_stays_an_absent_holder() {
     // Its handoff timed out (here: it never began): what it alone held with another replica
     // may be on no member that stays, so a claim waits for it as for a crashed one.
