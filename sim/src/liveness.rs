@@ -4,7 +4,8 @@
 //! Checked properties:
 //! - **L1** eventual convergence: every running node is a member, holds the same member set (the
 //!   running incarnations, nothing else), everyone Up, everyone in the seen set, and reports
-//!   convergence;
+//!   convergence, and no process waits to leave (a leave drawn before the heal hands the
+//!   store's keys over first, up to `LEAVE_TIMEOUT`, which the bound allows for);
 //! - **L2** completeness: a crashed or stopped incarnation is gone from every live view (it became
 //!   unreachable, was downed and removed);
 //! - **L4** reachable again: no live view has any unreachable record left;
@@ -86,6 +87,10 @@ pub fn check(sim: &Sim, late: &BTreeSet<usize>) -> Result<(), Unmet> {
         let g = core.gossip();
         let me = core.self_node();
         let id = if late.contains(&i) { "L6" } else { "L1" };
+        // A leave under way changes the membership once the store has handed its keys over.
+        if sim.store_leaving(i) {
+            return Err(("L1", format!("{me} is leaving once its store has handed its keys over")));
+        }
         if let Some(missing) = expected.iter().find(|n| !g.has_member(n)) {
             return Err((id, format!("{me} does not have {missing} as a member")));
         }

@@ -59,6 +59,7 @@ use crate::queue::Queue;
 use crate::sharding::Shardings;
 use crate::singleton::Singletons;
 use crate::trace::Trace;
+pub use data::LEAVE_TIMEOUT;
 
 /// Independent random streams derived from the seed.
 #[derive(Clone, Copy, Debug)]

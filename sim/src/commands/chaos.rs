@@ -255,7 +255,11 @@ pub fn run_seed(o: &ChaosOptions) -> SeedReport {
     late.shuffle(&mut shape);
     late.truncate(n / 5);
     let initial: Vec<usize> = (0..n).filter(|i| !late.contains(i)).collect();
-    let bound = liveness::bound(&config, n, &operator, drift);
+    let mut bound = liveness::bound(&config, n, &operator, drift);
+    if o.data || o.entity_state {
+        // A leave drawn before the heal hands the store's keys over first.
+        bound += crate::world::LEAVE_TIMEOUT;
+    }
     // Silence from before the heal can still make a failure detector fire this long after it.
     let fd = &config.failure_detector;
     let detection_lag = fd.acceptable_heartbeat_pause + 3 * fd.heartbeat_interval;

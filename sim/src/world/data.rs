@@ -17,9 +17,15 @@ use crate::invariants::Violation;
 
 /// How long a leaving process waits for its store to hand its keys over, as
 /// `cluster.leave_timeout` (default) bounds it in the runtime.
-pub(super) const LEAVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+pub const LEAVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Sim {
+    /// Whether the process in `slot` began to leave and its membership leave still waits for
+    /// its store to hand its keys over (up to [`LEAVE_TIMEOUT`]).
+    pub fn store_leaving(&self, slot: usize) -> bool {
+        self.data.as_ref().is_some_and(|d| d.slot(slot).leaving)
+    }
+
     /// Feeds one input to the store of `slot`, if one runs there, and carries out the outputs.
     fn data_input(
         &mut self,
