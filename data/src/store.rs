@@ -128,14 +128,26 @@ enum Flight {
     /// A held write offered to its replica.
     Hint { replica: Address, key: Key },
     /// Keys of `arc`, which this node no longer replicates, sent to its replicas; those that
-    /// have not acknowledged. `leave`: sent by a node about to leave to the replicas of the ring
-    /// without it (see [`Store::begin_leave`]); it keeps its copies.
+    /// have not acknowledged.
     Handoff {
         arc: crate::ring::Arc,
         waiting: BTreeSet<Address>,
         entries: Vec<(Key, Object)>,
-        leave: bool,
+        kind: Handing,
     },
+}
+
+/// Why keys go in a [`Flight::Handoff`], and what happens once every replica has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handing {
+    /// To every replica of an arc this node no longer replicates: the keys are dropped here.
+    Move,
+    /// To the reachable replicas of such an arc while another is away: the keys are kept here
+    /// until all can take them (docs/data.md, "Handoff").
+    Copy,
+    /// By a node about to leave, to the replicas of the ring without it (see
+    /// [`Store::begin_leave`]); it keeps its copies.
+    Leave,
 }
 
 /// An answer this replica owes once its staged writes are durable.
@@ -199,6 +211,10 @@ pub struct Store<S> {
     /// What each peer was last told of the absent and departed members (a digest of the two
     /// lists), with when: told again only when it changed or [`RINGS_REPEAT`] rounds passed.
     rings_told: BTreeMap<Address, (u64, Instant)>,
+    /// Arcs this node holds keys of but no longer replicates, copied whole to the replicas
+    /// that were reachable while another was not, with those replicas: copied again only when
+    /// they change.
+    copied: BTreeMap<crate::ring::Arc, BTreeSet<Address>>,
 }
 
 /// The most absent holders a node takes from another's word.
@@ -265,6 +281,7 @@ impl<S: Storage> Store<S> {
             left: BTreeMap::new(),
             handed: BTreeMap::new(),
             rings_told: BTreeMap::new(),
+            copied: BTreeMap::new(),
         })
     }
 
@@ -1151,25 +1168,23 @@ impl<S: Storage> Store<S> {
                 }
                 return;
             }
-            Flight::Handoff { arc, waiting, entries, leave } => {
+            Flight::Handoff { arc, waiting, entries, kind } => {
                 if result.is_err() {
                     // Tried again in a later round.
-                    let (arc, leave) = (*arc, *leave);
+                    let (arc, kind) = (*arc, *kind);
                     self.pending.remove(&req);
-                    if leave {
-                        self.leave_batch_failed(arc);
-                    }
+                    self.handoff_failed(arc, kind);
                     return;
                 }
                 waiting.remove(from);
                 if waiting.is_empty() {
-                    let (arc, leave) = (*arc, *leave);
+                    let (arc, kind) = (*arc, *kind);
                     let entries = std::mem::take(entries);
                     self.pending.remove(&req);
-                    if leave {
-                        self.left_batch(arc, now);
-                    } else {
-                        self.handed_off(entries, now);
+                    match kind {
+                        Handing::Leave => self.left_batch(arc, now),
+                        Handing::Move => self.handed_off(entries, now),
+                        Handing::Copy => {}
                     }
                 }
                 return;
@@ -1301,12 +1316,12 @@ impl<S: Storage> Store<S> {
                 }
                 Err(DataError::Timeout { needed, got: answers.len() })
             }
-            Flight::Handoff { arc, leave: true, .. } => {
+            Flight::Handoff { arc, kind, .. } => {
                 // Sent again in a later round.
-                self.leave_batch_failed(arc);
+                self.handoff_failed(arc, kind);
                 return;
             }
-            Flight::Hint { .. } | Flight::Handoff { .. } => return,
+            Flight::Hint { .. } => return,
         };
         self.finish(p.origin, result);
     }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use convoke_membership::Address;
 
-use super::{Flight, Origin, RINGS_REPEAT, RequestId, Store};
+use super::{Flight, Handing, Origin, RINGS_REPEAT, RequestId, Store};
 use crate::message::{Message, SpanDigest};
 use crate::object::{Key, Object};
 use crate::ring::{Arc, Ring, Span, hash};
@@ -128,11 +128,19 @@ impl<S: Storage> Store<S> {
         self.announce_handed_over(now);
     }
 
-    /// A batch of `arc` handed over for the leave was refused or timed out: the whole arc goes
-    /// again in a later round.
-    pub(super) fn leave_batch_failed(&mut self, arc: Arc) {
-        if let Some(leave) = &mut self.leaving {
-            leave.in_flight.remove(&arc);
+    /// A batch of `arc` handed over or copied was refused or timed out. Handed over for the
+    /// leave, or copied, the whole arc goes again in a later round; moved, the batch does.
+    pub(super) fn handoff_failed(&mut self, arc: Arc, kind: Handing) {
+        match kind {
+            Handing::Leave => {
+                if let Some(leave) = &mut self.leaving {
+                    leave.in_flight.remove(&arc);
+                }
+            }
+            Handing::Copy => {
+                self.copied.remove(&arc);
+            }
+            Handing::Move => {}
         }
     }
 
@@ -174,23 +182,38 @@ impl<S: Storage> Store<S> {
                 continue;
             }
             free -= 1;
-            let batches: Vec<Vec<(Key, Object)>> =
-                held.chunks(self.config.handoff_batch.max(1)).map(<[_]>::to_vec).collect();
+            let batches = self.send_whole(arc, &replicas, &held, Handing::Leave, now);
             if let Some(leave) = self.leaving.as_mut() {
-                leave.in_flight.insert(arc, batches.len());
-            }
-            for entries in batches {
-                let req = self.next_number();
-                for p in &replicas {
-                    self.send_to(p, Message::Handoff { req, entries: entries.clone() });
-                }
-                let waiting = replicas.iter().cloned().collect();
-                let flight = Flight::Handoff { arc, waiting, entries, leave: true };
-                let pending = self.pending_for(Origin::Local(RequestId(0)), flight, now);
-                self.pending.insert(req, pending);
+                leave.in_flight.insert(arc, batches);
             }
         }
         self.arm_requests();
+    }
+
+    /// Sends `held`, the keys of `arc`, to `replicas` in batches of
+    /// [`DataConfig::handoff_batch`](crate::DataConfig), each awaited as a handoff of `kind`;
+    /// returns how many batches went.
+    fn send_whole(
+        &mut self,
+        arc: Arc,
+        replicas: &[Address],
+        held: &[(Key, Object)],
+        kind: Handing,
+        now: Instant,
+    ) -> usize {
+        let batches = held.chunks(self.config.handoff_batch.max(1));
+        let count = batches.len();
+        for entries in batches.map(<[_]>::to_vec) {
+            let req = self.next_number();
+            for p in replicas {
+                self.send_to(p, Message::Handoff { req, entries: entries.clone() });
+            }
+            let waiting = replicas.iter().cloned().collect();
+            let flight = Flight::Handoff { arc, waiting, entries, kind };
+            let pending = self.pending_for(Origin::Local(RequestId(0)), flight, now);
+            self.pending.insert(req, pending);
+        }
+        count
     }
 
     /// The arcs whose replicas include this node, and those of its keys that it does not.
@@ -201,8 +224,8 @@ impl<S: Storage> Store<S> {
         })
     }
 
-    /// The other replicas of `arc`, all of them reachable; `None` when one is not.
-    fn peers_of(&self, arc: Arc) -> Option<Vec<Address>> {
+    /// The other replicas of `arc`, and whether every one of them is reachable.
+    fn peers_of(&self, arc: Arc) -> (Vec<Address>, bool) {
         let replicas: Vec<Address> = self
             .ring
             .preference_list_at(arc.end)
@@ -210,7 +233,8 @@ impl<S: Storage> Store<S> {
             .filter(|a| **a != self.me.address)
             .cloned()
             .collect();
-        replicas.iter().all(|a| self.reachable(a)).then_some(replicas)
+        let all = replicas.iter().all(|a| self.reachable(a));
+        (replicas, all)
     }
 
     /// One maintenance round: the next [`DataConfig::arcs_per_round`](crate::DataConfig) arcs
@@ -367,7 +391,9 @@ impl<S: Storage> Store<S> {
     /// Hands off the keys held in arcs this node does not replicate, each arc's to every one of
     /// its replicas while all are reachable: batches of
     /// [`DataConfig::handoff_batch`](crate::DataConfig) keys, [`HANDOFFS_IN_FLIGHT`] at once,
-    /// one arc each.
+    /// one arc each. While one is not, the arc is copied whole to those that are, and kept:
+    /// a write acknowledged here is then on a quorum of the new replicas while one is away
+    /// (docs/data.md, "Handoff").
     pub(super) fn hand_off(&mut self, now: Instant) {
         if self.leaving.is_some() {
             return self.hand_over_for_leave(now);
@@ -388,10 +414,33 @@ impl<S: Storage> Store<S> {
             .collect();
         let (_, others) = self.arcs();
         let mut free = HANDOFFS_IN_FLIGHT.saturating_sub(busy.len());
+        self.copied.retain(|a, _| others.contains(a));
         for arc in others.iter().filter(|a| !busy.contains(a)) {
             if free == 0 {
                 break;
             }
+            let (peers, all) = self.peers_of(*arc);
+            if !all {
+                let present: BTreeSet<Address> =
+                    peers.into_iter().filter(|a| self.reachable(a)).collect();
+                if present.is_empty() || self.copied.get(arc) == Some(&present) {
+                    continue;
+                }
+                let mut held = Vec::new();
+                for span in arc.spans() {
+                    let Some(keys) = self.held_in(span) else { return };
+                    held.extend(keys);
+                }
+                if held.is_empty() {
+                    continue;
+                }
+                free -= 1;
+                let present: Vec<Address> = present.into_iter().collect();
+                self.send_whole(*arc, &present, &held, Handing::Copy, now);
+                self.copied.insert(*arc, present.into_iter().collect());
+                continue;
+            }
+            self.copied.remove(arc);
             let mut batch = Vec::new();
             for span in arc.spans() {
                 let left = self.config.handoff_batch - batch.len();
@@ -403,16 +452,11 @@ impl<S: Storage> Store<S> {
             if batch.is_empty() {
                 continue;
             }
-            let Some(peers) = self.peers_of(*arc).filter(|p| !p.is_empty()) else { continue };
-            free -= 1;
-            let req = self.next_number();
-            for p in &peers {
-                self.send_to(p, Message::Handoff { req, entries: batch.clone() });
+            if peers.is_empty() {
+                continue;
             }
-            let waiting = peers.into_iter().collect();
-            let flight = Flight::Handoff { arc: *arc, waiting, entries: batch, leave: false };
-            let pending = self.pending_for(Origin::Local(RequestId(0)), flight, now);
-            self.pending.insert(req, pending);
+            free -= 1;
+            self.send_whole(*arc, &peers, &batch, Handing::Move, now);
         }
         self.arm_requests();
     }

@@ -1133,6 +1133,47 @@ fn a_leaving_member_hands_its_keys_to_an_absent_replica_too_before_its_handoff_i
 }
 
 #[test]
+fn keys_a_node_no_longer_replicates_are_copied_to_the_present_replicas_while_one_is_away() {
+    // A write on a ring of two; four nodes join and the key's replicas are three of them.
+    // One of those crashes at once: absent. Waiting for it, the two old holders would keep
+    // the write from the two present replicas, and a claim answered by those two, once the
+    // old ring is forgotten, would start from nothing.
+    let mut net = Net::new(2);
+    let vnodes = net.stores[0].config().vnodes;
+    let six = Ring::new((0..6).map(|i| node(i).address), vnodes);
+    let key = (0..100)
+        .map(|i| format!("e{i}"))
+        .find(|key| {
+            let r = six.replicas(key.as_bytes(), 3);
+            !r.contains(&&node(0).address) && !r.contains(&&node(1).address)
+        })
+        .expect("a key replicated by the newcomers only");
+    let key = key.as_str();
+    net.fence(0, key, FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    net.fence(0, key, fenced_write(ballot(1, 1), 1, b"a1")).expect("written");
+    for _ in 2..6 {
+        net.add_node();
+    }
+    let r = net.replicas(key);
+    assert!(r.iter().all(|i| *i >= 2), "{r:?}");
+    net.remove_member(r[0]);
+    let round = net.stores[0].config().anti_entropy_interval;
+    net.advance(round);
+    for i in [r[1], r[2], 0, 1] {
+        assert!(net.held(i, key).is_some(), "node {i} holds the write");
+    }
+    // The copies are not sent again every round.
+    let copies = net.sent.get("Handoff").copied();
+    net.advance(round);
+    assert_eq!(net.sent.get("Handoff").copied(), copies);
+    // The absent replica returns: the arc is handed off to all three and dropped here.
+    net.return_member(r[0]);
+    net.advance(round);
+    assert!(net.held(r[0], key).is_some());
+    assert!(net.held(0, key).is_none() && net.held(1, key).is_none());
+}
+
+#[test]
 fn a_member_that_leaves_before_its_handoff_is_done_stays_an_absent_holder() {
     // Its handoff timed out (here: it never began): what it alone held with another replica
     // may be on no member that stays, so a claim waits for it as for a crashed one.
