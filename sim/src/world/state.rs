@@ -115,8 +115,10 @@ impl Sim {
             let note = format!("slot {slot} entity {entity} state {kind:?}: {outcome}");
             self.note(|| note);
         }
-        // Judged now, as it fails, from the processes running (liveness, L9).
-        let gone = result.is_err() && self.state_quorum_gone(&entity);
+        // Judged now, as it fails (not fenced), from the processes running (liveness, L9).
+        let failed =
+            result.is_err() && !matches!(result, Err(DataError::Refused(Refused::Fenced(_))));
+        let gone = failed && self.state_quorum_gone(&entity);
         let now = self.now;
         let Some(s) = self.shardings.as_mut() else { return };
         let (ss, stats, states, config) = s.state_parts(slot);
