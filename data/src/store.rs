@@ -215,7 +215,14 @@ pub struct Store<S> {
     /// that were reachable while another was not, with those replicas: copied again only when
     /// they change.
     copied: BTreeMap<crate::ring::Arc, BTreeSet<Address>>,
+    /// The word about absent holders and past rings from nodes not yet among the members, with
+    /// when it came: taken once the sender is seen (docs/data.md, "Absent holders").
+    early_rings: BTreeMap<Address, (Instant, RingsWord)>,
 }
+
+/// A [`Message::Rings`]: the absent holders, the past rings and the departed members, each
+/// with how long ago in milliseconds.
+type RingsWord = (Vec<(String, u64)>, Vec<(Vec<String>, u64)>, Vec<(String, u64)>);
 
 /// The most absent holders a node takes from another's word.
 const MAX_ABSENT: usize = 1024;
@@ -282,6 +289,7 @@ impl<S: Storage> Store<S> {
             handed: BTreeMap::new(),
             rings_told: BTreeMap::new(),
             copied: BTreeMap::new(),
+            early_rings: BTreeMap::new(),
         })
     }
 
@@ -428,6 +436,22 @@ impl<S: Storage> Store<S> {
                 self.send(n, self.rings_message(now, true));
             }
         }
+        // The word from members seen only now is taken, its ages moved on by the wait.
+        self.early_rings.retain(|_, (at, _)| now.saturating_duration_since(*at) < timeout);
+        let seen: Vec<Address> =
+            self.early_rings.keys().filter(|a| self.nodes.contains_key(*a)).cloned().collect();
+        for from in seen {
+            let Some((at, (absent, past, left))) = self.early_rings.remove(&from) else {
+                continue;
+            };
+            let wait =
+                u64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u64::MAX);
+            let later = |v: Vec<(String, u64)>| {
+                v.into_iter().map(|(a, ago)| (a, ago.saturating_add(wait))).collect()
+            };
+            let past = past.into_iter().map(|(r, ago)| (r, ago.saturating_add(wait))).collect();
+            self.rings_received(&from, later(absent), past, later(left), now);
+        }
     }
 
     /// The absent holders, and the past rings when `past`, as told to other nodes at `now`.
@@ -462,6 +486,11 @@ impl<S: Storage> Store<S> {
         now: Instant,
     ) {
         if !self.nodes.contains_key(from) {
+            // Sent on seeing this node join, possibly before this node sees the sender: kept
+            // until it does, for the sender does not tell it again.
+            if self.early_rings.len() < MAX_ABSENT || self.early_rings.contains_key(from) {
+                self.early_rings.insert(from.clone(), (now, (absent, past, left)));
+            }
             return;
         }
         // A member the sender saw leave handed its keys over first: it is not absent here

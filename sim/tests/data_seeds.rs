@@ -183,3 +183,14 @@ fn a_promise_left_by_a_claim_that_came_to_nothing_does_not_fence_the_writer_for_
 fn keys_moved_off_a_node_reach_the_present_replicas_while_one_is_away() {
     entity_state_seed(63_001_649, 14);
 }
+
+/// S20 at 14 nodes, seed 63000760: after the resolver downed the whole cluster, a process that
+/// had crashed before it ever joined formed the new cluster with one that remembered the other
+/// twelve as absent holders. That one told the newcomer at once, and the word reached it before
+/// its own view listed the teller, so it was dropped and never sent again; the newcomer then
+/// claimed an entity on a ring of two and started from nothing. A newcomer now keeps such a
+/// word until it sees the teller.
+#[test]
+fn a_newcomer_takes_the_absent_holders_it_was_told_of_before_it_saw_the_teller() {
+    entity_state_seed(63_000_760, 14);
+}

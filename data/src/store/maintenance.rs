@@ -165,11 +165,7 @@ impl<S: Storage> Store<S> {
             if free == 0 {
                 break;
             }
-            let mut held = Vec::new();
-            for span in arc.spans() {
-                let Some(keys) = self.held_in(span) else { return };
-                held.extend(keys);
-            }
+            let Some(held) = self.held_in_arc(arc) else { return };
             let Some(leave) = self.leaving.as_mut() else { return };
             if held.is_empty() {
                 leave.done.insert(arc);
@@ -314,6 +310,15 @@ impl<S: Storage> Store<S> {
         }
     }
 
+    /// Keys held in `arc` with their objects; `None` when the storage fails.
+    fn held_in_arc(&mut self, arc: Arc) -> Option<Vec<(Key, Object)>> {
+        let mut held = Vec::new();
+        for span in arc.spans() {
+            held.extend(self.held_in(span)?);
+        }
+        Some(held)
+    }
+
     /// Keys held in `span` with their objects; `None` when the storage fails.
     fn held_in(&mut self, span: Span) -> Option<Vec<(Key, Object)>> {
         let mut all = Vec::new();
@@ -414,7 +419,10 @@ impl<S: Storage> Store<S> {
             .collect();
         let (_, others) = self.arcs();
         let mut free = HANDOFFS_IN_FLIGHT.saturating_sub(busy.len());
-        self.copied.retain(|a, _| others.contains(a));
+        if !self.copied.is_empty() {
+            let others: BTreeSet<&Arc> = others.iter().collect();
+            self.copied.retain(|a, _| others.contains(a));
+        }
         for arc in others.iter().filter(|a| !busy.contains(a)) {
             if free == 0 {
                 break;
@@ -426,11 +434,7 @@ impl<S: Storage> Store<S> {
                 if present.is_empty() || self.copied.get(arc) == Some(&present) {
                     continue;
                 }
-                let mut held = Vec::new();
-                for span in arc.spans() {
-                    let Some(keys) = self.held_in(span) else { return };
-                    held.extend(keys);
-                }
+                let Some(held) = self.held_in_arc(*arc) else { return };
                 if held.is_empty() {
                     continue;
                 }

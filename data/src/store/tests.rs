@@ -85,30 +85,37 @@ impl Net {
 
     /// A new node joins, Up, with the same settings and roles as node 0.
     fn add_node(&mut self) -> usize {
+        let i = self.add_node_unseeing();
+        self.views();
+        i
+    }
+
+    /// A new node joins, Up, and every other node sees it, but it sees no member yet.
+    fn add_node_unseeing(&mut self) -> usize {
         let i = self.nodes.len();
         let u = node(i);
         let config = self.stores[0].config().clone();
         let roles = self.members[0].roles().clone();
         let up = UpNumber(u32::try_from(i).expect("small") + 1);
-        self.members.push(Member::from_parts(
-            u.clone(),
-            up,
-            MemberStatus::Up,
-            roles,
-            AppVersion::default(),
-        ));
+        let m = Member::from_parts(u.clone(), up, MemberStatus::Up, roles, AppVersion::default());
+        self.members.push(m);
         let store = Store::new(config, u.clone(), MemoryStorage::new(), self.now).expect("memory");
         self.stores.push(store);
         self.nodes.push(u);
-        self.views();
+        self.views_but(Some(i));
         i
     }
 
     /// Every store sees the members, and the cut-off nodes as unreachable.
     fn views(&mut self) {
+        self.views_but(None);
+    }
+
+    /// Every store but `skip`'s sees the members, and the cut-off nodes as unreachable.
+    fn views_but(&mut self, skip: Option<usize>) {
         let unreachable: BTreeSet<UniqueAddress> =
             self.cut.iter().map(|i| self.nodes[*i].clone()).collect();
-        for (i, s) in self.stores.iter_mut().enumerate() {
+        for (i, s) in self.stores.iter_mut().enumerate().filter(|(i, _)| Some(*i) != skip) {
             let mut seen = unreachable.clone();
             if self.cut.contains(&i) {
                 // A cut-off node sees every other one unreachable.
@@ -989,6 +996,47 @@ fn a_member_that_joins_after_the_holders_were_removed_learns_of_them_and_waits_t
     assert!(matches!(net.claim(new, key, ballot(2, 2)), Err(DataError::Unavailable { .. })));
     net.return_member(a);
     assert_eq!(net.claim(new, key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+}
+
+#[test]
+fn a_newcomer_told_of_absent_holders_before_it_sees_the_members_takes_the_word_once_it_does() {
+    // The members tell a newcomer of the holders they keep as soon as they see it join; their
+    // word may reach it before its own view lists them, and they do not tell it again.
+    let mut net = Net::new(4);
+    let (key, [a, b, _], _) = written_by_two_of_four(&mut net);
+    net.remove_member(a);
+    net.remove_member(b);
+    let new = net.add_node_unseeing();
+    net.settle();
+    assert!(net.sent.get("Rings").is_some_and(|n| *n > 0), "the members told the newcomer");
+    assert!(net.stores[new].absent().is_empty(), "not taken before the members are seen");
+    net.views();
+    net.settle();
+    assert_eq!(net.stores[new].absent().len(), 2);
+    assert_eq!(net.stores[new].ring().members().len(), 5);
+    assert!(matches!(net.claim(new, key, ballot(2, 2)), Err(DataError::Unavailable { .. })));
+    net.return_member(a);
+    assert_eq!(net.claim(new, key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+}
+
+#[test]
+fn the_word_taken_late_counts_the_time_it_waited() {
+    // The holders a newcomer takes from a word it kept leave its ring when they would have
+    // left the teller's, not a wait later.
+    let mut net = Net::new(4);
+    let (_, [a, b, _], _) = written_by_two_of_four(&mut net);
+    net.remove_member(a);
+    net.remove_member(b);
+    let new = net.add_node_unseeing();
+    net.settle();
+    let half = net.stores[new].config().absent_timeout / 2;
+    net.now += half;
+    net.views();
+    net.settle();
+    assert_eq!(net.stores[new].absent().len(), 2);
+    net.now += half;
+    net.views();
+    assert!(net.stores[new].absent().is_empty(), "{:?}", net.stores[new].absent());
 }
 
 #[test]
