@@ -357,6 +357,10 @@ impl<S: Storage> Store<S> {
     ) {
         let up = Ring::of_members(members, self.config.role.as_deref(), self.config.vnodes);
         let holding: BTreeSet<&Address> = up.members().iter().collect();
+        // The members that held keys on the ring so far: one that comes to hold them now (new,
+        // or back from being absent) is told of the rings it may have missed.
+        let held_before: BTreeSet<Address> =
+            self.ring.members().iter().filter(|a| self.holds(a)).cloned().collect();
         // Leaving gracefully: Leaving or Exiting, after it said it had handed its keys over.
         // One that did not say so goes as an absent holder.
         let handed = &self.handed;
@@ -406,18 +410,19 @@ impl<S: Storage> Store<S> {
             let all = holding.into_iter().cloned().chain(self.absent.keys().cloned());
             Ring::new(all, self.config.vnodes)
         };
-        let before: BTreeSet<Address> = self.ring.members().iter().cloned().collect();
         self.set_ring(ring, now);
         self.forget_past_rings(now);
         let nodes: BTreeMap<Address, UniqueAddress> =
             members.iter().map(|m| (m.address().clone(), m.node().clone())).collect();
-        // Members not seen before, and members new on the ring (they were told while Joining,
-        // before the ring their arrival replaced was a past one).
+        // Members not seen before, and members that hold keys on the ring now and did not
+        // before: new on it (they were told while Joining, before the ring their arrival
+        // replaced was a past one), or back from being absent (rings were made while they
+        // were away).
         let newcomers: Vec<UniqueAddress> = nodes
             .iter()
             .filter(|(a, n)| {
                 let seen = self.nodes.get(*a) == Some(*n);
-                **a != self.me.address && (!seen || (self.holds(a) && !before.contains(*a)))
+                **a != self.me.address && (!seen || (self.holds(a) && !held_before.contains(*a)))
             })
             .map(|(_, n)| n.clone())
             .collect();

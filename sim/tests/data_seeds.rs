@@ -194,3 +194,14 @@ fn keys_moved_off_a_node_reach_the_present_replicas_while_one_is_away() {
 fn a_newcomer_takes_the_absent_holders_it_was_told_of_before_it_saw_the_teller() {
     entity_state_seed(63_000_760, 14);
 }
+
+/// S20 at 9 nodes, seed 63001104: a member left gracefully and a write was acknowledged on the
+/// ring without it; then every process was restarted. The others put the returning member on
+/// their rings as an absent holder before they saw it Up, so when it came Up it was not new on
+/// their rings and nobody told it of the ring without it, now a past one; its claim missed the
+/// write. A member that comes to hold keys (new on the ring, or back from being absent) is now
+/// told of the rings remembered.
+#[test]
+fn a_holder_back_from_being_absent_is_told_the_rings_made_while_it_was_away() {
+    entity_state_seed(63_001_104, 9);
+}

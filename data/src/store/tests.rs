@@ -1040,6 +1040,74 @@ fn the_word_taken_late_counts_the_time_it_waited() {
 }
 
 #[test]
+fn a_holder_back_from_being_absent_learns_the_rings_made_while_it_was_away() {
+    // Node 3 crashes and its absent time passes: the ring is the other three's, and a write is
+    // acknowledged there by 0 and 1 (2 is cut off). Word that 3 is absent puts it back on the
+    // others' rings before it comes back Up, as after a full restart; it must still be told of
+    // the ring of three, or a claim it makes on the ring of four misses the write.
+    let mut net = Net::new(4);
+    let vnodes = net.stores[0].config().vnodes;
+    let four = Ring::new((0..4).map(|i| node(i).address), vnodes);
+    let (key, y) = (0..200)
+        .map(|i| format!("e{i}"))
+        .find_map(|key| {
+            let r: Vec<usize> = four
+                .replicas(key.as_bytes(), 3)
+                .into_iter()
+                .map(|a| (0..4).find(|i| node(*i).address == *a).expect("a member"))
+                .collect();
+            let y = *r.iter().find(|i| **i < 2)?;
+            (r.contains(&3) && r.contains(&2)).then_some((key, y))
+        })
+        .expect("a key replicated by 3, 2 and one of 0 and 1 on the ring of four");
+    let key = key.as_str();
+    // 3 crashes: down, it sees nothing more.
+    net.members.retain(|m| *m.address() != node(3).address);
+    net.cut.insert(3);
+    net.views_but(Some(3));
+    net.now += net.stores[0].config().absent_timeout;
+    net.views_but(Some(3));
+    assert_eq!(net.stores[0].ring().members().len(), 3);
+    net.fence(0, key, FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    net.cut.insert(2);
+    net.views_but(Some(3));
+    net.fence(0, key, fenced_write(ballot(1, 1), 1, b"a1")).expect("written by 0 and 1");
+    net.cut.remove(&2);
+    net.restart(3);
+    // 3 restarts and joins: told of the rings the others remember while it is Joining, before
+    // the ring of three is one of them.
+    let joining = Member::from_parts(
+        node(3),
+        UpNumber(4),
+        MemberStatus::Joining,
+        net.members[0].roles().clone(),
+        AppVersion::default(),
+    );
+    net.members.push(joining);
+    net.cut.remove(&3);
+    net.views();
+    net.settle();
+    for (to, from) in [(0, 1), (1, 0), (2, 0)] {
+        let word = Message::Rings {
+            absent: vec![(node(3).address.to_string(), 0)],
+            past: Vec::new(),
+            left: Vec::new(),
+        };
+        let now = net.now;
+        net.stores[to].handle_message(&node(from), word, now);
+    }
+    assert!(net.stores[0].absent().contains_key(&node(3).address));
+    let up =
+        net.members.pop().expect("3").with_status(MemberStatus::Up).expect("Joining may be Up");
+    net.members.push(up);
+    net.views();
+    net.settle();
+    net.cut.insert(y);
+    net.views();
+    assert_eq!(net.claim(3, key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+}
+
+#[test]
 fn a_cluster_that_has_just_formed_member_by_member_can_claim_at_once() {
     // Rings of one and two members came before the three: the claim needs a quorum of the
     // key's replicas on each remembered ring on which a fenced write could have been
