@@ -984,13 +984,25 @@ fn after_a_restart_of_every_node_a_claim_waits_for_the_holders_the_disk_remember
 #[test]
 fn a_member_that_joins_after_the_holders_were_removed_learns_of_them_and_waits_too() {
     let mut net = Net::new(4);
-    let (key, [a, b, _], _) = written_by_two_of_four(&mut net);
-    net.remove_member(a);
-    net.remove_member(b);
+    let (key, a) = two_holders_removed(&mut net);
     // Node 4 never saw a nor b: the others tell it which holders they keep and which rings
     // they remember, so that it claims as they would.
     let new = net.add_node();
     net.settle();
+    waits_for_the_two_holders(&mut net, new, key, a);
+}
+
+/// [`written_by_two_of_four`], then the two holders crash: the key and one of them.
+fn two_holders_removed(net: &mut Net) -> (&'static str, usize) {
+    let (key, [a, b, _], _) = written_by_two_of_four(net);
+    net.remove_member(a);
+    net.remove_member(b);
+    (key, a)
+}
+
+/// Node `new` keeps the two crashed holders of `key` absent: its claim waits for them, and
+/// once `a` is back it reads the write.
+fn waits_for_the_two_holders(net: &mut Net, new: usize, key: &str, a: usize) {
     assert_eq!(net.stores[new].absent().len(), 2);
     assert_eq!(net.stores[new].ring().members().len(), 5);
     assert!(matches!(net.claim(new, key, ballot(2, 2)), Err(DataError::Unavailable { .. })));
@@ -1003,20 +1015,14 @@ fn a_newcomer_told_of_absent_holders_before_it_sees_the_members_takes_the_word_o
     // The members tell a newcomer of the holders they keep as soon as they see it join; their
     // word may reach it before its own view lists them, and they do not tell it again.
     let mut net = Net::new(4);
-    let (key, [a, b, _], _) = written_by_two_of_four(&mut net);
-    net.remove_member(a);
-    net.remove_member(b);
+    let (key, a) = two_holders_removed(&mut net);
     let new = net.add_node_unseeing();
     net.settle();
     assert!(net.sent.get("Rings").is_some_and(|n| *n > 0), "the members told the newcomer");
     assert!(net.stores[new].absent().is_empty(), "not taken before the members are seen");
     net.views();
     net.settle();
-    assert_eq!(net.stores[new].absent().len(), 2);
-    assert_eq!(net.stores[new].ring().members().len(), 5);
-    assert!(matches!(net.claim(new, key, ballot(2, 2)), Err(DataError::Unavailable { .. })));
-    net.return_member(a);
-    assert_eq!(net.claim(new, key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+    waits_for_the_two_holders(&mut net, new, key, a);
 }
 
 #[test]
@@ -1024,9 +1030,7 @@ fn the_word_taken_late_counts_the_time_it_waited() {
     // The holders a newcomer takes from a word it kept leave its ring when they would have
     // left the teller's, not a wait later.
     let mut net = Net::new(4);
-    let (_, [a, b, _], _) = written_by_two_of_four(&mut net);
-    net.remove_member(a);
-    net.remove_member(b);
+    two_holders_removed(&mut net);
     let new = net.add_node_unseeing();
     net.settle();
     let half = net.stores[new].config().absent_timeout / 2;
