@@ -466,8 +466,12 @@ impl<S: Storage> Store<S> {
         };
         let absent = self.absent.iter().map(|(a, since)| (a.to_string(), ago(since))).collect();
         let past = if past {
+            // The ring this node is on goes first: the receiver may be on another one (a
+            // member restarted on the ring its disk knew), and it keeps only so many.
             let names = |r: &Ring| r.members().iter().map(ToString::to_string).collect();
-            self.past_rings.iter().map(|(at, r)| (names(r), ago(at))).collect()
+            let current = (!self.ring.is_empty()).then(|| (names(&self.ring), 0));
+            let remembered = self.past_rings.iter().map(|(at, r)| (names(r), ago(at)));
+            current.into_iter().chain(remembered).collect()
         } else {
             Vec::new()
         };

@@ -205,3 +205,13 @@ fn a_newcomer_takes_the_absent_holders_it_was_told_of_before_it_saw_the_teller()
 fn a_holder_back_from_being_absent_is_told_the_rings_made_while_it_was_away() {
     entity_state_seed(63_001_104, 9);
 }
+
+/// S20 at 8 nodes, seed 63000261: a member left gracefully and a write was acknowledged on the
+/// ring without it. The member restarted on the ring its disk knew and, still Joining,
+/// coordinated a claim of the key; it had been told the rings the others remembered but not the
+/// one they were on, and its claim missed the write. The word about rings given to a newcomer
+/// now carries the teller's current ring too.
+#[test]
+fn a_restarted_member_learns_the_ring_the_others_are_on() {
+    entity_state_seed(63_000_261, 8);
+}

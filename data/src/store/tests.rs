@@ -903,6 +903,40 @@ impl Net {
         self.stores[i] = Store::new(config, u, disk, now).expect("memory");
     }
 
+    /// A key node `i` is one of the replicas of.
+    fn key_replicated_by(&self, i: usize) -> String {
+        (0..1000)
+            .map(|n| format!("e{n}"))
+            .find(|key| self.replicas(key).contains(&i))
+            .expect("a key node i replicates")
+    }
+
+    /// The last member, node `i`, hands its keys over, leaves and is gone (cut off).
+    fn leave_gracefully(&mut self, i: usize) {
+        assert_eq!(i + 1, self.members.len(), "the last member");
+        let now = self.now;
+        self.stores[i].begin_leave(now);
+        self.settle();
+        self.members[i] = self.members[i].with_status(MemberStatus::Leaving).expect("Up may leave");
+        self.views();
+        self.members.truncate(i);
+        self.cut.insert(i);
+        self.views();
+    }
+
+    /// Node `i` as a member that is Joining, with the roles of node 0.
+    fn joining(&self, i: usize) -> Member {
+        let up = UpNumber(u32::try_from(i).expect("small") + 1);
+        let roles = self.members[0].roles().clone();
+        Member::from_parts(
+            self.nodes[i].clone(),
+            up,
+            MemberStatus::Joining,
+            roles,
+            AppVersion::default(),
+        )
+    }
+
     /// What a claim of `key` at `at` with `ballot` read, or why it failed.
     fn claim(
         &mut self,
@@ -1080,14 +1114,7 @@ fn a_holder_back_from_being_absent_learns_the_rings_made_while_it_was_away() {
     net.restart(3);
     // 3 restarts and joins: told of the rings the others remember while it is Joining, before
     // the ring of three is one of them.
-    let joining = Member::from_parts(
-        node(3),
-        UpNumber(4),
-        MemberStatus::Joining,
-        net.members[0].roles().clone(),
-        AppVersion::default(),
-    );
-    net.members.push(joining);
+    net.members.push(net.joining(3));
     net.cut.remove(&3);
     net.views();
     net.settle();
@@ -1112,6 +1139,39 @@ fn a_holder_back_from_being_absent_learns_the_rings_made_while_it_was_away() {
 }
 
 #[test]
+fn a_restarted_member_is_told_the_ring_the_others_are_on() {
+    // Node 4 hands its keys over and leaves; on the ring of the other four a write is
+    // acknowledged by n and p (q cut off). 4 restarts on the ring of five its disk knows and,
+    // while it is still Joining, coordinates a claim with p cut off: the ring of five's
+    // replicas of the key (4, p and q) hold nothing, so it must be told the ring of four.
+    let mut net = Net::new(5);
+    let key = net.key_replicated_by(4);
+    let key = key.as_str();
+    let five = net.replicas(key);
+    net.leave_gracefully(4);
+    let four = net.replicas(key);
+    let n = *four.iter().find(|i| !five.contains(i)).expect("the key moved to a new replica");
+    let (p, q) = match four.iter().filter(|i| **i != n).collect::<Vec<_>>()[..] {
+        [p, q] => (*p, *q),
+        ref other => panic!("three replicas: {other:?}"),
+    };
+    net.fence(n, key, FenceOp::Claim(ballot(1, 1))).expect("claimed");
+    net.cut.insert(q);
+    net.views();
+    net.fence(n, key, fenced_write(ballot(1, 1), 1, b"a1")).expect("written by n and p");
+    net.cut.remove(&q);
+    net.restart(4);
+    assert_eq!(net.stores[4].ring().members().len(), 5, "the ring its disk knows");
+    net.members.push(net.joining(4));
+    net.cut.remove(&4);
+    net.views();
+    net.settle();
+    net.cut.insert(p);
+    net.views();
+    assert_eq!(net.claim(4, key, ballot(2, 2)), Ok(Some(b"a1".to_vec())));
+}
+
+#[test]
 fn a_cluster_that_has_just_formed_member_by_member_can_claim_at_once() {
     // Rings of one and two members came before the three: the claim needs a quorum of the
     // key's replicas on each remembered ring on which a fenced write could have been
@@ -1127,19 +1187,9 @@ fn a_cluster_that_has_just_formed_member_by_member_can_claim_at_once() {
 fn a_claim_does_not_wait_for_a_member_that_left_gracefully_on_the_ring_before() {
     let mut net = Net::new(4);
     // A key node 3 replicated; node 3 hands its keys over and leaves.
-    let key = (0..1000)
-        .map(|i| format!("e{i}"))
-        .find(|k| net.replicas(k).contains(&3))
-        .expect("such a key");
+    let key = net.key_replicated_by(3);
     let before = net.replicas(&key);
-    let now = net.now;
-    net.stores[3].begin_leave(now);
-    net.settle();
-    net.members[3] = net.members[3].with_status(MemberStatus::Leaving).expect("Up may leave");
-    net.views();
-    net.members.truncate(3);
-    net.cut.insert(3);
-    net.views();
+    net.leave_gracefully(3);
     // One of the key's two other replicas on the ring before is cut off too. Of that ring's
     // replicas only those that stayed count: one of the two is enough to meet every quorum
     // that could have acknowledged a write without node 3.
