@@ -466,11 +466,12 @@ impl<S: Storage> Store<S> {
         };
         let absent = self.absent.iter().map(|(a, since)| (a.to_string(), ago(since))).collect();
         let past = if past {
-            // The ring this node is on goes first: the receiver may be on another one (a
-            // member restarted on the ring its disk knew), and it keeps only so many.
+            // The ring this node is on goes first, for the receiver may be on another one (a
+            // member restarted on the ring its disk knew), then the remembered ones, newest
+            // first: the receiver takes only so many.
             let names = |r: &Ring| r.members().iter().map(ToString::to_string).collect();
             let current = (!self.ring.is_empty()).then(|| (names(&self.ring), 0));
-            let remembered = self.past_rings.iter().map(|(at, r)| (names(r), ago(at)));
+            let remembered = self.past_rings.iter().rev().map(|(at, r)| (names(r), ago(at)));
             current.into_iter().chain(remembered).collect()
         } else {
             Vec::new()
@@ -541,7 +542,8 @@ impl<S: Storage> Store<S> {
         }
         self.rebuild_ring(&BTreeSet::new(), &added, now);
         let mut learnt = false;
-        for (names, ago) in past.into_iter().take(PAST_RINGS) {
+        // The sender's ring and the ones it remembers.
+        for (names, ago) in past.into_iter().take(PAST_RINGS + 1) {
             let members: Vec<Address> =
                 names.iter().take(MAX_ABSENT).filter_map(|n| n.parse().ok()).collect();
             let ring = Ring::new(members, self.config.vnodes);

@@ -1172,6 +1172,29 @@ fn a_restarted_member_is_told_the_ring_the_others_are_on() {
 }
 
 #[test]
+fn a_newcomer_learns_every_ring_the_teller_remembers_when_it_remembers_as_many_as_it_keeps() {
+    // Nine members joined one by one: node 0 remembers as many rings as it keeps, and its word
+    // to a newcomer carries its own ring too. The newest remembered rings matter most; none is
+    // left out of the word.
+    let mut net = Net::new(1);
+    for _ in 1..9 {
+        net.add_node();
+    }
+    let rings = |net: &Net, i: usize| -> BTreeSet<Vec<Address>> {
+        net.stores[i].past_rings().map(|r| r.members().to_vec()).collect()
+    };
+    assert_eq!(net.stores[0].past_rings().count(), super::PAST_RINGS);
+    // Only node 0's word reaches the newcomer, node 9.
+    net.stalled.extend((1..9).map(|i| (i, 9)));
+    let new = net.add_node();
+    net.settle();
+    assert_eq!(new, 9);
+    // Its own ring is the teller's: the rings it remembers are the teller's remembered ones.
+    assert_eq!(net.stores[new].ring().members(), net.stores[0].ring().members());
+    assert_eq!(rings(&net, new), rings(&net, 0));
+}
+
+#[test]
 fn a_cluster_that_has_just_formed_member_by_member_can_claim_at_once() {
     // Rings of one and two members came before the three: the claim needs a quorum of the
     // key's replicas on each remembered ring on which a fenced write could have been
