@@ -459,7 +459,8 @@ impl<S: Storage> Store<S> {
         }
     }
 
-    /// The absent holders, and the past rings when `past`, as told to other nodes at `now`.
+    /// The absent holders, and when `past` this node's ring and the ones it remembers, as told
+    /// to other nodes at `now`.
     pub(super) fn rings_message(&self, now: Instant, past: bool) -> Message {
         let ago = |since: &Instant| {
             u64::try_from(now.saturating_duration_since(*since).as_millis()).unwrap_or(u64::MAX)
@@ -484,9 +485,10 @@ impl<S: Storage> Store<S> {
         Message::Rings { absent, past, left }
     }
 
-    /// Member `from` remembers `past` rings and keeps `absent` holders on its ring while they
-    /// are away: rings this node does not remember it remembers too, and holders it does not
-    /// see Up, nor saw leave, it keeps too, each for what is left of its time.
+    /// Member `from` is on or remembers the `past` rings and keeps `absent` holders on its ring
+    /// while they are away: rings this node is not on and does not remember it remembers too,
+    /// and holders it does not see Up, nor saw leave, it keeps too, each for what is left of
+    /// its time.
     fn rings_received(
         &mut self,
         from: &Address,
